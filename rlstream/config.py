@@ -1,0 +1,32 @@
+"""Typed, frozen configuration of the pipeline, with its one source of defaults.
+
+The CLI parses options at the edge and builds a `PipelineConfig`; everything below
+takes the config object, never raw options or environment variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """How runs are read, when step rows become final, how often state is committed."""
+
+    poll_seconds: float = 1.0
+    """Seconds between polls of every run's files (watch)."""
+    commit_seconds: float = 2.0
+    """Seconds between commits of outputs and checkpoints (watch)."""
+    watermark_lag_steps: int = 1
+    """A step's row is final once the line of a step this much later has been read."""
+    idle_final_seconds: float = 600.0
+    """A run with no new bytes for this long has all its pending steps finalized."""
+    transcripts_per_unit: int = 64
+    """Transcript files per work unit handed to a worker."""
+    max_inflight_units: int = 16
+    """Work units in flight at once per tailer (backpressure)."""
+    full_relist_every: int = 30
+    """Polls between full relists of a run's transcripts (names may arrive unsorted)."""
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    """fsspec options for every ROOT and OUT URL (e.g. endpoint_url, key, secret)."""

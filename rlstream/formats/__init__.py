@@ -1,0 +1,1 @@
+"""Input formats: parsing and validating run files into records and token arrays."""

@@ -1,0 +1,140 @@
+"""From one finalized step row to the flat figures the rules read.
+
+Contract
+--------
+``extract(row)`` returns ``{name: float}`` holding only the figures the row supports.
+Recomputed values win; where a recomputed column is null (transcripts written with
+``trace = "samples"`` carry no tokens, so no KL, entropy, repetition or hashes) the
+reported metric of the same meaning stands in. Rates are shares of the step's
+attempts (or groups) when the count is known.
+
+``metric_pairs(row)`` lists (name, reported, recomputed, kind) for every metric both
+sides carry; ``metric_disagreement`` compares them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+ROLLOUT_FAILED = "discard/rollouts/rollout_failed/"
+GRADING_FAILED = "discard/rollouts/grading_failed/"
+MAX_TURNS_KEYS = ("termination_reason/max_turns",)
+
+
+def num(x: Any) -> float | None:
+    """``x`` as a finite float, else None (bools and strings are not numbers here)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _first(*xs: Any) -> float | None:
+    for x in xs:
+        v = num(x)
+        if v is not None:
+            return v
+    return None
+
+
+def _dict(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+def _sum_prefix(d: dict[str, Any], prefix: str) -> float | None:
+    vals = [num(v) for k, v in d.items() if isinstance(k, str) and k.startswith(prefix)]
+    vals = [v for v in vals if v is not None]
+    return sum(vals) if vals else None
+
+
+def _share(count: float | None, total: float | None) -> float | None:
+    if count is None or total is None or total <= 0:
+        return None
+    return count / total
+
+
+def extract(row: dict[str, Any]) -> dict[str, float]:
+    """The row's figures; see the module docstring."""
+    g = row.get
+    other = _dict(g("reported_other"))
+    meta = _dict(g("rollout_metadata"))
+    discards = _dict(g("discards"))
+    f: dict[str, float | None] = {}
+
+    f["reward"] = _first(g("reward_mean"), g("reported_reward_mean"))
+    f["reward_all"] = _first(
+        g("reward_mean_with_unusable"), g("reported_reward_mean_with_unusable"), f["reward"]
+    )
+    f["group_std"] = _first(g("reward_group_std_mean"), g("reported_reward_group_std_mean"))
+    attempts = _first(g("attempts"))
+    f["attempts"] = attempts
+    f["trained_attempts"] = _first(g("trained_attempts"))
+
+    nv = _first(g("groups_no_variance"), g("reported_groups_no_variance"))
+    small = _first(g("groups_group_too_small"), g("reported_groups_group_too_small"))
+    trained = _first(g("groups_trained"))
+    groups = _first(g("groups"))
+    if groups is None and trained is not None and nv is not None:
+        groups = trained + nv + (small or 0.0)
+    f["groups"] = groups
+    f["groups_trained"] = trained
+    f["no_variance"] = nv
+    f["unusable"] = None if nv is None else nv + (small or 0.0)
+    f["no_variance_frac"] = _share(nv, groups)
+
+    rf = _first(g("discard_rollout_failed"), _sum_prefix(other, ROLLOUT_FAILED))
+    gf = _first(g("discard_grading_failed"), _sum_prefix(other, GRADING_FAILED))
+    f["rollout_failed"] = rf
+    f["grading_failed"] = gf
+    f["rollout_failed_rate"] = _share(rf, attempts)
+    f["grading_failed_rate"] = _share(gf, attempts)
+
+    stale = _first(g("discard_stale"), discards.get("stale"))
+    f["stale"] = stale
+    f["stale_rate"] = _share(stale, attempts)
+    f["lag_mean"] = _first(g("lag_mean"), g("reported_lag_mean"))
+    f["lag_p90"] = _first(g("lag_p90"), g("reported_lag_p90"))
+
+    max_turns = _first(
+        *(meta.get(k) for k in MAX_TURNS_KEYS), *(other.get("rollout/" + k) for k in MAX_TURNS_KEYS)
+    )
+    f["max_turns_rate"] = _share(max_turns, attempts)
+    f["turns"] = _first(meta.get("turns"), other.get("rollout/turns"))
+    f["truncated"] = _first(g("truncated_frac"))
+
+    f["kl"] = _first(g("mismatch_kl"), g("reported_mismatch_kl"))
+    f["ess"] = _first(g("mismatch_ess"), g("reported_mismatch_ess"))
+    f["entropy"] = _first(g("entropy_estimate"), g("reported_entropy_estimate"))
+    f["len_mean"] = _first(g("completion_len_mean"))
+    f["len_p95"] = _first(g("completion_len_p95"))
+    f["repetition"] = _first(g("repetition"))
+    f["distinct"] = _first(g("distinct_completions"))
+    f["top_share"] = _first(g("top_completion_task_share"))
+    return {k: v for k, v in f.items() if v is not None}
+
+
+# (reported column, recomputed column, kind); kind picks the tolerance.
+PAIRS: tuple[tuple[str, str, str], ...] = (
+    ("reported_reward_mean", "reward_mean", "reward"),
+    ("reported_reward_std", "reward_std", "reward"),
+    ("reported_reward_group_std_mean", "reward_group_std_mean", "reward"),
+    ("reported_reward_mean_with_unusable", "reward_mean_with_unusable", "reward"),
+    ("reported_groups_no_variance", "groups_no_variance", "count"),
+    ("reported_groups_group_too_small", "groups_group_too_small", "count"),
+    ("reported_mismatch_kl", "mismatch_kl", "rel"),
+    ("reported_mismatch_ess", "mismatch_ess", "rel"),
+    ("reported_lag_mean", "lag_mean", "rel"),
+    ("reported_lag_p90", "lag_p90", "rel"),
+    ("reported_entropy_estimate", "entropy_estimate", "rel"),
+)
+
+
+def metric_pairs(row: dict[str, Any]) -> list[tuple[str, float, float, str]]:
+    """(recomputed name, reported, recomputed, kind) for metrics both sides carry."""
+    out = []
+    for rep, rec, kind in PAIRS:
+        a, b = num(row.get(rep)), num(row.get(rec))
+        if a is not None and b is not None:
+            out.append((rec, a, b, kind))
+    return out

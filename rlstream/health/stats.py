@@ -1,0 +1,51 @@
+"""Robust statistics over short series: median, MAD, Theil-Sen slope, step noise.
+
+Pure functions over plain sequences of floats (windows are tens of points, so plain
+Python beats array set-up). Empty input gives None, never 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+MAD_SCALE = 1.4826
+"""MAD times this estimates the standard deviation of normal data."""
+
+
+def median(xs: Sequence[float]) -> float | None:
+    """Median of ``xs``; None when empty."""
+    n = len(xs)
+    if n == 0:
+        return None
+    s = sorted(xs)
+    mid = n // 2
+    return float(s[mid]) if n % 2 else (s[mid - 1] + s[mid]) / 2.0
+
+
+def mad(xs: Sequence[float]) -> float | None:
+    """Median absolute deviation, scaled to a standard deviation for normal data."""
+    m = median(xs)
+    if m is None:
+        return None
+    return MAD_SCALE * median([abs(x - m) for x in xs])  # type: ignore[operator]
+
+
+def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Median of pairwise slopes; None with fewer than two distinct x."""
+    slopes = [
+        (ys[j] - ys[i]) / (xs[j] - xs[i])
+        for i in range(len(xs))
+        for j in range(i + 1, len(xs))
+        if xs[j] != xs[i]
+    ]
+    return median(slopes)
+
+
+def step_noise(ys: Sequence[float]) -> float | None:
+    """Robust per-step noise: MAD of first differences / sqrt 2 (a trend cancels)."""
+    if len(ys) < 3:
+        return None
+    d = mad([b - a for a, b in itertools.pairwise(ys)])
+    return None if d is None else d / math.sqrt(2.0)

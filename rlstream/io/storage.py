@@ -1,0 +1,255 @@
+"""Storage: a tiny, pickle-safe protocol over local disk and fsspec filesystems.
+
+`Storage` keeps configuration only (the URL scheme and fsspec storage options) and opens
+its filesystem lazily in whichever process uses it, so it can be sent to Ray actors.
+Local paths use `os` directly (cheaper than fsspec's local layer, and it exposes the
+inode that cursors use to detect replacement). Object stores go through fsspec; for S3
+listings are never cached, because a grown object must show its new size and ETag.
+
+Paths given to the methods are full URLs or local paths, as returned by `join`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlstream.errors import StorageError
+
+
+@dataclass(frozen=True, slots=True)
+class FileStat:
+    """What identifies one version of a file: its size plus an ETag, mtime or inode."""
+
+    size: int
+    etag: str | None = None
+    mtime: float | None = None
+    inode: int | None = None
+
+
+def split_protocol(url: str) -> tuple[str, str]:
+    """Return (protocol, rest); local paths (and file://) give ("file", path)."""
+    if "://" in url:
+        proto, rest = url.split("://", 1)
+        if proto in ("file", "local"):
+            return "file", rest
+        return proto, rest
+    return "file", url
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Read and write files under one protocol. Pickle-safe: holds no connection."""
+
+    protocol: str = "file"
+    options: tuple[tuple[str, Any], ...] = ()
+    _fs: Any = field(default=None, compare=False, repr=False)
+
+    @staticmethod
+    def for_url(url: str, options: dict[str, Any] | None = None) -> Storage:
+        proto, _ = split_protocol(url)
+        return Storage(proto, tuple(sorted((options or {}).items())))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"protocol": self.protocol, "options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "protocol", state["protocol"])
+        object.__setattr__(self, "options", state["options"])
+        object.__setattr__(self, "_fs", None)
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol == "file"
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem, opened on first use in this process."""
+        if self._fs is None:
+            import fsspec
+
+            opts = dict(self.options)
+            if self.protocol in ("s3", "s3a"):
+                opts.setdefault("skip_instance_cache", True)
+                opts.setdefault("use_listings_cache", False)
+                endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
+                    "AWS_ENDPOINT_URL"
+                )
+                if endpoint and "endpoint_url" not in opts:
+                    opts["endpoint_url"] = endpoint
+            object.__setattr__(self, "_fs", fsspec.filesystem(self.protocol, **opts))
+        return self._fs
+
+    # -- paths ---------------------------------------------------------------------
+    def strip(self, url: str) -> str:
+        return split_protocol(url)[1]
+
+    def url(self, path: str) -> str:
+        return path if self.is_local else f"{self.protocol}://{path}"
+
+    @staticmethod
+    def join(base: str, *parts: str) -> str:
+        out = base.rstrip("/")
+        for p in parts:
+            out = f"{out}/{p.strip('/')}"
+        return out
+
+    # -- reading -------------------------------------------------------------------
+    def stat(self, url: str) -> FileStat | None:
+        """The file's identity, or None when it does not exist."""
+        path = self.strip(url)
+        if self.is_local:
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                return None
+            return FileStat(size=st.st_size, mtime=st.st_mtime, inode=st.st_ino)
+        try:
+            info = self.fs.info(path)
+        except FileNotFoundError:
+            return None
+        if info.get("type") == "directory":
+            return None
+        etag = info.get("ETag") or info.get("etag")
+        return FileStat(size=int(info["size"]), etag=str(etag).strip('"') if etag else None)
+
+    def read(self, url: str) -> bytes:
+        path = self.strip(url)
+        if self.is_local:
+            with open(path, "rb") as f:
+                return f.read()
+        return self.fs.cat_file(path)
+
+    def read_range(self, url: str, start: int, end: int) -> bytes:
+        """Bytes [start, end); empty when the range is empty (never a request then)."""
+        if end <= start:
+            return b""
+        path = self.strip(url)
+        if self.is_local:
+            with open(path, "rb") as f:
+                f.seek(start)
+                return f.read(end - start)
+        return self.fs.cat_file(path, start=start, end=end)
+
+    def exists(self, url: str) -> bool:
+        path = self.strip(url)
+        if self.is_local:
+            return os.path.exists(path)
+        return self.fs.exists(path)
+
+    def list_names(self, url: str, start_after: str | None = None) -> list[str]:
+        """Sorted base names of the files directly under `url` ([] if it is missing).
+
+        With `start_after`, only names sorting after it; on S3 this is a
+        ListObjectsV2 StartAfter request, so the cost is O(new names).
+        """
+        path = self.strip(url).rstrip("/")
+        if self.is_local:
+            try:
+                with os.scandir(path) as it:
+                    names = [e.name for e in it if e.is_file()]
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            names.sort()
+            if start_after is not None:
+                names = [n for n in names if n > start_after]
+            return names
+        if self.protocol in ("s3", "s3a") and start_after is not None:
+            return self._s3_list_after(path, start_after)
+        try:
+            entries = self.fs.ls(path, detail=True)
+        except FileNotFoundError:
+            return []
+        names = sorted(
+            e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "file"
+        )
+        if start_after is not None:
+            names = [n for n in names if n > start_after]
+        return names
+
+    def _s3_list_after(self, path: str, start_after: str) -> list[str]:
+        from fsspec.asyn import sync
+
+        bucket, _, prefix = path.partition("/")
+        prefix = f"{prefix}/" if prefix else ""
+        names: list[str] = []
+        kwargs: dict[str, Any] = {
+            "Bucket": bucket,
+            "Prefix": prefix,
+            "Delimiter": "/",
+            "StartAfter": prefix + start_after,
+        }
+        fs = self.fs
+        while True:
+            resp = sync(fs.loop, fs._call_s3, "list_objects_v2", **kwargs)
+            names.extend(o["Key"][len(prefix) :] for o in resp.get("Contents", []))
+            token = resp.get("NextContinuationToken")
+            if not resp.get("IsTruncated") or not token:
+                break
+            kwargs = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/", "ContinuationToken": token}
+        return sorted(names)
+
+    def list_dirs(self, url: str) -> list[str]:
+        """Sorted base names of the sub-folders directly under `url`."""
+        path = self.strip(url).rstrip("/")
+        if self.is_local:
+            try:
+                with os.scandir(path) as it:
+                    return sorted(e.name for e in it if e.is_dir())
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        try:
+            entries = self.fs.ls(path, detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(
+            e["name"].rstrip("/").rsplit("/", 1)[-1]
+            for e in entries
+            if e.get("type") == "directory"
+        )
+
+    # -- writing -------------------------------------------------------------------
+    def write_atomic(self, url: str, data: bytes) -> None:
+        """Write a whole file so readers see the old or the new bytes, never a mix.
+
+        Local: temp file in the same folder, fsync, rename. Object stores: one PUT.
+        """
+        path = self.strip(url)
+        if self.is_local:
+            folder = os.path.dirname(path) or "."
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+            return
+        try:
+            self.fs.pipe_file(path, data)
+        except OSError as e:  # pragma: no cover - depends on the store
+            raise StorageError(f"could not write {url}: {e}") from e
+
+    def remove(self, url: str) -> None:
+        path = self.strip(url)
+        if self.is_local:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            return
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+
+    def makedirs(self, url: str) -> None:
+        if self.is_local:
+            os.makedirs(self.strip(url), exist_ok=True)

@@ -1,0 +1,185 @@
+"""Completion lengths, truncation, repetition and distinct answers: a mergeable aggregate.
+
+Contract
+--------
+``CompletionAgg.from_arrays(completion_len_G, truncated_G, tokens_T, offsets_G1,
+task_ids_G, ngram)`` reduces a batch of generations (all of them, trained or not):
+
+- lengths: an exact ``CountHistogram`` of ``completion_len_G``; ``n_truncated``.
+- repetition (needs tokens): for each generation with at least ``ngram`` tokens,
+  ``rep_g = 1 - distinct n-grams / total n-grams``. N-grams are hashed to uint64 in
+  one vectorised pass over the concatenated tokens (positions whose window would cross
+  into the next generation are dropped); distinct (generation, hash) pairs are counted
+  after a lexsort. A 64-bit hash collision could merge two n-grams; at the sizes of
+  one completion the odds are negligible.
+- distinct completions (needs tokens): one blake2b-64 hash per generation of its
+  token ids as little-endian int64 (deterministic across processes, unlike
+  ``hash()``), kept as ``hash -> set of task ids`` (``""`` when task ids are absent)
+  plus ``n_hashed``.
+
+``finalize`` keys: see ``CompletionAgg.columns()``. ``top_completion_task_share`` is
+the largest share of the distinct tasks seen that share one completion (one answer
+fitting many tasks hints at hard-coding). Undefined figures are None.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import numpy as np
+
+from rlstream.metrics.quantiles import CountHistogram
+from rlstream.metrics.tokens import generation_ids
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_PRIME = np.uint64(0x100000001B3)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser over a uint64 array (wrapping arithmetic)."""
+    x = x + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def ngram_hashes(
+    tokens_T: np.ndarray, offsets_G1: np.ndarray, ngram: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(generation id, uint64 hash) of every n-gram lying inside one generation."""
+    tokens = np.asarray(tokens_T, dtype=np.int64)
+    gen_T = generation_ids(offsets_G1, tokens.size)
+    n_pos = tokens.size - ngram + 1
+    if n_pos <= 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+    # A window starting at i stays inside its generation iff token i + ngram - 1
+    # belongs to the same generation.
+    valid = gen_T[:n_pos] == gen_T[ngram - 1 :]
+    mixed = _mix64(tokens.view(np.uint64))
+    h = np.zeros(n_pos, dtype=np.uint64)
+    for j in range(ngram):  # loop over the n-gram width, not over tokens
+        h = _mix64(h * _PRIME ^ mixed[j : j + n_pos])
+    return gen_T[:n_pos][valid], h[valid]
+
+
+def completion_hash(tokens: np.ndarray) -> int:
+    """Deterministic 64-bit hash of one completion's token ids."""
+    data = np.ascontiguousarray(tokens, dtype="<i8").tobytes()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+@dataclass(slots=True)
+class CompletionAgg:
+    """Length histogram, truncation count, repetition sums and completion hashes."""
+
+    lengths: CountHistogram = field(default_factory=CountHistogram)
+    n_truncated: int = 0
+    n_rep: int = 0
+    sum_rep: float = 0.0
+    n_hashed: int = 0
+    hashes: dict[int, set[str]] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls) -> Self:
+        return cls()
+
+    @classmethod
+    def from_arrays(
+        cls,
+        completion_len_G: np.ndarray,
+        truncated_G: np.ndarray,
+        tokens_T: np.ndarray | None = None,
+        offsets_G1: np.ndarray | None = None,
+        task_ids_G: list[str] | None = None,
+        ngram: int = 4,
+    ) -> Self:
+        lengths = np.asarray(completion_len_G, dtype=np.int64)
+        truncated = np.asarray(truncated_G, dtype=bool)
+        if truncated.shape != lengths.shape:
+            raise ValueError(
+                f"truncated_G {truncated.shape} must match completion_len_G {lengths.shape}"
+            )
+        agg = cls(
+            lengths=CountHistogram.from_values(lengths),
+            n_truncated=int(np.count_nonzero(truncated)),
+        )
+        if tokens_T is None:
+            return agg
+        if offsets_G1 is None:
+            raise ValueError("tokens_T needs offsets_G1 to split it into generations")
+        if ngram < 1:
+            raise ValueError(f"ngram must be >= 1; got {ngram}")
+        tokens = np.asarray(tokens_T, dtype=np.int64)
+        offsets = np.asarray(offsets_G1, dtype=np.int64)
+        n_gen = offsets.size - 1
+        if task_ids_G is not None and len(task_ids_G) != n_gen:
+            raise ValueError(f"task_ids_G has {len(task_ids_G)} entries for {n_gen} generations")
+
+        gen, h = ngram_hashes(tokens, offsets, ngram)
+        total = np.bincount(gen, minlength=n_gen)
+        order = np.lexsort((h, gen))
+        gen_s, h_s = gen[order], h[order]
+        new = np.ones(gen_s.size, dtype=bool)
+        new[1:] = (gen_s[1:] != gen_s[:-1]) | (h_s[1:] != h_s[:-1])
+        distinct = np.bincount(gen_s[new], minlength=n_gen)
+        has = total > 0
+        agg.n_rep = int(np.count_nonzero(has))
+        agg.sum_rep = float(np.sum(1.0 - distinct[has] / total[has]))
+
+        hashes: dict[int, set[str]] = {}
+        for g in range(n_gen):  # one blake2b call per generation
+            task = task_ids_G[g] if task_ids_G is not None else ""
+            hashes.setdefault(completion_hash(tokens[offsets[g] : offsets[g + 1]]), set()).add(task)
+        agg.n_hashed = n_gen
+        agg.hashes = hashes
+        return agg
+
+    def merge(self, other: Self) -> Self:
+        hashes = {k: set(v) for k, v in self.hashes.items()}
+        for k, v in other.hashes.items():
+            hashes.setdefault(k, set()).update(v)
+        return type(self)(
+            lengths=self.lengths.merge(other.lengths),
+            n_truncated=self.n_truncated + other.n_truncated,
+            n_rep=self.n_rep + other.n_rep,
+            sum_rep=self.sum_rep + other.sum_rep,
+            n_hashed=self.n_hashed + other.n_hashed,
+            hashes=hashes,
+        )
+
+    @staticmethod
+    def columns() -> tuple[tuple[str, type], ...]:
+        """finalize() keys in order, with the Python type of a non-None value."""
+        return (
+            ("completions", int),
+            ("completion_len_mean", float),
+            ("completion_len_p50", float),
+            ("completion_len_p95", float),
+            ("completion_len_max", int),
+            ("truncated_frac", float),
+            ("repetition", float),
+            ("distinct_completions", float),
+            ("top_completion_task_share", float),
+        )
+
+    def finalize(self) -> dict[str, Any]:
+        n = self.lengths.count
+        share = None
+        if self.hashes:
+            tasks = set().union(*self.hashes.values())
+            share = max(len(v) for v in self.hashes.values()) / len(tasks)
+        return {
+            "completions": n,
+            "completion_len_mean": self.lengths.mean(),
+            "completion_len_p50": self.lengths.quantile(0.5),
+            "completion_len_p95": self.lengths.quantile(0.95),
+            "completion_len_max": self.lengths.max(),
+            "truncated_frac": self.n_truncated / n if n else None,
+            "repetition": self.sum_rep / self.n_rep if self.n_rep else None,
+            "distinct_completions": len(self.hashes) / self.n_hashed if self.n_hashed else None,
+            "top_completion_task_share": share,
+        }

@@ -1,0 +1,252 @@
+"""Rewards, groups, discards, freshness and rollout metadata: a mergeable aggregate.
+
+Contract
+--------
+``RolloutAgg.from_records(records)`` reduces validated rollouts.jsonl records of one
+step (keys ``attempt_id``, ``group_id``, ``task_id``, ``step``, ``policy_version``,
+``reward``, ``trained``, ``discard_reason``, ``metadata``). ``merge`` returns a new
+object; groups are merged by ``group_id`` because a group may be split across shards.
+
+- rewards: over trained attempts (``reward_mean``, ``reward_std`` with ddof 0) and over
+  every attempt with a non-null reward (``reward_mean_with_unusable``);
+- ``reward_group_std_mean``: mean over groups with at least one non-null reward of the
+  group's ddof-0 reward std (variance from sums of squares, rounding below 0 clamped);
+- groups: total, with a trained attempt, carrying ``no_variance`` / ``group_too_small``;
+- discards: counts by full reason (``"rollout_failed/timeout"``) and by family;
+- lag: exact histogram of ``step - policy_version`` over trained, versioned attempts;
+- metadata, flattened with ``"/"``: numbers (not bools, finite only) are averaged,
+  booleans become rates, strings are counted as ``"key/label"``. Other values (None,
+  lists) are ignored. If one key carries several kinds, the number mean keeps ``"key"``
+  and a boolean rate moves to ``"key/true_rate"``; a label count never overwrites a
+  number or rate of the same name.
+
+Means are None when nothing was counted; counts are 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import numpy as np
+
+from rlstream.metrics.quantiles import CountHistogram
+
+
+def _var(n: int, s: float, ss: float) -> float:
+    mean = s / n
+    return max(0.0, ss / n - mean * mean)
+
+
+def _flatten(meta: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in meta.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.extend(_flatten(value, f"{name}/"))
+        else:
+            out.append((name, value))
+    return out
+
+
+def _add(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+@dataclass(slots=True)
+class GroupStats:
+    """Per-group sums; ``rewarded`` counts attempts with a non-null reward."""
+
+    n: int = 0
+    n_rewarded: int = 0
+    sum_r: float = 0.0
+    sumsq_r: float = 0.0
+    n_trained: int = 0
+    discards: Counter[str] = field(default_factory=Counter)
+
+    def merge(self, other: Self) -> Self:
+        return type(self)(
+            n=self.n + other.n,
+            n_rewarded=self.n_rewarded + other.n_rewarded,
+            sum_r=self.sum_r + other.sum_r,
+            sumsq_r=self.sumsq_r + other.sumsq_r,
+            n_trained=self.n_trained + other.n_trained,
+            discards=self.discards + other.discards,
+        )
+
+
+@dataclass(slots=True)
+class RolloutAgg:
+    """Mergeable reward, group, discard, lag and metadata state of one step."""
+
+    groups: dict[str, GroupStats] = field(default_factory=dict)
+    n_attempts: int = 0
+    n_trained: int = 0
+    tr_n: int = 0
+    tr_sum: float = 0.0
+    tr_sumsq: float = 0.0
+    all_n: int = 0
+    all_sum: float = 0.0
+    discards: Counter[str] = field(default_factory=Counter)
+    lag: CountHistogram = field(default_factory=CountHistogram)
+    meta_sum: dict[str, float] = field(default_factory=dict)
+    meta_num_n: dict[str, int] = field(default_factory=dict)
+    meta_true: dict[str, int] = field(default_factory=dict)
+    meta_bool_n: dict[str, int] = field(default_factory=dict)
+    meta_labels: Counter[str] = field(default_factory=Counter)  # "key/label" -> count
+
+    @classmethod
+    def empty(cls) -> Self:
+        return cls()
+
+    @classmethod
+    def from_records(cls, records: list[dict[str, Any]]) -> Self:
+        agg = cls()
+        lags: list[int] = []
+        for r in records:
+            g = agg.groups.get(r["group_id"])
+            if g is None:
+                g = agg.groups[r["group_id"]] = GroupStats()
+            trained = bool(r["trained"])
+            reward = r.get("reward")
+            reason = r.get("discard_reason")
+            g.n += 1
+            agg.n_attempts += 1
+            if reward is not None:
+                reward = float(reward)
+                g.n_rewarded += 1
+                g.sum_r += reward
+                g.sumsq_r += reward * reward
+                agg.all_n += 1
+                agg.all_sum += reward
+            if trained:
+                g.n_trained += 1
+                agg.n_trained += 1
+                if reward is not None:
+                    agg.tr_n += 1
+                    agg.tr_sum += reward
+                    agg.tr_sumsq += reward * reward
+                if r.get("policy_version") is not None:
+                    lags.append(int(r["step"]) - int(r["policy_version"]))
+            if reason is not None:
+                g.discards[reason] += 1
+                agg.discards[reason] += 1
+            agg._add_metadata(r.get("metadata") or {})
+        agg.lag = CountHistogram.from_values(np.asarray(lags, dtype=np.int64))
+        return agg
+
+    def _add_metadata(self, meta: dict[str, Any]) -> None:
+        for key, value in _flatten(meta):
+            if isinstance(value, bool):
+                self.meta_bool_n[key] = self.meta_bool_n.get(key, 0) + 1
+                self.meta_true[key] = self.meta_true.get(key, 0) + int(value)
+            elif isinstance(value, int | float):
+                if not math.isfinite(value):
+                    continue
+                self.meta_num_n[key] = self.meta_num_n.get(key, 0) + 1
+                self.meta_sum[key] = self.meta_sum.get(key, 0.0) + float(value)
+            elif isinstance(value, str):
+                self.meta_labels[f"{key}/{value}"] += 1
+
+    def merge(self, other: Self) -> Self:
+        groups = dict(self.groups)
+        for key, g in other.groups.items():
+            mine = groups.get(key)
+            groups[key] = g.merge(GroupStats()) if mine is None else mine.merge(g)
+        return type(self)(
+            groups=groups,
+            n_attempts=self.n_attempts + other.n_attempts,
+            n_trained=self.n_trained + other.n_trained,
+            tr_n=self.tr_n + other.tr_n,
+            tr_sum=self.tr_sum + other.tr_sum,
+            tr_sumsq=self.tr_sumsq + other.tr_sumsq,
+            all_n=self.all_n + other.all_n,
+            all_sum=self.all_sum + other.all_sum,
+            discards=self.discards + other.discards,
+            lag=self.lag.merge(other.lag),
+            meta_sum=_add(self.meta_sum, other.meta_sum),
+            meta_num_n=_add(self.meta_num_n, other.meta_num_n),
+            meta_true=_add(self.meta_true, other.meta_true),
+            meta_bool_n=_add(self.meta_bool_n, other.meta_bool_n),
+            meta_labels=self.meta_labels + other.meta_labels,
+        )
+
+    @staticmethod
+    def columns() -> tuple[tuple[str, type], ...]:
+        """finalize() keys in order, with the Python type of a non-None value."""
+        return (
+            ("attempts", int),
+            ("trained_attempts", int),
+            ("reward_mean", float),
+            ("reward_std", float),
+            ("reward_mean_with_unusable", float),
+            ("reward_group_std_mean", float),
+            ("groups", int),
+            ("groups_trained", int),
+            ("groups_no_variance", int),
+            ("groups_group_too_small", int),
+            ("discards", dict),
+            ("discard_rollout_failed", int),
+            ("discard_grading_failed", int),
+            ("discard_unversioned", int),
+            ("discard_stale", int),
+            ("lag_mean", float),
+            ("lag_p90", float),
+            ("lag_max", int),
+            ("rollout_metadata", dict),
+        )
+
+    def _metadata(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for k in sorted(self.meta_num_n):
+            out[k] = self.meta_sum[k] / self.meta_num_n[k]
+        for k in sorted(self.meta_bool_n):
+            rate = self.meta_true[k] / self.meta_bool_n[k]
+            out[f"{k}/true_rate" if k in out else k] = rate
+        for k in sorted(self.meta_labels):
+            out.setdefault(k, float(self.meta_labels[k]))
+        return out
+
+    def finalize(self) -> dict[str, Any]:
+        # fsum: exact sum, so the result does not depend on the groups' merge order.
+        group_stds = [
+            math.sqrt(_var(g.n_rewarded, g.sum_r, g.sumsq_r))
+            for g in self.groups.values()
+            if g.n_rewarded
+        ]
+
+        def family(prefix: str) -> int:
+            return sum(c for r, c in self.discards.items() if r.split("/", 1)[0] == prefix)
+
+        return {
+            "attempts": self.n_attempts,
+            "trained_attempts": self.n_trained,
+            "reward_mean": self.tr_sum / self.tr_n if self.tr_n else None,
+            "reward_std": math.sqrt(_var(self.tr_n, self.tr_sum, self.tr_sumsq))
+            if self.tr_n
+            else None,
+            "reward_mean_with_unusable": self.all_sum / self.all_n if self.all_n else None,
+            "reward_group_std_mean": math.fsum(group_stds) / len(group_stds)
+            if group_stds
+            else None,
+            "groups": len(self.groups),
+            "groups_trained": sum(1 for g in self.groups.values() if g.n_trained),
+            "groups_no_variance": sum(1 for g in self.groups.values() if g.discards["no_variance"]),
+            "groups_group_too_small": sum(
+                1 for g in self.groups.values() if g.discards["group_too_small"]
+            ),
+            "discards": {k: self.discards[k] for k in sorted(self.discards)},
+            "discard_rollout_failed": family("rollout_failed"),
+            "discard_grading_failed": family("grading_failed"),
+            "discard_unversioned": family("unversioned"),
+            "discard_stale": family("stale"),
+            "lag_mean": self.lag.mean(),
+            "lag_p90": self.lag.quantile(0.9),
+            "lag_max": self.lag.max(),
+            "rollout_metadata": self._metadata(),
+        }

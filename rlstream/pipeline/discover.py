@@ -1,0 +1,35 @@
+"""Finding runs: a run is a folder holding run.json, anywhere under a ROOT."""
+
+from __future__ import annotations
+
+import os
+
+from rlstream.io.storage import Storage
+
+RUN_JSON = "run.json"
+
+
+def normalize_root(url: str) -> str:
+    """Local roots become absolute paths so a run's URL is stable across restarts."""
+    if "://" in url and not url.startswith("file://"):
+        return url.rstrip("/")
+    return os.path.abspath(url.removeprefix("file://"))
+
+
+def find_runs(storage: Storage, root: str, max_depth: int = 4) -> list[str]:
+    """URLs of every run folder under `root` (the root itself may be a run), sorted."""
+    root = normalize_root(root)
+    found: list[str] = []
+
+    def walk(url: str, depth: int) -> None:
+        if storage.stat(Storage.join(url, RUN_JSON)) is not None:
+            found.append(url)
+            return
+        if depth >= max_depth:
+            return
+        for name in storage.list_dirs(url):
+            if not name.startswith((".", "_")):
+                walk(Storage.join(url, name), depth + 1)
+
+    walk(root, 0)
+    return sorted(found)

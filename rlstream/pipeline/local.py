@@ -1,0 +1,68 @@
+"""The pipeline in this process: no Ray. Used by unit tests and as the reference.
+
+`analyze_local` runs polls until nothing new arrives, finalizes every step that
+exists, commits, and returns the run states. The Ray runtime runs the same
+`RunGroup` code with worker actors as the executor; this module is what the tests
+compare it against.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from rlstream.config import PipelineConfig
+from rlstream.io.storage import Storage
+from rlstream.pipeline.discover import find_runs, normalize_root
+from rlstream.pipeline.runner import RunGroup
+from rlstream.pipeline.state import RunState
+from rlstream.pipeline.work import Unit, UnitResult, execute
+from rlstream.sinks.parquet import ParquetSink
+
+
+def local_executor(storage: Storage):
+    def run(units: list[Unit]) -> Iterator[UnitResult]:
+        for u in units:
+            yield execute(u, storage)
+
+    return run
+
+
+def input_storage(roots: Sequence[str], options: dict[str, Any]) -> Storage:
+    """One `Storage` for every ROOT; they must share a protocol."""
+    stores = {Storage.for_url(normalize_root(r), options) for r in roots}
+    protocols = {s.protocol for s in stores}
+    if len(protocols) != 1:
+        from rlstream.errors import ConfigError
+
+        raise ConfigError(
+            f"all ROOTs must use one storage protocol, got {sorted(protocols)}; "
+            "run one rlstream process per protocol"
+        )
+    return next(iter(stores))
+
+
+def build_group(roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: Any) -> RunGroup:
+    """A RunGroup over every run found under `roots`, writing under `out`."""
+    storage = input_storage(roots, cfg.storage_options)
+    out_url = normalize_root(out)
+    sink = ParquetSink(out_url, Storage.for_url(out_url, cfg.storage_options))
+    group = RunGroup(storage, sink, cfg, **hooks)
+    for root in roots:
+        for run_url in find_runs(storage, root):
+            group.add_run(run_url)
+    return group
+
+
+def analyze_local(
+    roots: Sequence[str], out: str, cfg: PipelineConfig | None = None, **hooks: Any
+) -> list[RunState]:
+    """Analyze every run under `roots` to the end of what exists; write under `out`."""
+    cfg = cfg or PipelineConfig()
+    group = build_group(roots, out, cfg, **hooks)
+    run = local_executor(group.storage)
+    now = time.time()
+    group.poll(run, now=now, final=True)
+    group.commit(now=now)
+    return list(group.states())

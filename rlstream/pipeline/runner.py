@@ -1,0 +1,232 @@
+"""`RunGroup`: the tailer's logic for a set of runs, with no Ray in it.
+
+One poll: for every run, check run.json, stat steps.jsonl and rollouts.jsonl, list new
+transcripts, and turn what is new into work units; an executor runs the units (in
+this process, or on Ray worker actors) and each result is folded into its run's
+state. Then rows that passed the watermark are finalized. `commit` writes each
+changed run's new rows, quarantine rows and health, then its checkpoint.
+
+The stat of each JSONL file is taken before the transcript listing, and a worker
+reads exactly up to that size: so every transcript written before a step's line was
+listed in the poll that read the line, and the watermark is safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from rlstream.config import PipelineConfig
+from rlstream.formats.loops import BadRecord, parse_json
+from rlstream.formats.quarantine import QuarantineRow, excerpt
+from rlstream.io.storage import Storage
+from rlstream.io.tail import FileCursor
+from rlstream.pipeline.discover import RUN_JSON
+from rlstream.pipeline.rows import steps_table
+from rlstream.pipeline.state import RunState, finalize, fold, is_finished, watermark
+from rlstream.pipeline.work import (
+    ROLLOUTS_FILE,
+    STEPS_FILE,
+    TRANSCRIPTS_DIR,
+    LinesUnit,
+    TranscriptsUnit,
+    Unit,
+    UnitResult,
+)
+from rlstream.sinks.health import alerts_table
+from rlstream.sinks.parquet import ParquetSink
+
+log = logging.getLogger("rlstream")
+
+Executor = Callable[[list[Unit]], Iterator[UnitResult]]
+"""Runs units and yields their results in any order."""
+
+HealthHook = Callable[[RunState, list[dict[str, Any]], float], list[dict[str, Any]]]
+"""Folds new final rows into the run's health state; returns alert events."""
+
+
+def run_key(run_url: str) -> str:
+    """Stable shard key of a run: used to assign runs to tailers."""
+    return hashlib.sha1(run_url.encode()).hexdigest()
+
+
+class RunGroup:
+    """The runs one tailer owns, their states, and the poll/commit cycle."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        sink: ParquetSink,
+        cfg: PipelineConfig,
+        health: HealthHook | None = None,
+        snapshot: Callable[[RunState, float], None] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.sink = sink
+        self.cfg = cfg
+        self.health = health
+        self.snapshot = snapshot
+        self.runs: dict[str, RunState] = {}
+        self.dirty: set[str] = set()
+
+    # -- runs ----------------------------------------------------------------------
+    def add_run(self, run_url: str) -> RunState | None:
+        """Start tracking a run, resuming from its checkpoint when one exists."""
+        if run_url in self.runs:
+            return self.runs[run_url]
+        meta, stat, bad = self._read_run_json(run_url)
+        if meta is None:
+            log.warning("skipping %s: run.json %s", run_url, bad)
+            return None
+        run_id = meta["run_id"]
+        state = self.sink.load_checkpoint(run_id)
+        if state is not None:
+            if state.run_url != run_url:
+                log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
+                return None
+            removed = self.sink.remove_orphans(run_id, state.seq)
+            if removed:
+                log.info("%s: removed %d files of an uncommitted commit", run_id, removed)
+        else:
+            state = RunState(run_id=run_id, run_url=run_url)
+        self._apply_run_json(state, meta, stat)
+        self.runs[run_url] = state
+        return state
+
+    def _read_run_json(self, run_url: str) -> tuple[dict[str, Any] | None, Any, str]:
+        url = Storage.join(run_url, RUN_JSON)
+        stat = self.storage.stat(url)
+        if stat is None:
+            return None, None, "is missing"
+        data = self.storage.read(url)
+        try:
+            obj = parse_json(data)
+        except BadRecord as e:
+            return None, stat, f"is not valid JSON ({e}): {excerpt(data)!r}"
+        if not isinstance(obj, dict) or not isinstance(obj.get("run_id"), str) or not obj["run_id"]:
+            return None, stat, "has no string run_id"
+        if not isinstance(obj.get("config", {}), dict):
+            return None, stat, "has a config that is not an object"
+        return obj, stat, ""
+
+    def _apply_run_json(self, state: RunState, meta: dict[str, Any], stat: Any) -> None:
+        state.config = meta.get("config") or {}
+        ca = meta.get("created_at")
+        state.created_at = float(ca) if isinstance(ca, (int, float)) else None
+        state.finished = meta.get("finished_at") is not None
+        state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
+
+    def _refresh_run_json(self, state: RunState) -> None:
+        url = Storage.join(state.run_url, RUN_JSON)
+        stat = self.storage.stat(url)
+        rj = state.run_json
+        if stat is None or (
+            rj and (stat.size, stat.etag, stat.mtime) == (rj.size, rj.etag, rj.mtime)
+        ):
+            return
+        meta, stat, bad = self._read_run_json(state.run_url)
+        if meta is None:
+            state.out_quarantine.append(QuarantineRow(state.run_id, RUN_JSON, None, "bad_run_json", bad))
+            state.counters["quarantined"] += 1
+            state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
+            return
+        self._apply_run_json(state, meta, stat)
+
+    # -- polling -------------------------------------------------------------------
+    def plan(self, state: RunState) -> list[Unit]:
+        """Units for what is new in one run (stats and listings only; no data read)."""
+        self._refresh_run_json(state)
+        units: list[Unit] = []
+        for file in (STEPS_FILE, ROLLOUTS_FILE):
+            stat = self.storage.stat(Storage.join(state.run_url, file))
+            cur = state.cursors[file]
+            if stat is None or (
+                (stat.size, stat.etag, stat.mtime, stat.inode)
+                == (cur.size, cur.etag, cur.mtime, cur.inode)
+            ):
+                continue
+            units.append(LinesUnit(state.run_id, state.run_url, file, cur, stat, state.final_through))
+        names = self._new_transcripts(state)
+        n = self.cfg.transcripts_per_unit
+        for i in range(0, len(names), n):
+            units.append(
+                TranscriptsUnit(state.run_id, state.run_url, tuple(names[i : i + n]), state.final_through)
+            )
+        state.polls += 1
+        return units
+
+    def _new_transcripts(self, state: RunState) -> list[str]:
+        folder = Storage.join(state.run_url, TRANSCRIPTS_DIR)
+        full = state.polls % self.cfg.full_relist_every == 0
+        if self.storage.is_local:
+            st = self.storage.stat(folder + "/.")
+            mark = st.mtime if st is not None else None
+            if mark is not None and mark == state.transcripts_mark and not full:
+                return []
+            state.transcripts_mark = mark
+            names = self.storage.list_names(folder)
+        else:
+            names = self.storage.list_names(folder, None if full else state.last_name)
+        return [n for n in names if n.endswith(".json") and n not in state.seen]
+
+    def poll(self, execute: Executor, now: float | None = None, final: bool = False) -> int:
+        """One poll of every run; returns the number of new final rows."""
+        units: list[Unit] = []
+        for state in self.runs.values():
+            units.extend(self.plan(state))
+        by_url = {s.run_url: s for s in self.runs.values()}
+        now = time.time() if now is None else now
+        if units:
+            for res in execute(units):
+                state = self._state_of(res, by_url)
+                fold(state, res, now)
+                self.dirty.add(state.run_url)
+        new_rows = 0
+        for state in self.runs.values():
+            rows = finalize(state, watermark(state, now, self.cfg, final))
+            if rows:
+                new_rows += len(rows)
+                self.dirty.add(state.run_url)
+                if self.health is not None:
+                    state.out_alerts.extend(self.health(state, rows, now))
+        return new_rows
+
+    def _state_of(self, res: UnitResult, by_url: dict[str, RunState]) -> RunState:
+        for s in by_url.values():
+            if s.run_id == res.run_id:
+                return s
+        raise KeyError(res.run_id)  # pragma: no cover - units come from our runs
+
+    # -- committing ----------------------------------------------------------------
+    def commit(self, now: float | None = None, force: bool = False) -> int:
+        """Write every changed run's outputs, then its checkpoint. Returns runs written."""
+        now = time.time() if now is None else now
+        written = 0
+        targets = self.runs.values() if force else [self.runs[u] for u in sorted(self.dirty)]
+        for state in targets:
+            state.seq += 1
+            seq = state.seq
+            self.sink.write_part("steps", state.run_id, seq, steps_table(state.out_rows))
+            self.sink.write_part(
+                "quarantine", state.run_id, seq, self.sink.quarantine_table(state.out_quarantine, seq)
+            )
+            if self.snapshot is not None:
+                self.snapshot(state, now)
+            if state.out_alerts:
+                self.sink.write_part("alerts", state.run_id, seq, alerts_table(state.out_alerts))
+            state.out_rows = []
+            state.out_quarantine = []
+            state.out_alerts = []
+            self.sink.save_checkpoint(state.run_id, state)
+            written += 1
+        self.dirty.clear()
+        return written
+
+    def all_finished(self) -> bool:
+        return all(is_finished(s) and s.final_through >= s.max_known_step for s in self.runs.values())
+
+    def states(self) -> Iterable[RunState]:
+        return self.runs.values()

@@ -1,0 +1,215 @@
+"""Per-run state and the fold over unit results.
+
+`RunState` is everything the pipeline knows about one run between commits: file
+cursors, the transcript names consumed, the partial aggregates of steps that are not
+final yet, and counters. It is exactly what a checkpoint holds (it pickles), so a
+restarted process continues from it with nothing lost or counted twice.
+
+- `fold(state, result)` merges one unit's result (in any order of units).
+- `watermark(state, now, cfg)` says up to which step rows are final.
+- `finalize(state, upto)` turns pending steps at or below it into `steps` rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlstream.config import PipelineConfig
+from rlstream.formats.loops import StepRecord
+from rlstream.formats.quarantine import QuarantineRow
+from rlstream.io.tail import FileCursor
+from rlstream.pipeline.partial import StepPartial
+from rlstream.pipeline.rows import step_row
+from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
+
+CHECKPOINT_VERSION = 1
+
+
+@dataclass(slots=True)
+class RunState:
+    """What the pipeline holds for one run; what its checkpoint holds."""
+
+    run_id: str
+    run_url: str
+    config: dict[str, Any] = field(default_factory=dict)
+    created_at: float | None = None
+    finished: bool = False
+    run_json: FileCursor | None = None
+    cursors: dict[str, FileCursor] = field(
+        default_factory=lambda: {STEPS_FILE: FileCursor(), ROLLOUTS_FILE: FileCursor()}
+    )
+    seen: set[str] = field(default_factory=set)
+    last_name: str | None = None
+    transcripts_mark: float | None = None
+    polls: int = 0
+    pending: dict[int, StepPartial] = field(default_factory=dict)
+    reported: dict[int, StepRecord] = field(default_factory=dict)
+    final_through: int = -1
+    max_reported_step: int = -1
+    last_activity: float | None = None
+    last_change: float | None = None
+    seq: int = 0
+    counters: Counter[str] = field(default_factory=Counter)
+    out_rows: list[dict[str, Any]] = field(default_factory=list)
+    out_quarantine: list[QuarantineRow] = field(default_factory=list)
+    out_alerts: list[dict[str, Any]] = field(default_factory=list)
+    health: Any = None
+    status: str | None = None
+    firing: list[str] = field(default_factory=list)
+    headline: dict[str, Any] = field(default_factory=dict)
+    version: int = CHECKPOINT_VERSION
+
+    @property
+    def max_known_step(self) -> int:
+        steps = [*self.pending, *self.reported]
+        return max(steps) if steps else self.final_through
+
+    @property
+    def max_steps(self) -> int | None:
+        v = (self.config.get("training") or {}).get("max_steps")
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def fold(state: RunState, res: UnitResult, now: float) -> None:
+    """Merge one unit's result into the state (in place)."""
+    c = state.counters
+    c["bytes"] += res.bytes
+    c["records"] += res.records
+    c["tokens"] += res.tokens
+    c["late"] += res.late
+    c["quarantined"] += len(res.quarantine)
+    if res.bytes or res.names:
+        state.last_change = now
+    if res.reset:
+        c[f"file_{res.reset}"] += 1
+        state.out_quarantine.append(
+            QuarantineRow(state.run_id, res.file, 0, f"file_{res.reset}", "re-read from offset 0")
+        )
+        c["quarantined"] += 1
+    state.out_quarantine.extend(res.quarantine)
+    if res.cursor is not None:
+        state.cursors[res.file] = res.cursor
+    if res.names:
+        state.seen.update(res.names)
+        top = max(res.names)
+        if state.last_name is None or top > state.last_name:
+            state.last_name = top
+        c["transcripts"] += len(res.names)
+    if res.heartbeat is not None:
+        state.last_activity = max(state.last_activity or res.heartbeat, res.heartbeat)
+    for rec in res.steps:
+        if rec.step in state.reported:
+            c["duplicate_steps"] += 1
+            c["quarantined"] += 1
+            state.out_quarantine.append(
+                QuarantineRow(state.run_id, STEPS_FILE, None, "duplicate_step", "", rec.step)
+            )
+            continue
+        state.reported[rec.step] = rec
+        state.max_reported_step = max(state.max_reported_step, rec.step)
+        if rec.time is not None:
+            state.last_activity = max(state.last_activity or rec.time, rec.time)
+    for step, part in res.partials.items():
+        prev = state.pending.get(step)
+        state.pending[step] = part if prev is None else prev.merge(part)
+
+
+def is_finished(state: RunState) -> bool:
+    ms = state.max_steps
+    return state.finished or (ms is not None and state.max_reported_step >= ms - 1)
+
+
+def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = False) -> int:
+    """The highest step whose row is final now.
+
+    Final when a later step's line has been seen (`watermark_lag_steps` later), when
+    the run is finished, when nothing arrived for `idle_final_seconds`, or when the
+    caller ends the pipeline (`final`, as `analyze` does at the end of what exists).
+    """
+    if final or is_finished(state):
+        return state.max_known_step
+    idle = state.last_change is not None and now - state.last_change >= cfg.idle_final_seconds
+    if idle:
+        return state.max_known_step
+    return state.max_reported_step - cfg.watermark_lag_steps
+
+
+def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
+    """Rows of the pending steps in (final_through, upto], in step order."""
+    if upto <= state.final_through:
+        return []
+    steps = sorted(s for s in {*state.pending, *state.reported} if s <= upto)
+    rows = [
+        step_row(state.run_id, s, state.reported.pop(s, None), state.pending.pop(s, None))
+        for s in steps
+    ]
+    state.final_through = upto
+    state.out_rows.extend(rows)
+    state.counters["steps_final"] += len(rows)
+    _update_headline(state, rows)
+    return rows
+
+
+HEADLINE_KEYS = (
+    "reward_mean",
+    "reward_mean_with_unusable",
+    "reward_group_std_mean",
+    "mismatch_kl",
+    "mismatch_ess",
+    "entropy_estimate",
+    "truncated_frac",
+    "completion_len_mean",
+    "lag_mean",
+)
+TREND_WINDOW = 20
+
+
+def _update_headline(state: RunState, rows: list[dict[str, Any]]) -> None:
+    """Latest non-null headline figures, and the reward trend (slope per step) over
+    the last TREND_WINDOW final steps; bounded memory whatever the run length."""
+    recent = state.headline.setdefault("_recent_rewards", [])
+    for r in rows:
+        for k in HEADLINE_KEYS:
+            if r.get(k) is not None:
+                state.headline[k] = r[k]
+        if r.get("reward_mean") is not None:
+            recent.append((r["step"], r["reward_mean"]))
+    del recent[:-TREND_WINDOW]
+    state.headline["reward_trend"] = _slope(recent)
+
+
+def _slope(points: list[tuple[int, float]]) -> float | None:
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    sxx = sum((p[0] - mx) ** 2 for p in points)
+    if sxx == 0:
+        return None
+    return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
+
+
+def summary(state: RunState) -> dict[str, Any]:
+    """Headline counters of the run for logs and the run_health table."""
+    c = state.counters
+    return {
+        "run_id": state.run_id,
+        "run_uri": state.run_url,
+        "finished": is_finished(state),
+        "last_step": state.max_reported_step if state.max_reported_step >= 0 else None,
+        "final_through": state.final_through,
+        "pending_steps": len({*state.pending, *state.reported}),
+        "quarantined": c["quarantined"],
+        "late": c["late"],
+        "bytes": c["bytes"],
+        "tokens": c["tokens"],
+        "transcripts": c["transcripts"],
+    }
+
+
+def finite_or_none(v: Any) -> Any:
+    return v if not isinstance(v, float) or math.isfinite(v) else None

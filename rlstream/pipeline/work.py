@@ -1,0 +1,180 @@
+"""Work units and their execution: what a worker actor does with one unit.
+
+A unit names a byte range of a JSONL file (with the cursor it continues from and the
+`FileStat` the tailer saw) or a batch of transcript files. `execute` reads the bytes
+itself, parses, validates, aggregates per step and returns a small `UnitResult`.
+It is a pure function of the unit and the files' bytes: running it twice gives the
+same result, so a retried unit after a worker crash is harmless as long as the
+tailer folds each unit's result once.
+
+Records for a step at or below `final_through` are late: quarantined with reason
+`late`, never aggregated.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from rlstream.formats.loops import (
+    BadRecord,
+    Heartbeat,
+    StepRecord,
+    TranscriptParser,
+    parse_json,
+    quarantine,
+    rollout_record,
+    step_record,
+)
+from rlstream.formats.quarantine import QuarantineRow
+from rlstream.io.storage import FileStat, Storage
+from rlstream.io.tail import FileCursor, ReadPlan, advance, plan_read, verify_prefix
+from rlstream.metrics import RolloutAgg, StepAgg
+from rlstream.pipeline.partial import StepPartial
+
+STEPS_FILE = "steps.jsonl"
+ROLLOUTS_FILE = "rollouts.jsonl"
+TRANSCRIPTS_DIR = "transcripts"
+
+
+@dataclass(frozen=True, slots=True)
+class LinesUnit:
+    """Read steps.jsonl or rollouts.jsonl from `cursor` up to `stat.size`."""
+
+    run_id: str
+    run_url: str
+    file: Literal["steps.jsonl", "rollouts.jsonl"]
+    cursor: FileCursor
+    stat: FileStat
+    final_through: int
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptsUnit:
+    """Read and aggregate these transcript files (names with `.json`)."""
+
+    run_id: str
+    run_url: str
+    names: tuple[str, ...]
+    final_through: int
+
+
+Unit = LinesUnit | TranscriptsUnit
+
+
+@dataclass(slots=True)
+class UnitResult:
+    """What a unit produced. Small: aggregates, not records (steps lines aside)."""
+
+    run_id: str
+    file: str
+    cursor: FileCursor | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    heartbeat: float | None = None
+    partials: dict[int, StepPartial] = field(default_factory=dict)
+    quarantine: list[QuarantineRow] = field(default_factory=list)
+    names: tuple[str, ...] = ()
+    reset: str | None = None
+    bytes: int = 0
+    records: int = 0
+    tokens: int = 0
+    late: int = 0
+
+
+def execute(unit: Unit, storage: Storage) -> UnitResult:
+    """Run one unit against storage."""
+    if isinstance(unit, TranscriptsUnit):
+        return _transcripts(unit, storage)
+    return _lines(unit, storage)
+
+
+def _fetch(unit: LinesUnit, storage: Storage) -> tuple[ReadPlan, bytes] | None:
+    url = Storage.join(unit.run_url, unit.file)
+    plan = plan_read(unit.cursor, unit.stat)
+    if plan is None:
+        return None
+    data = storage.read_range(url, plan.start, plan.end)
+    if not verify_prefix(unit.cursor, plan, data):
+        plan = ReadPlan(0, unit.stat.size, reset="rewritten")
+        data = storage.read_range(url, 0, plan.end)
+    if len(data) < plan.end - plan.start:
+        # The file shrank between stat and read: consume what is there; the next
+        # poll's stat sees the truncation.
+        plan = replace(plan, end=plan.start + len(data))
+    return plan, data
+
+
+def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
+    res = UnitResult(unit.run_id, unit.file)
+    fetched = _fetch(unit, storage)
+    if fetched is None:
+        res.cursor = unit.cursor
+        return res
+    plan, data = fetched
+    lines, cursor = advance(unit.cursor, plan, unit.stat, data)
+    replay_upto = unit.cursor.max_step if plan.reset else -1
+    if plan.reset:
+        res.reset = plan.reset
+        cursor = replace(cursor, max_step=unit.cursor.max_step)
+    res.bytes = len(data)
+    res.records = len(lines)
+    by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    max_step = cursor.max_step
+    for offset, line in lines:
+        try:
+            obj = parse_json(line)
+            rec = step_record(obj) if unit.file == STEPS_FILE else rollout_record(obj)
+        except BadRecord as e:
+            res.quarantine.append(quarantine(unit.run_id, unit.file, offset, str(e), line))
+            continue
+        if isinstance(rec, Heartbeat):
+            if rec.time is not None:
+                res.heartbeat = max(res.heartbeat or rec.time, rec.time)
+            continue
+        step = rec.step if isinstance(rec, StepRecord) else rec["step"]
+        reason = None
+        if step <= replay_upto:
+            reason = "rewritten_replay"
+        elif step <= unit.final_through:
+            reason = "late"
+            res.late += 1
+        if reason is not None:
+            res.quarantine.append(quarantine(unit.run_id, unit.file, offset, reason, line))
+            continue
+        max_step = max(max_step, step)
+        if isinstance(rec, StepRecord):
+            res.steps.append(rec)
+        else:
+            by_step[step].append(rec)
+    for step, recs in by_step.items():
+        res.partials[step] = StepPartial(StepAgg(rollouts=RolloutAgg.from_records(recs)))
+    res.cursor = replace(cursor, max_step=max_step)
+    return res
+
+
+def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
+    res = UnitResult(unit.run_id, TRANSCRIPTS_DIR, names=unit.names)
+    parser = TranscriptParser()
+    folder = Storage.join(unit.run_url, TRANSCRIPTS_DIR)
+    for name in unit.names:
+        file = f"{TRANSCRIPTS_DIR}/{name}"
+        try:
+            data = storage.read(Storage.join(folder, name))
+        except FileNotFoundError:
+            res.quarantine.append(
+                QuarantineRow(unit.run_id, file, None, "vanished", "listed but gone when read")
+            )
+            continue
+        res.bytes += len(data)
+        res.records += 1
+        step, reason = parser.add(data, name.removesuffix(".json"), unit.final_through)
+        if reason is not None:
+            if reason == "late":
+                res.late += 1
+            res.quarantine.append(quarantine(unit.run_id, file, None, reason, data))
+            if step is not None:
+                res.quarantine[-1] = replace(res.quarantine[-1], step=step)
+    res.partials = parser.aggregates()
+    res.tokens = parser.tokens
+    return res

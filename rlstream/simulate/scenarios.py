@@ -1,0 +1,200 @@
+"""Scenarios: per-step trajectories of the simulator's latent knobs.
+
+A scenario is named by the health finding code it should trigger (`healthy` triggers
+none). `build_knobs(plan, rng)` returns a `Knobs` of arrays indexed by step: the healthy
+trajectory of the run's parameters, then the scenario's change blended in by a ramp that
+starts at the onset step. Most pathologies develop gradually (a smoothstep over about a
+third of the remaining steps); failure bursts, the reporting bug and the stall are
+abrupt, as they are in real runs. The engine (engine.py) turns knobs into attempts,
+tokens and rewards; nothing here draws per-attempt randomness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from rlstream.simulate.config import RunPlan
+
+SCENARIOS: tuple[str, ...] = (
+    "healthy",
+    "no_learning_signal",
+    "tasks_too_hard",
+    "tasks_too_easy",
+    "tasks_mastered",
+    "unusable_groups_streak",
+    "rollout_failure_burst",
+    "grading_failure_burst",
+    "out_of_room",
+    "mismatch_kl_rising",
+    "low_ess",
+    "stale_rollouts",
+    "reward_too_fast",
+    "degenerate_outputs",
+    "entropy_collapse",
+    "entropy_too_high",
+    "length_explosion",
+    "length_collapse",
+    "noisy_reward",
+    "heldout_gap",
+    "metric_disagreement",
+    "stalled",
+)
+
+# Present from the first step: the task set is wrong for the model, not a change.
+ZERO_ONSET = frozenset({"tasks_too_hard", "tasks_too_easy"})
+
+
+@dataclass(slots=True)
+class Knobs:
+    """Latent parameters per step (each field an array of length `steps`)."""
+
+    skill: np.ndarray  # policy ability, logit scale
+    heldout_skill: np.ndarray  # ability on the held-out set
+    diff_mean: np.ndarray  # task difficulty mean, logit scale
+    collapse: np.ndarray  # P(a group's attempts all get one shared outcome)
+    flip: np.ndarray  # P(the grader flips a reward)
+    shift_sd: np.ndarray  # sd of a per-step random shift of pass logits
+    fail_rollout: np.ndarray  # P(rollout_failed) per attempt
+    fail_grading: np.ndarray  # P(grading_failed) per attempt
+    lag_scale: np.ndarray  # mean policy lag per group (async)
+    len_mult: np.ndarray  # multiplier of the median completion length
+    turn_p: np.ndarray  # P(another turn) in multi-turn runs
+    conf: np.ndarray  # logit boost of the top candidate (higher: lower entropy)
+    beta: np.ndarray  # spread of candidate logits
+    tail: np.ndarray  # probability mass outside the candidates
+    rep: np.ndarray  # P(a token continues the generation's repeated motif)
+    kl_sd: np.ndarray  # sd of trainer - sampler logprob noise
+    out_frac: np.ndarray  # share of tokens with a large positive trainer deviation
+    degen: np.ndarray  # P(an attempt answers with the run's constant completion)
+    bug: np.ndarray  # 1.0 where reported metrics are computed wrongly
+    stop: int  # first step never completed (steps when the run finishes)
+
+
+def smoothstep(x: np.ndarray) -> np.ndarray:
+    x = np.clip(x, 0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
+def _ramp(steps: int, onset: int, length: float) -> np.ndarray:
+    t = np.arange(steps, dtype=np.float64)
+    return smoothstep((t - onset + 1.0) / max(length, 1.0))
+
+
+def _freeze_after(x: np.ndarray, r: np.ndarray, onset: int) -> np.ndarray:
+    """Blend x toward its value at onset: learning stops as r rises."""
+    return x * (1.0 - r) + x[min(onset, x.size - 1)] * r
+
+
+def healthy_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
+    p = plan.params
+    steps = plan.steps
+    t = np.arange(steps, dtype=np.float64)
+    walk = np.cumsum(rng.normal(0.0, p["skill_walk"], steps))
+    skill = p["s0"] + p["gain"] * (1.0 - np.exp(-t / p["tau"])) + walk
+    ones = np.ones(steps)
+    zeros = np.zeros(steps)
+    return Knobs(
+        skill=skill,
+        heldout_skill=skill - 0.3,
+        diff_mean=zeros.copy(),
+        collapse=zeros.copy(),
+        flip=ones * p["flip"],
+        shift_sd=ones * 0.15,
+        fail_rollout=ones * p["fail_rollout"],
+        fail_grading=ones * p["fail_grading"],
+        lag_scale=ones * 0.6,
+        len_mult=ones.copy(),
+        turn_p=ones * p["turn_p"],
+        conf=p["conf0"] + 0.6 * t / max(steps, 1),
+        beta=ones.copy(),
+        tail=ones * 0.01,
+        rep=ones * 0.02,
+        kl_sd=ones * p["kl_sd"],
+        out_frac=zeros.copy(),
+        degen=zeros.copy(),
+        bug=zeros.copy(),
+        stop=steps,
+    )
+
+
+def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
+    k = healthy_knobs(plan, rng)
+    name = plan.scenario
+    if name == "healthy":
+        return k
+    steps = plan.steps
+    onset = int(plan.onset or 0)
+    r = _ramp(steps, onset, 0.35 * (steps - onset))
+    after = (np.arange(steps) >= onset).astype(np.float64)
+    s0 = plan.params["s0"]
+
+    if name == "no_learning_signal":
+        k.diff_mean[:] = s0 + 1.2
+        k.skill = _freeze_after(k.skill, r, onset)
+        k.collapse = 0.92 * r
+        k.conf = k.conf + 1.2 * r
+    elif name == "tasks_too_hard":
+        k.diff_mean[:] = s0 + 4.5
+        k.skill = s0 + 0.2 * (k.skill - s0)
+    elif name == "tasks_too_easy":
+        k.diff_mean[:] = s0 - 4.5
+    elif name == "tasks_mastered":
+        k.skill = k.skill + 5.5 * r
+    elif name == "unusable_groups_streak":
+        k.collapse = 0.9 * r
+        k.fail_rollout = k.fail_rollout + 0.06 * r
+    elif name == "rollout_failure_burst":
+        k.fail_rollout = k.fail_rollout + after * (0.3 + 0.15 * _ramp(steps, onset, 2))
+    elif name == "grading_failure_burst":
+        k.fail_grading = k.fail_grading + after * (0.3 + 0.15 * _ramp(steps, onset, 2))
+    elif name == "out_of_room":
+        k.skill = _freeze_after(k.skill, r, onset)
+        k.turn_p = k.turn_p + (0.93 - k.turn_p) * r
+        k.len_mult = k.len_mult * (1.0 + 1.2 * r)
+    elif name == "mismatch_kl_rising":
+        k.kl_sd = k.kl_sd + 0.5 * r**1.5
+    elif name == "low_ess":
+        k.out_frac = 0.05 * r
+    elif name == "stale_rollouts":
+        k.lag_scale = k.lag_scale + (plan.max_steps_off_policy + 1.0 - k.lag_scale) * r
+    elif name == "reward_too_fast":
+        k.skill = k.skill + 4.5 * _ramp(steps, onset, 4)
+    elif name == "degenerate_outputs":
+        k.degen = 0.75 * r
+    elif name == "entropy_collapse":
+        k.conf = k.conf + 6.0 * r
+        k.tail = k.tail * (1.0 - 0.9 * r)
+        k.rep = k.rep + 0.7 * r
+        k.skill = _freeze_after(k.skill, r, onset)
+    elif name == "entropy_too_high":
+        k.conf = k.conf * (1.0 - r)
+        k.beta = k.beta * (1.0 - 0.6 * r)
+        k.tail = k.tail + 0.35 * r
+        k.skill = k.skill - 2.5 * r
+        k.len_mult = k.len_mult * (1.0 + 0.4 * r)
+    elif name == "length_explosion":
+        k.len_mult = k.len_mult * np.exp(2.0 * r)
+        k.skill = _freeze_after(k.skill, r, onset)
+    elif name == "length_collapse":
+        k.len_mult = k.len_mult * np.exp(-2.4 * r)
+    elif name == "noisy_reward":
+        k.flip = k.flip + 0.35 * r
+        k.shift_sd = k.shift_sd + 1.6 * r
+    elif name == "heldout_gap":
+        k.heldout_skill = _freeze_after(k.heldout_skill, r, onset) - 0.8 * r
+        k.skill = k.skill + 2.0 * r
+    elif name == "metric_disagreement":
+        k.bug = after
+    elif name == "stalled":
+        k.stop = onset
+    else:  # pragma: no cover - SimConfig validates names
+        raise ValueError(f"unknown scenario {name!r}")
+    for f in fields(Knobs):
+        v = getattr(k, f.name)
+        if isinstance(v, np.ndarray) and v.shape != (steps,):
+            raise AssertionError(f"knob {f.name} has shape {v.shape}")
+    return k

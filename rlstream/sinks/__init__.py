@@ -1,0 +1,1 @@
+"""Sinks: Parquet tables under OUT, written atomically with deterministic names."""

@@ -1,0 +1,93 @@
+"""The `run_health` and `alerts` tables: schemas and row builders.
+
+`run_health/snapshots` gets one row per run per commit (append-only history);
+`run_health/latest` one row per run, replaced atomically. `alerts` holds every
+finding state transition (pending, firing, resolved) as an event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+FINDING = pa.struct(
+    [
+        pa.field("code", pa.string()),
+        pa.field("severity", pa.string()),
+        pa.field("state", pa.string()),
+        pa.field("since_step", pa.int64()),
+        pa.field("message", pa.string()),
+    ]
+)
+
+HEADLINE = (
+    "reward_mean",
+    "reward_mean_with_unusable",
+    "reward_group_std_mean",
+    "reward_trend",
+    "mismatch_kl",
+    "mismatch_ess",
+    "entropy_estimate",
+    "truncated_frac",
+    "completion_len_mean",
+    "lag_mean",
+)
+
+RUN_HEALTH_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("run_uri", pa.string(), nullable=False),
+        pa.field("as_of", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("commit_seq", pa.int64(), nullable=False),
+        pa.field("last_step", pa.int64()),
+        pa.field("final_through", pa.int64()),
+        pa.field("last_activity", pa.timestamp("ms", tz="UTC")),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("findings", pa.list_(FINDING)),
+        *[pa.field(h, pa.float64()) for h in HEADLINE],
+        pa.field("steps_final", pa.int64()),
+        pa.field("pending_steps", pa.int64()),
+        pa.field("transcripts", pa.int64()),
+        pa.field("tokens", pa.int64()),
+        pa.field("bytes", pa.int64()),
+        pa.field("quarantined", pa.int64()),
+        pa.field("late", pa.int64()),
+        pa.field("token_metrics", pa.string()),
+    ],
+    metadata={"rlstream.schema_version": "1", "rlstream.table": "run_health"},
+)
+
+ALERTS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("code", pa.string(), nullable=False),
+        pa.field("severity", pa.string(), nullable=False),
+        pa.field("from_state", pa.string()),
+        pa.field("to_state", pa.string(), nullable=False),
+        pa.field("step", pa.int64()),
+        pa.field("time", pa.timestamp("ms", tz="UTC")),
+        pa.field("message", pa.string()),
+    ],
+    metadata={"rlstream.schema_version": "1", "rlstream.table": "alerts"},
+)
+
+
+def _ms(t: float | None) -> int | None:
+    return None if t is None else int(round(t * 1000))
+
+
+def run_health_table(rows: list[dict[str, Any]]) -> pa.Table:
+    fixed = []
+    for r in rows:
+        r = dict(r)
+        for k in ("as_of", "last_activity"):
+            r[k] = _ms(r.get(k))
+        fixed.append(r)
+    return pa.Table.from_pylist(fixed, schema=RUN_HEALTH_SCHEMA)
+
+
+def alerts_table(events: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(
+        [{**e, "time": _ms(e.get("time"))} for e in events], schema=ALERTS_SCHEMA
+    )

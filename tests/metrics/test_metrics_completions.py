@@ -1,0 +1,139 @@
+"""CompletionAgg: lengths, truncation, repetition, distinct completions, merges."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlstream.metrics.completions import CompletionAgg, completion_hash
+
+
+def build(seqs: list[list[int]], tasks: list[str] | None = None, ngram: int = 4, truncated=None):
+    lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+    tokens = np.array([t for s in seqs for t in s], dtype=np.int64)
+    offsets = np.cumsum([0, *lengths]).astype(np.int64)
+    trunc = np.zeros(len(seqs), dtype=bool) if truncated is None else np.array(truncated)
+    return CompletionAgg.from_arrays(lengths, trunc, tokens, offsets, tasks, ngram=ngram)
+
+
+def ref_repetition(seqs: list[list[int]], n: int) -> float | None:
+    reps = []
+    for s in seqs:
+        grams = [tuple(s[i : i + n]) for i in range(len(s) - n + 1)]
+        if grams:
+            reps.append(1 - len(set(grams)) / len(grams))
+    return sum(reps) / len(reps) if reps else None
+
+
+def test_repetition_hand_example() -> None:
+    out = build([[1, 2, 3, 4, 1, 2, 3, 4]], ngram=4).finalize()
+    assert out["repetition"] == pytest.approx(0.2)  # 5 n-grams, 4 distinct
+
+
+def test_repetition_ignores_windows_across_generations_and_short_ones() -> None:
+    # Windows crossing the boundary would repeat [1, 1]; inside each generation
+    # there is exactly one bigram, so no repetition.
+    out = build([[1, 1], [1, 1], [7]], ngram=2).finalize()
+    assert out["repetition"] == 0.0
+    agg = build([[1, 1], [1, 1], [7]], ngram=2)
+    assert agg.n_rep == 2  # [7] is shorter than the n-gram
+    assert build([[5, 5, 5, 5, 5]], ngram=1).finalize()["repetition"] == pytest.approx(0.8)
+    assert build([[1, 2, 3]], ngram=4).finalize()["repetition"] is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 3), max_size=12), max_size=8),
+    st.integers(1, 5),
+)
+def test_repetition_matches_reference(seqs, n) -> None:
+    got = build(seqs, ngram=n).finalize()["repetition"]
+    want = ref_repetition(seqs, n)
+    assert got == (None if want is None else pytest.approx(want, rel=1e-12, abs=1e-15))
+
+
+def test_lengths_and_truncation() -> None:
+    out = build([[1] * 3, [2] * 10, [3] * 5, []], truncated=[False, True, False, False]).finalize()
+    assert out["completions"] == 4
+    assert out["completion_len_mean"] == pytest.approx(4.5)
+    assert out["completion_len_p50"] == float(np.percentile([3, 10, 5, 0], 50))
+    assert out["completion_len_p95"] == float(np.percentile([3, 10, 5, 0], 95))
+    assert out["completion_len_max"] == 10
+    assert out["truncated_frac"] == 0.25
+
+
+def test_distinct_completions_and_task_share() -> None:
+    seqs = [[5, 6], [5, 6], [7], [5, 6]]
+    out = build(seqs, tasks=["a", "b", "c", "a"]).finalize()
+    assert out["distinct_completions"] == pytest.approx(2 / 4)
+    # [5, 6] answers tasks a and b out of {a, b, c}.
+    assert out["top_completion_task_share"] == pytest.approx(2 / 3)
+    no_tasks = build(seqs).finalize()
+    assert no_tasks["distinct_completions"] == pytest.approx(2 / 4)
+    assert no_tasks["top_completion_task_share"] == 1.0  # one "" task
+
+
+def test_without_tokens_only_lengths() -> None:
+    agg = CompletionAgg.from_arrays(np.array([4, 6]), np.array([True, True]))
+    out = agg.finalize()
+    assert out["completions"] == 2 and out["truncated_frac"] == 1.0
+    assert out["repetition"] is None
+    assert out["distinct_completions"] is None
+    assert out["top_completion_task_share"] is None
+    empty = CompletionAgg.empty().finalize()
+    assert empty["completions"] == 0
+    assert all(v is None for k, v in empty.items() if k != "completions")
+    with pytest.raises(ValueError, match="offsets_G1"):
+        CompletionAgg.from_arrays(np.array([1]), np.array([False]), np.array([3]))
+
+
+def test_completion_hash_is_stable_blake2b_of_le_int64() -> None:
+    expected = int.from_bytes(
+        hashlib.blake2b(struct.pack("<3q", 1, 2, 3), digest_size=8).digest(), "little"
+    )
+    assert completion_hash(np.array([1, 2, 3], dtype=np.int32)) == expected
+    assert completion_hash(np.array([1, 2, 3])) != completion_hash(np.array([3, 2, 1]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(st.integers(0, 3), max_size=8), st.sampled_from("abcd"), st.booleans()),
+        max_size=12,
+    ),
+    st.integers(1, 4),
+    st.randoms(use_true_random=False),
+)
+def test_merge_of_any_split_equals_whole(gens, n_shards, rnd) -> None:
+    def agg_of(part):
+        return build(
+            [g[0] for g in part], [g[1] for g in part], ngram=2, truncated=[g[2] for g in part]
+        )
+
+    shards = [[] for _ in range(n_shards)]
+    for g in gens:
+        shards[rnd.randrange(n_shards)].append(g)
+    merged = CompletionAgg.empty()
+    for s in rnd.sample(shards, n_shards):
+        merged = agg_of(s).merge(merged) if rnd.random() < 0.5 else merged.merge(agg_of(s))
+    whole = agg_of(gens).finalize()
+    got = merged.finalize()
+    for key, value in whole.items():
+        assert got[key] == (None if value is None else pytest.approx(value, rel=1e-9)), key
+
+
+def test_merge_does_not_mutate_and_pickles() -> None:
+    a = build([[1, 2]], tasks=["x"])
+    b = build([[1, 2]], tasks=["y"])
+    m = a.merge(b)
+    assert m.hashes[completion_hash(np.array([1, 2]))] == {"x", "y"}
+    assert a.hashes[completion_hash(np.array([1, 2]))] == {"x"}
+    m2 = pickle.loads(pickle.dumps(m))
+    assert m2.finalize() == m.finalize()
+    assert m2.hashes == m.hashes
