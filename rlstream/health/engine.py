@@ -27,7 +27,7 @@ from typing import Any
 
 from rlstream.health import stats
 from rlstream.health.config import CODES, DEFAULT_RULES, RuleConfig, RulesConfig
-from rlstream.health.figures import extract, num
+from rlstream.health.figures import as_dict, extract, num
 from rlstream.health.rules import RULES, Ctx, Verdict
 from rlstream.health.state import (
     FIRING,
@@ -160,8 +160,8 @@ def fold_step(
     _update_streak(s, figs)
 
     view = _view(s, cfg)
-    evals = row.get("reported_eval")
-    if isinstance(evals, dict):
+    evals = as_dict(row.get("reported_eval"))
+    if evals:
         train = view.recent("reward_all")
         for name, value in evals.items():
             value = num(value)

@@ -38,8 +38,16 @@ def _first(*xs: Any) -> float | None:
     return None
 
 
-def _dict(x: Any) -> dict[str, Any]:
-    return x if isinstance(x, dict) else {}
+def as_dict(x: Any) -> dict[str, Any]:
+    """A map column as a dict (Arrow maps read back as lists of (key, value) pairs)."""
+    if isinstance(x, dict):
+        return x
+    if isinstance(x, list | tuple):
+        try:
+            return dict(x)
+        except (TypeError, ValueError):
+            return {}
+    return {}
 
 
 def _sum_prefix(d: dict[str, Any], prefix: str) -> float | None:
@@ -57,9 +65,9 @@ def _share(count: float | None, total: float | None) -> float | None:
 def extract(row: dict[str, Any]) -> dict[str, float]:
     """The row's figures; see the module docstring."""
     g = row.get
-    other = _dict(g("reported_other"))
-    meta = _dict(g("rollout_metadata"))
-    discards = _dict(g("discards"))
+    other = as_dict(g("reported_other"))
+    meta = as_dict(g("rollout_metadata"))
+    discards = as_dict(g("discards"))
     f: dict[str, float | None] = {}
 
     f["reward"] = _first(g("reward_mean"), g("reported_reward_mean"))

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from rlstream.health import config as C
 from rlstream.health import stats
-from rlstream.health.figures import metric_pairs
+from rlstream.health.figures import as_dict, metric_pairs
 from rlstream.health.state import View
 
 
@@ -501,8 +501,8 @@ def noisy_reward(v: View, c: C.NoisyReward, ctx: Ctx, active: bool, row: dict) -
 
 
 def heldout_gap(v: View, c: C.HeldoutGap, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
-    evals = row.get("reported_eval")
-    if not isinstance(evals, dict) or not evals:
+    evals = as_dict(row.get("reported_eval"))
+    if not evals:
         return None
     name = "heldout" if "heldout" in evals else sorted(evals)[0]
     pts = list(v.state.evals.get(name, ()))[-c.max_evals :]

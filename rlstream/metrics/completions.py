@@ -10,8 +10,8 @@ task_ids_G, ngram)`` reduces a batch of generations (all of them, trained or not
   ``rep_g = 1 - distinct n-grams / total n-grams``. N-grams are hashed to uint64 in
   one vectorised pass over the concatenated tokens (positions whose window would cross
   into the next generation are dropped); distinct (generation, hash) pairs are counted
-  after a lexsort. A 64-bit hash collision could merge two n-grams; at the sizes of
-  one completion the odds are negligible.
+  after one sort of a packed uint64 key. A hash collision could merge two n-grams of
+  one completion; at the sizes of a completion the odds are negligible.
 - distinct completions (needs tokens): one blake2b-64 hash per generation of its
   token ids as little-endian int64 (deterministic across processes, unlike
   ``hash()``), kept as ``hash -> set of task ids`` (``""`` when task ids are absent)
@@ -60,10 +60,30 @@ def ngram_hashes(
     # belongs to the same generation.
     valid = gen_T[:n_pos] == gen_T[ngram - 1 :]
     mixed = _mix64(tokens.view(np.uint64))
-    h = np.zeros(n_pos, dtype=np.uint64)
-    for j in range(ngram):  # loop over the n-gram width, not over tokens
-        h = _mix64(h * _PRIME ^ mixed[j : j + n_pos])
-    return gen_T[:n_pos][valid], h[valid]
+    h = mixed[:n_pos].copy()
+    for j in range(1, ngram):  # loop over the n-gram width, not over tokens
+        h *= _PRIME
+        h ^= mixed[j : j + n_pos]
+    return gen_T[:n_pos][valid], _mix64(h[valid])
+
+
+def distinct_per_generation(gen: np.ndarray, h: np.ndarray, n_gen: int) -> np.ndarray:
+    """Number of distinct hashes of each generation, from (gen, hash) pairs.
+
+    The generation id goes into the high bits of one uint64 sort key and the hash's
+    top bits fill the rest, so a single np.sort groups the pairs (much faster than a
+    lexsort). Only two n-grams of the same generation can collide, with odds about
+    m^2 / 2^(65 - bits(G)) for m n-grams: negligible.
+    """
+    if not gen.size:
+        return np.zeros(n_gen, dtype=np.int64)
+    gen_bits = max(1, int(n_gen - 1).bit_length())
+    shift = np.uint64(64 - gen_bits)
+    key = (gen.astype(np.uint64) << shift) | (h >> np.uint64(gen_bits))
+    key.sort()
+    new = np.ones(key.size, dtype=bool)
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    return np.bincount((key[new] >> shift).astype(np.int64), minlength=n_gen)
 
 
 def completion_hash(tokens: np.ndarray) -> int:
@@ -121,11 +141,7 @@ class CompletionAgg:
 
         gen, h = ngram_hashes(tokens, offsets, ngram)
         total = np.bincount(gen, minlength=n_gen)
-        order = np.lexsort((h, gen))
-        gen_s, h_s = gen[order], h[order]
-        new = np.ones(gen_s.size, dtype=bool)
-        new[1:] = (gen_s[1:] != gen_s[:-1]) | (h_s[1:] != h_s[:-1])
-        distinct = np.bincount(gen_s[new], minlength=n_gen)
+        distinct = distinct_per_generation(gen, h, n_gen)
         has = total > 0
         agg.n_rep = int(np.count_nonzero(has))
         agg.sum_rep = float(np.sum(1.0 - distinct[has] / total[has]))

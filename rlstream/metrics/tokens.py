@@ -117,7 +117,8 @@ class TokenAgg:
         raw = ls_t - lt_t
         d = np.clip(lt_t - ls_t, -CLAMP, CLAMP)
         w = np.exp(d)
-        # expm1 keeps k3 accurate near d = 0; the max guards the last ulp so k3 >= 0.
+        # expm1 keeps k3 accurate near d = 0; the max makes k3 >= 0 a guarantee rather
+        # than a property of the platform expm1 (it never fires with glibc).
         k3 = np.maximum(np.expm1(d) - d, 0.0)
 
         has_tok = np.bincount(gen_t, minlength=trains.size) > 0

@@ -48,6 +48,10 @@ HealthHook = Callable[[RunState, list[dict[str, Any]], float], list[dict[str, An
 """Folds new final rows into the run's health state; returns alert events."""
 
 
+REJECTED = "_rejected"
+"""Pseudo run_id of the quarantine partition listing runs that could not be read."""
+
+
 def run_key(run_url: str) -> str:
     """Stable shard key of a run: used to assign runs to tailers."""
     return hashlib.sha1(run_url.encode()).hexdigest()
@@ -70,6 +74,7 @@ class RunGroup:
         self.health = health
         self.snapshot = snapshot
         self.runs: dict[str, RunState] = {}
+        self.rejected: dict[str, QuarantineRow] = {}
         self.dirty: set[str] = set()
 
     # -- runs ----------------------------------------------------------------------
@@ -80,7 +85,11 @@ class RunGroup:
         meta, stat, bad = self._read_run_json(run_url)
         if meta is None:
             log.warning("skipping %s: run.json %s", run_url, bad)
+            if run_url not in self.rejected:
+                self.rejected[run_url] = QuarantineRow(REJECTED, run_url, None, "bad_run_json", bad)
+                self.dirty.add(REJECTED)
             return None
+        self.rejected.pop(run_url, None)
         run_id = meta["run_id"]
         state = self.sink.load_checkpoint(run_id)
         if state is not None:
@@ -186,6 +195,8 @@ class RunGroup:
                 self.dirty.add(state.run_url)
         new_rows = 0
         for state in self.runs.values():
+            if final:
+                self._note_leftovers(state)
             rows = finalize(state, watermark(state, now, self.cfg, final))
             if rows:
                 new_rows += len(rows)
@@ -193,6 +204,29 @@ class RunGroup:
                 if self.health is not None:
                     state.out_alerts.extend(self.health(state, rows, now))
         return new_rows
+
+    def _note_leftovers(self, state: RunState) -> None:
+        """At the end of a batch pass, say what could not be read (once each)."""
+        for file in (STEPS_FILE, ROLLOUTS_FILE):
+            stat = self.storage.stat(Storage.join(state.run_url, file))
+            cur = state.cursors[file]
+            if stat is None:
+                key, reason, offset, detail = f"missing:{file}", "missing_file", None, ""
+            elif stat.size == 0:
+                key, reason, offset, detail = f"empty:{file}", "empty_file", None, ""
+            elif cur.offset < stat.size:
+                data = self.storage.read_range(
+                    Storage.join(state.run_url, file), cur.offset, min(stat.size, cur.offset + 480)
+                )
+                key, reason, offset = f"partial:{file}:{cur.offset}", "incomplete_line", cur.offset
+                detail = excerpt(data)
+            else:
+                continue
+            if key not in state.noted:
+                state.noted.add(key)
+                state.out_quarantine.append(QuarantineRow(state.run_id, file, offset, reason, detail))
+                state.counters["quarantined"] += 1
+                self.dirty.add(state.run_url)
 
     def _state_of(self, res: UnitResult, by_url: dict[str, RunState]) -> RunState:
         for s in by_url.values():
@@ -205,6 +239,11 @@ class RunGroup:
         """Write every changed run's outputs, then its checkpoint. Returns runs written."""
         now = time.time() if now is None else now
         written = 0
+        if REJECTED in self.dirty:
+            # Runs whose run.json cannot be read have no run_id: one file lists them all.
+            rows = sorted(self.rejected.values(), key=lambda r: r.file)
+            self.sink.write_part("quarantine", REJECTED, 0, self.sink.quarantine_table(rows, 0))
+            self.dirty.discard(REJECTED)
         targets = self.runs.values() if force else [self.runs[u] for u in sorted(self.dirty)]
         for state in targets:
             state.seq += 1

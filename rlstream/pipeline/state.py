@@ -56,6 +56,7 @@ class RunState:
     out_rows: list[dict[str, Any]] = field(default_factory=list)
     out_quarantine: list[QuarantineRow] = field(default_factory=list)
     out_alerts: list[dict[str, Any]] = field(default_factory=list)
+    noted: set[str] = field(default_factory=set)
     health: Any = None
     status: str | None = None
     firing: list[str] = field(default_factory=list)

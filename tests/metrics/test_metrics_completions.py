@@ -137,3 +137,11 @@ def test_merge_does_not_mutate_and_pickles() -> None:
     m2 = pickle.loads(pickle.dumps(m))
     assert m2.finalize() == m.finalize()
     assert m2.hashes == m.hashes
+
+
+def test_repetition_many_generations_matches_reference() -> None:
+    # Thousands of generations put the generation id in many high bits of the sort key.
+    rng = np.random.default_rng(7)
+    seqs = [list(rng.integers(0, 3, rng.integers(0, 15))) for _ in range(3000)]
+    got = build(seqs, ngram=3).finalize()["repetition"]
+    assert got == pytest.approx(ref_repetition(seqs, 3), rel=1e-12)

@@ -1,0 +1,101 @@
+"""`rlstream simulate ROOT ...`: the CLI edge of the simulator.
+
+The lead wires it as a subcommand: `add_arguments(subparser)` then `run(args)`.
+Arguments are parsed into one `SimConfig`; `run` returns a process exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from rlstream.simulate.config import SimConfig
+from rlstream.simulate.scenarios import SCENARIOS
+from rlstream.simulate.writer import simulate, simulate_live
+
+_D = SimConfig()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root", metavar="ROOT", help="directory to write the runs into")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help=f"number of runs (default: {_D.runs}, or one per --scenario given)",
+    )
+    parser.add_argument("--steps", type=int, default=_D.steps, help="steps per run")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="scenario (repeatable; runs cycle through the list; 'all' = every "
+        f"scenario). Default healthy. Names: {', '.join(SCENARIOS)}",
+    )
+    parser.add_argument("--seed", type=int, default=_D.seed)
+    parser.add_argument("--trace", choices=("full", "samples"), default=_D.trace)
+    parser.add_argument("--topk", type=int, default=None, help="write top-K logprobs")
+    parser.add_argument("--groups", type=int, default=_D.groups, help="groups per step")
+    parser.add_argument("--group-size", type=int, default=_D.group_size)
+    parser.add_argument(
+        "--tokens", type=float, default=_D.tokens, help="median completion length"
+    )
+    parser.add_argument("--mode", choices=("sync", "async"), default=_D.mode)
+    parser.add_argument("--live", action="store_true", help="write in real time")
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="seconds per step with --live"
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    names: list[str] = []
+    for name in args.scenario or ["healthy"]:
+        names.extend(SCENARIOS if name == "all" else [name])
+    runs = args.runs if args.runs is not None else (len(names) if args.scenario else _D.runs)
+    return SimConfig(
+        runs=runs,
+        steps=args.steps,
+        scenarios=tuple(names),
+        seed=args.seed,
+        trace=args.trace,
+        topk=args.topk,
+        groups=args.groups,
+        group_size=args.group_size,
+        tokens=args.tokens,
+        mode=args.mode,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+    except ValueError as e:
+        print(f"rlstream simulate: {e}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    try:
+        if args.live:
+            labels = simulate_live(args.root, config, interval=args.interval)
+        else:
+            labels = simulate(args.root, config)
+    except (FileExistsError, ValueError) as e:
+        print(f"rlstream simulate: {e}", file=sys.stderr)
+        return 2
+    took = time.perf_counter() - start
+    print(
+        f"wrote {len(labels)} runs x {config.steps} steps to {args.root} in {took:.1f}s "
+        f"(labels: {args.root}/labels.json)"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlstream simulate")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

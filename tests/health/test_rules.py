@@ -1,0 +1,131 @@
+"""Every code fires on its synthetic pathology, and nothing above info on healthy runs."""
+
+from __future__ import annotations
+
+import pytest
+from health_synth import CTX, PATHOLOGIES, fold_all, rows
+
+from rlstream.health import CODES, RunContext, check_time, findings, run_status
+from rlstream.health.state import FIRING
+
+ONSET = 60
+# Steps the rule may take after onset to start (pending); codes present from the
+# start are checked separately.
+SINCE_RANGE = {code: (ONSET, ONSET + 25) for code in PATHOLOGIES}
+SINCE_RANGE["tasks_too_hard"] = (0, 15)
+SINCE_RANGE["tasks_too_easy"] = (0, 15)
+SINCE_RANGE["heldout_gap"] = (ONSET, ONSET + 40)  # evals only every 10 steps
+
+
+def _firing(state, code):
+    return [f for f in findings(state) if f.code == code and f.state == FIRING]
+
+
+def test_every_code_has_a_rule_or_is_time_based():
+    assert set(PATHOLOGIES) | {"stalled"} == set(CODES)
+    assert CODES[0] == "no_learning_signal" and CODES[-1] == "stalled"
+
+
+@pytest.mark.parametrize("code", sorted(PATHOLOGIES))
+def test_code_fires_on_its_pathology(code):
+    state, transitions = fold_all(rows(130, code, onset=ONSET))
+    fired = _firing(state, code)
+    assert fired, f"{code} did not fire; findings: {findings(state)}"
+    lo, hi = SINCE_RANGE[code]
+    assert lo <= fired[0].since_step <= hi, fired[0]
+    assert any(ch.isdigit() for ch in fired[0].message)
+    to_firing = [t for t in transitions if t.code == code and t.to_state == FIRING]
+    assert to_firing and to_firing[0].step >= fired[0].since_step
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_healthy_noisy_runs_raise_nothing_above_info(seed):
+    state, transitions = fold_all(rows(300, None, seed=seed))
+    loud = [t for t in transitions if t.severity != "info" and t.to_state == FIRING]
+    assert loud == [], loud
+    assert run_status(state, CTX) == "healthy"
+
+
+def test_degenerate_outputs_fires_while_reward_looks_healthy():
+    rs = rows(130, "degenerate_outputs", onset=ONSET)
+    assert rs[-1]["reward_mean"] > 0.4  # reward curve untouched
+    state, _ = fold_all(rs)
+    assert _firing(state, "degenerate_outputs")[0].severity == "critical"
+    assert run_status(state, CTX) == "critical"
+
+
+def test_entropy_collapse_uses_text_figures_when_token_columns_are_null():
+    rs = rows(130, "entropy_collapse", onset=ONSET)
+    for r in rs:  # trace = "samples": no entropy anywhere
+        r["entropy_estimate"] = r["reported_entropy_estimate"] = None
+    state, _ = fold_all(rs)
+    assert _firing(state, "entropy_collapse")
+
+
+def test_kl_falls_back_to_reported_metric_when_recomputed_is_null():
+    rs = rows(130, "mismatch_kl_rising", onset=ONSET)
+    for r in rs:
+        r["mismatch_kl"] = None
+    state, _ = fold_all(rs)
+    assert _firing(state, "mismatch_kl_rising")
+
+
+def test_unusable_streak_uses_the_runs_own_limit():
+    rs = rows(80, "unusable_groups_streak", onset=ONSET)
+    state, _ = fold_all(rs)
+    fired = _firing(state, "unusable_groups_streak")
+    assert fired and "max_consecutive_unusable_groups = 32" in fired[0].message
+    assert fired[0].severity == "critical"  # 4 groups/step * 20 steps >> 0.8 * 32
+    loose = RunContext("r", {**CTX.config, "training": {"max_consecutive_unusable_groups": 10_000}})
+    state, _ = fold_all(rs, ctx=loose)
+    assert not _firing(state, "unusable_groups_streak")
+
+
+def test_no_learning_signal_message_cites_numbers():
+    state, _ = fold_all(rows(100, "no_learning_signal", onset=ONSET))
+    msg = _firing(state, "no_learning_signal")[0].message
+    assert "within-group reward std 0.004" in msg and "0.12" in msg
+
+
+def test_stalled_uses_the_runs_step_interval():
+    rs = rows(40)  # steps about 30 s apart
+    state, _ = fold_all(rs)
+    last = rs[-1]["time"]
+    same, tr = check_time(state, last + 100, None, CTX)
+    assert tr == [] and not _firing(same, "stalled")
+    stalled, tr = check_time(state, last + 200, None, CTX)
+    assert [t.to_state for t in tr] == ["firing"]
+    assert run_status(stalled, CTX) == "stalled"
+    assert "median step interval of 30" in _firing(stalled, "stalled")[0].message
+    # A recent heartbeat means the run is alive.
+    alive, tr = check_time(state, last + 200, last + 150, CTX)
+    assert tr == [] and run_status(alive, CTX) == "healthy"
+    # Finished runs are never stalled, and finishing resolves a stall.
+    done = RunContext(CTX.run_id, CTX.config, True)
+    _, tr = check_time(state, last + 10_000, None, done)
+    assert tr == []
+    resolved, tr = check_time(stalled, last + 10_000, None, done)
+    assert [t.to_state for t in tr] == ["resolved"]
+    assert run_status(resolved, done) == "finished"
+
+
+def test_new_step_resolves_stalled():
+    from health_synth import fold_step
+
+    rs = rows(41)
+    state, _ = fold_all(rs[:40])
+    state, _ = check_time(state, rs[39]["time"] + 500, None, CTX)
+    assert _firing(state, "stalled")
+    state, tr = fold_step(state, rs[40], CTX)
+    assert ("stalled", "resolved") in {(t.code, t.to_state) for t in tr}
+
+
+def test_run_status_precedence():
+    state, _ = fold_all(rows(130, "length_collapse", onset=ONSET))
+    assert run_status(state, CTX) == "warning"
+    done = RunContext(CTX.run_id, CTX.config, True)
+    assert run_status(state, done) == "finished"
+    crit, _ = fold_all(rows(130, "degenerate_outputs", onset=ONSET))
+    assert run_status(crit, done) == "critical"
+    info, _ = fold_all(rows(130, "tasks_mastered", onset=ONSET))
+    assert [f.severity for f in findings(info) if f.code == "tasks_mastered"] == ["info"]
