@@ -30,19 +30,66 @@ def _storage_options(text: str | None) -> dict:
 
 
 def _pipeline_config(args: argparse.Namespace) -> PipelineConfig:
-    kw = {"storage_options": _storage_options(getattr(args, "storage_options", None))}
+    kw: dict = {"storage_options": _storage_options(getattr(args, "storage_options", None))}
     if getattr(args, "poll", None) is not None:
         kw["poll_seconds"] = args.poll
+    if getattr(args, "commit_every", None) is not None:
+        kw["commit_seconds"] = args.commit_every
     return PipelineConfig(**kw)
 
 
-def cmd_analyze(args: argparse.Namespace) -> int:
-    from rlstream.pipeline.local import analyze_local
-    from rlstream.report import print_runs
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("roots", nargs="+", metavar="ROOT", help="folder or URL holding runs")
+    p.add_argument("--out", required=True, help="output folder or URL for the Parquet tables")
+    p.add_argument("--storage-options", help="JSON object passed to fsspec for every URL")
+    p.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)")
+    p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
+    p.add_argument("--tailers", type=int, help="tailer actors owning shards of runs (default 1)")
 
-    states = analyze_local(args.roots, args.out, _pipeline_config(args))
-    print(f"analyzed {len(states)} runs; tables under {args.out}")
-    print_runs(states, sys.stdout)
+
+def _runtime_config(args: argparse.Namespace):
+    from rlstream.runtime.cluster import RayConfig
+    from rlstream.runtime.driver import RuntimeConfig
+
+    return RuntimeConfig(
+        workers=args.workers, tailers=args.tailers, ray=RayConfig(address=args.ray_address)
+    )
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from rlstream.report import print_summaries
+
+    cfg = _pipeline_config(args)
+    if args.in_process:
+        from rlstream.pipeline.local import analyze_local
+        from rlstream.pipeline.state import RunState, state_summary
+
+        states: list[RunState] = analyze_local(args.roots, args.out, cfg)
+        summaries = [state_summary(s) for s in states]
+    else:
+        from rlstream.runtime.driver import run
+
+        summaries = run(args.roots, args.out, cfg, _runtime_config(args), watch=False)
+    print(f"analyzed {len(summaries)} runs; tables under {args.out}")
+    print_summaries(summaries, sys.stdout)
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from rlstream.report import print_summaries
+    from rlstream.runtime.driver import run
+
+    summaries = run(
+        args.roots,
+        args.out,
+        _pipeline_config(args),
+        _runtime_config(args),
+        watch=True,
+        progress_out=sys.stderr,
+        exit_when_finished=args.exit_when_finished,
+    )
+    print(f"\nwatched {len(summaries)} runs; tables under {args.out}")
+    print_summaries(summaries, sys.stdout)
     return 0
 
 
@@ -73,10 +120,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_simulate)
 
     a = sub.add_parser("analyze", help="analyze runs to the end of what exists, then exit")
-    a.add_argument("roots", nargs="+", metavar="ROOT", help="folder or URL holding runs")
-    a.add_argument("--out", required=True, help="output folder or URL for the Parquet tables")
-    a.add_argument("--storage-options", help="JSON object passed to fsspec for every URL")
+    _common(a)
+    a.add_argument("--in-process", action="store_true", help="run without Ray (debugging)")
     a.set_defaults(func=cmd_analyze)
+
+    w = sub.add_parser("watch", help="tail runs live and keep the tables current until Ctrl-C")
+    _common(w)
+    w.add_argument("--poll", type=float, help="seconds between polls (default 1)")
+    w.add_argument("--commit-every", type=float, help="seconds between commits (default 2)")
+    w.add_argument(
+        "--exit-when-finished",
+        action="store_true",
+        help="stop once every run is finished and final (for scripts and tests)",
+    )
+    w.set_defaults(func=cmd_watch)
 
     d = sub.add_parser("demo", help="simulate a few runs, analyze them, print a table")
     d.add_argument("--dir", help="folder for the simulated runs and the tables (default: temp)")

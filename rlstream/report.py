@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TextIO
+from typing import Any, TextIO
 
-from rlstream.pipeline.state import RunState, summary
+COLUMNS = (
+    ("run_id", "run_id"),
+    ("status", "status"),
+    ("last_step", "last_step"),
+    ("steps", "steps_final"),
+    ("reward", "reward_mean"),
+    ("kl", "mismatch_kl"),
+    ("ess", "mismatch_ess"),
+    ("entropy", "entropy_estimate"),
+    ("trunc", "truncated_frac"),
+    ("quar", "quarantined"),
+    ("findings", "firing"),
+)
 
 
 def _fmt(v: object) -> str:
@@ -13,31 +25,16 @@ def _fmt(v: object) -> str:
         return "-"
     if isinstance(v, float):
         return f"{v:.4g}"
+    if isinstance(v, list):
+        return ",".join(map(str, v)) or "-"
     return str(v)
 
 
-def print_runs(states: Iterable[RunState], out: TextIO) -> None:
-    """One line per run: id, status, last step, final steps, quarantined, headline."""
-    cols = ("run_id", "status", "last_step", "steps", "reward", "kl", "ess", "entropy", "quar", "findings")
-    rows = []
-    for s in sorted(states, key=lambda s: s.run_id):
-        sm = summary(s)
-        h = s.headline or {}
-        rows.append(
-            (
-                s.run_id,
-                s.status or ("finished" if sm["finished"] else "-"),
-                _fmt(sm["last_step"]),
-                _fmt(s.counters["steps_final"]),
-                _fmt(h.get("reward_mean")),
-                _fmt(h.get("mismatch_kl")),
-                _fmt(h.get("mismatch_ess")),
-                _fmt(h.get("entropy_estimate")),
-                _fmt(sm["quarantined"]),
-                ",".join(s.firing) or "-",
-            )
-        )
-    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
-    out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)) + "\n")
+def print_summaries(summaries: Iterable[dict[str, Any]], out: TextIO) -> None:
+    """One aligned line per run summary (see runtime.actors.state_summary)."""
+    rows = [[_fmt(s.get(key)) for _, key in COLUMNS] for s in summaries]
+    heads = [h for h, _ in COLUMNS]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(heads)]
+    out.write("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip() + "\n")
     for r in rows:
-        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) + "\n")
+        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() + "\n")

@@ -292,7 +292,8 @@ class NoisyReward(RuleConfig):
 
 @dataclass(frozen=True)
 class HeldoutGap(RuleConfig):
-    """Training reward rising while eval reward is flat or falling."""
+    """Training reward rising while eval reward is flat or falling. Evaluated only at
+    steps that carry an eval, so for_steps and clear_steps count evals."""
 
     for_steps: int = 2
     clear_steps: int = 2
@@ -303,7 +304,11 @@ class HeldoutGap(RuleConfig):
     train_rise_min: float = 0.1
     """Training reward must rise at least this over the eval points' span..."""
     eval_share_max: float = 0.25
-    """...while eval rises by at most this share of the training rise."""
+    """...while eval rises by at most this share of the training rise..."""
+    gap_min: float = 0.15
+    """...and the train-eval gap widens by at least this..."""
+    noise_k: float = 3.0
+    """...and by this many times the gap's own noise (MAD around its trend)."""
 
 
 @dataclass(frozen=True)

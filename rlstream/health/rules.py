@@ -273,7 +273,9 @@ def mismatch_kl_rising(
     kl, base, slope = v.recent("kl"), v.base("kl"), v.trend("kl", ctx.trend_steps)
     if _none(kl, base):
         return None
-    holds = ge(kl, max(c.ratio * base, c.abs_min), active, ctx) and (slope is None or slope >= 0)
+    # Rising is needed to start; a plateau far above the baseline keeps it firing.
+    rising = active or slope is None or slope >= 0
+    holds = ge(kl, max(c.ratio * base, c.abs_min), active, ctx) and rising
     sev = "critical" if kl >= c.critical_abs else None
     return Verdict(
         holds,
@@ -335,28 +337,43 @@ def stale_rollouts(
     )
 
 
-def reward_too_fast(
-    v: View, c: C.RewardTooFast, ctx: Ctx, active: bool, row: dict
-) -> Verdict | None:
-    xs, ys = v.series("reward_all")
+def reward_too_fast(v: View, c: C.RewardTooFast, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
+    steps, ys = v.series("reward_all")
     if len(ys) < c.short_steps + 10:
         return None
-    short = stats.theil_sen(xs[-c.short_steps :], ys[-c.short_steps :])
-    long = stats.theil_sen(xs[: -c.short_steps], ys[: -c.short_steps])
+    short = stats.theil_sen(steps[-c.short_steps :], ys[-c.short_steps :])
+    long = stats.theil_sen(steps[: -c.short_steps], ys[: -c.short_steps])
     noise = stats.step_noise(ys)
     if _none(short, long, noise):
         return None
     rise = short * c.short_steps
-    holds = (
+    climbing = (
         ge(rise, c.rise_min, active, ctx)
         and ge(short, c.ratio * max(long, 0.0), active, ctx)
         and ge(rise, c.noise_k * noise, active, ctx)
     )
-    return Verdict(
-        holds,
+    # Once the climb is over, the finding stays while reward holds its new level above
+    # the level before the climb began (as long as that level is in the window).
+    alert = v.state.alerts.get("reward_too_fast")
+    before = [y for x, y in zip(steps, ys, strict=True) if x < (alert.since_step if alert else 0)]
+    before = before[-c.short_steps :]
+    now = stats.median(ys[-ctx.recent_steps :])
+    level = (
+        active
+        and len(before) >= ctx.recent_steps
+        and now - stats.median(before) >= c.rise_min * ctx.hysteresis
+    )
+    detail = (
         f"reward rose {rise:+.2f} over the last {c.short_steps} steps "
-        f"({short:.4f}/step vs {long:.4f}/step before, step noise {noise:.3f}); faster than "
-        "the run's history allows: inspect transcripts for reward hacking",
+        f"({short:.4f}/step vs {long:.4f}/step before, step noise {noise:.3f})"
+        if climbing or not level
+        else f"reward jumped from {stats.median(before):.2f} before step "
+        f"{alert.since_step} to {now:.2f} and stays there"
+    )
+    return Verdict(
+        climbing or level,
+        f"{detail}; faster than the run's history allows: inspect transcripts for reward "
+        "hacking",
     )
 
 
@@ -445,7 +462,7 @@ def length_explosion(
     cap = cfg_get(ctx.config, "sampling.max_tokens")
     trunc, trunc_base = v.recent("truncated"), v.base("truncated")
     slope = v.trend("len_mean", ctx.trend_steps)
-    rising = slope is None or slope > 0
+    rising = active or slope is None or slope > 0  # needed to start, not to stay
     if cap:
         near_cap = ge(ln, c.cap_frac * cap, active, ctx) or (
             trunc is not None
@@ -505,25 +522,33 @@ def heldout_gap(v: View, c: C.HeldoutGap, ctx: Ctx, active: bool, row: dict) -> 
     if not evals:
         return None
     name = "heldout" if "heldout" in evals else sorted(evals)[0]
-    pts = list(v.state.evals.get(name, ()))[-c.max_evals :]
-    pts = [p for p in pts if p[2] is not None]
+    pts = [p for p in list(v.state.evals.get(name, ()))[-c.max_evals :] if p[2] is not None]
     if len(pts) < c.min_evals:
         return None
     xs = [float(p[0]) for p in pts]
     span = xs[-1] - xs[0]
+    gaps = [p[2] - p[1] for p in pts]
     train = stats.theil_sen(xs, [p[2] for p in pts])
     ev = stats.theil_sen(xs, [p[1] for p in pts])
-    if _none(train, ev) or span <= 0:
+    widen = stats.theil_sen(xs, gaps)
+    if _none(train, ev, widen) or span <= 0:
         return None
-    train_rise, eval_rise = train * span, ev * span
+    train_rise, eval_rise, gap_rise = train * span, ev * span, widen * span
+    # Noise of the gap around its own trend: evals are sparse, so demand the widening
+    # stand clear of it.
+    resid = [g - widen * x for g, x in zip(gaps, xs, strict=True)]
+    noise = stats.mad(resid) or 0.0
     holds = (
-        ge(train_rise, c.train_rise_min, active, ctx) and eval_rise <= c.eval_share_max * train_rise
+        ge(train_rise, c.train_rise_min, active, ctx)
+        and eval_rise <= c.eval_share_max * train_rise
+        and ge(gap_rise, max(c.gap_min, c.noise_k * noise), active, ctx)
     )
     return Verdict(
         holds,
         f"training reward rose {train_rise:+.2f} while eval/{name} moved {eval_rise:+.2f} "
-        f"over steps {xs[0]:.0f}-{xs[-1]:.0f} ({len(pts)} evals): gains do not transfer; "
-        "suspect overfitting or reward hacking",
+        f"over steps {xs[0]:.0f}-{xs[-1]:.0f} ({len(pts)} evals; gap widened "
+        f"{gap_rise:+.2f}, noise {noise:.3f}): gains do not transfer; suspect overfitting "
+        "or reward hacking",
     )
 
 

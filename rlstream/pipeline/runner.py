@@ -36,7 +36,7 @@ from rlstream.pipeline.work import (
     Unit,
     UnitResult,
 )
-from rlstream.sinks.health import alerts_table
+from rlstream.sinks.health import alerts_table, health_row, run_health_table
 from rlstream.sinks.parquet import ParquetSink
 
 log = logging.getLogger("rlstream")
@@ -45,7 +45,8 @@ Executor = Callable[[list[Unit]], Iterator[UnitResult]]
 """Runs units and yields their results in any order."""
 
 HealthHook = Callable[[RunState, list[dict[str, Any]], float], list[dict[str, Any]]]
-"""Folds new final rows into the run's health state; returns alert events."""
+"""Folds new final rows (maybe none) into the run's health state, sets its status,
+firing codes and findings, and returns alert events. Called for every run each poll."""
 
 
 REJECTED = "_rejected"
@@ -66,13 +67,11 @@ class RunGroup:
         sink: ParquetSink,
         cfg: PipelineConfig,
         health: HealthHook | None = None,
-        snapshot: Callable[[RunState, float], None] | None = None,
     ) -> None:
         self.storage = storage
         self.sink = sink
         self.cfg = cfg
         self.health = health
-        self.snapshot = snapshot
         self.runs: dict[str, RunState] = {}
         self.rejected: dict[str, QuarantineRow] = {}
         self.dirty: set[str] = set()
@@ -201,8 +200,11 @@ class RunGroup:
             if rows:
                 new_rows += len(rows)
                 self.dirty.add(state.run_url)
-                if self.health is not None:
-                    state.out_alerts.extend(self.health(state, rows, now))
+            if self.health is not None:
+                events = self.health(state, rows, now)
+                if events:
+                    state.out_alerts.extend(events)
+                    self.dirty.add(state.run_url)
         return new_rows
 
     def _note_leftovers(self, state: RunState) -> None:
@@ -252,8 +254,9 @@ class RunGroup:
             self.sink.write_part(
                 "quarantine", state.run_id, seq, self.sink.quarantine_table(state.out_quarantine, seq)
             )
-            if self.snapshot is not None:
-                self.snapshot(state, now)
+            health = run_health_table([health_row(state, now)])
+            self.sink.write_part("run_health/snapshots", state.run_id, seq, health)
+            self.sink.write_latest("run_health/latest", state.run_id, health)
             if state.out_alerts:
                 self.sink.write_part("alerts", state.run_id, seq, alerts_table(state.out_alerts))
             state.out_rows = []

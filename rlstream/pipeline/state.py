@@ -60,6 +60,7 @@ class RunState:
     health: Any = None
     status: str | None = None
     firing: list[str] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
     headline: dict[str, Any] = field(default_factory=dict)
     version: int = CHECKPOINT_VERSION
 
@@ -214,3 +215,14 @@ def summary(state: RunState) -> dict[str, Any]:
 
 def finite_or_none(v: Any) -> Any:
     return v if not isinstance(v, float) or math.isfinite(v) else None
+
+
+def state_summary(s: RunState) -> dict[str, Any]:
+    """Summary of a run for the terminal table: counters, status, headline figures."""
+    return {
+        **summary(s),
+        "status": s.status or ("finished" if summary(s)["finished"] else "healthy"),
+        "firing": list(s.firing),
+        "steps_final": s.counters["steps_final"],
+        **{k: v for k, v in s.headline.items() if not k.startswith("_")},
+    }

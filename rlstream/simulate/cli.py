@@ -39,14 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topk", type=int, default=None, help="write top-K logprobs")
     parser.add_argument("--groups", type=int, default=_D.groups, help="groups per step")
     parser.add_argument("--group-size", type=int, default=_D.group_size)
-    parser.add_argument(
-        "--tokens", type=float, default=_D.tokens, help="median completion length"
-    )
+    parser.add_argument("--tokens", type=float, default=_D.tokens, help="median completion length")
     parser.add_argument("--mode", choices=("sync", "async"), default=_D.mode)
     parser.add_argument("--live", action="store_true", help="write in real time")
-    parser.add_argument(
-        "--interval", type=float, default=1.0, help="seconds per step with --live"
-    )
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds per step with --live")
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:

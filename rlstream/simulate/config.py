@@ -51,9 +51,7 @@ class SimConfig:
     def __post_init__(self) -> None:
         unknown = [s for s in self.scenarios if s not in SCENARIOS]
         if unknown:
-            raise ValueError(
-                f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}"
-            )
+            raise ValueError(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
         if not self.scenarios:
             raise ValueError("give at least one scenario")
         if self.runs < 1 or self.steps < 1:
@@ -192,11 +190,11 @@ def plan_run(config: SimConfig, index: int) -> RunPlan:
     offset = float(np.random.default_rng([config.seed, STREAM_PLAN]).integers(0, 86400 * 30))
 
     params = {
-        "s0": float(rng.uniform(-0.6, 0.2)),
-        "gain": float(rng.uniform(1.2, 2.4)),
-        "tau": float(config.steps * rng.uniform(0.3, 0.6)),
+        "s0": float(rng.uniform(-1.6, -0.6)),
+        "gain": float(rng.uniform(2.2, 3.4)),
+        "tau": float(config.steps * rng.uniform(0.25, 0.5)),
         "skill_walk": float(rng.uniform(0.02, 0.08)),
-        "diff_sd": float(rng.uniform(1.0, 2.0)),
+        "diff_sd": float(rng.uniform(0.8, 1.6)),
         "partial": 1.0 if reward_kind == "partial" else 0.0,
         "turn_p": float(rng.uniform(0.3, 0.5)) if max_turns > 1 else 0.0,
         "len_sigma": float(rng.uniform(0.4, 0.6)),

@@ -30,7 +30,7 @@ from rlstream.simulate.tokens import TokenArrays, sample_tokens
 
 STREAM_KNOBS = 3
 N_TASKS = 512
-N_EVAL = 64
+N_EVAL = 128
 MOTIF = 4
 ROLLOUT_FAIL_KINDS = ("timeout", "sandbox_error")
 GRADING_FAIL_KINDS = ("timeout", "parse_error")
@@ -124,11 +124,11 @@ class RunEngine:
         # Turns and lengths: the first truncated turn ends the attempt.
         raw = rng.geometric(1.0 - k.turn_p[t], A) if MT > 1 else np.ones(A, np.int64)
         median = plan.tokens * k.len_mult[t]
-        L = np.maximum(
+        len_AM = np.maximum(
             np.rint(np.exp(rng.normal(np.log(median), plan.params["len_sigma"], (A, MT)))), 1
         ).astype(np.int64)
-        capped = L >= plan.max_tokens
-        L = np.minimum(L, plan.max_tokens)
+        capped = len_AM >= plan.max_tokens
+        len_AM = np.minimum(len_AM, plan.max_tokens)
         n_turns = np.minimum(raw, MT)
         first_cap = np.where(capped.any(axis=1), capped.argmax(axis=1), MT)
         cut = first_cap < n_turns
@@ -136,7 +136,7 @@ class RunEngine:
         term_A = np.where(cut, "length", np.where(raw > MT, "max_turns", "stop")).astype(object)
         turns_A[degen_A] = 1
         term_A[degen_A] = "stop"
-        L[degen_A, 0] = self.const_ids.size
+        len_AM[degen_A, 0] = self.const_ids.size
         ran_out_A = (term_A == "length") | (term_A == "max_turns")
 
         # Rewards.
@@ -159,7 +159,7 @@ class RunEngine:
         # Generations, per attempt then turn (still in group-major attempt order).
         resp = rng.integers(16, 160, (A, MT))
         prompt0 = self.task_prompt[tasks][group_A]
-        before = np.cumsum(L + resp, axis=1) - (L + resp)
+        before = np.cumsum(len_AM + resp, axis=1) - (len_AM + resp)
         prompt = prompt0[:, None] + before
         gmask = np.arange(MT)[None, :] < turns_A[:, None]
         n_gen_A = gmask.sum(axis=1)
@@ -169,12 +169,10 @@ class RunEngine:
         term_A[rfail_A] = "error"
 
         # Spliced tool output inside a completion (multi-turn runs only).
-        gen_len = L[gmask]
+        gen_len = len_AM[gmask]
         n_gen = gen_len.size
         gen_att = np.nonzero(gmask)[0]
-        span_on = (
-            (MT > 1) & (gen_len >= 12) & ~degen_A[gen_att] & (rng.random(n_gen) < 0.2)
-        )
+        span_on = (MT > 1) & (gen_len >= 12) & ~degen_A[gen_att] & (rng.random(n_gen) < 0.2)
         hi = np.minimum(24, gen_len // 2)
         span_len = 4 + (rng.random(n_gen) * (hi - 3)).astype(np.int64)
         span_start = 1 + (rng.random(n_gen) * np.maximum(gen_len - span_len - 1, 1)).astype(
@@ -204,7 +202,7 @@ class RunEngine:
         gen_in_att_order = np.concatenate(
             [np.flatnonzero(gmask[a]) + a * MT for a in order]
         )  # flat (attempt, turn) indices in new attempt order
-        flat_len = L.reshape(-1)[gen_in_att_order]
+        flat_len = len_AM.reshape(-1)[gen_in_att_order]
         gen_att_orig = gen_in_att_order // MT
         gen_turn = gen_in_att_order % MT
         # Map generations' span draws (drawn in group-major order) to the new order.

@@ -68,7 +68,7 @@ class Knobs:
     tail: np.ndarray  # probability mass outside the candidates
     rep: np.ndarray  # P(a token continues the generation's repeated motif)
     kl_sd: np.ndarray  # sd of trainer - sampler logprob noise
-    out_frac: np.ndarray  # share of tokens with a large positive trainer deviation
+    out_frac: np.ndarray  # share of unlikely tokens (ls < -1) the trainer finds far likelier
     degen: np.ndarray  # P(an attempt answers with the run's constant completion)
     bug: np.ndarray  # 1.0 where reported metrics are computed wrongly
     stop: int  # first step never completed (steps when the run finishes)
@@ -133,7 +133,8 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     s0 = plan.params["s0"]
 
     if name == "no_learning_signal":
-        k.diff_mean[:] = s0 + 1.2
+        # Reward still low when learning stops: tasks sit above the ability reached.
+        k.diff_mean[:] = k.skill[onset] + 1.0
         k.skill = _freeze_after(k.skill, r, onset)
         k.collapse = 0.92 * r
         k.conf = k.conf + 1.2 * r
@@ -156,9 +157,9 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
         k.turn_p = k.turn_p + (0.93 - k.turn_p) * r
         k.len_mult = k.len_mult * (1.0 + 1.2 * r)
     elif name == "mismatch_kl_rising":
-        k.kl_sd = k.kl_sd + 0.5 * r**1.5
+        k.kl_sd = k.kl_sd + 0.8 * _ramp(steps, onset, steps - onset) ** 1.5
     elif name == "low_ess":
-        k.out_frac = 0.05 * r
+        k.out_frac = 0.06 * _ramp(steps, onset, steps - onset)
     elif name == "stale_rollouts":
         k.lag_scale = k.lag_scale + (plan.max_steps_off_policy + 1.0 - k.lag_scale) * r
     elif name == "reward_too_fast":
@@ -166,9 +167,9 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     elif name == "degenerate_outputs":
         k.degen = 0.75 * r
     elif name == "entropy_collapse":
-        k.conf = k.conf + 6.0 * r
+        k.conf = k.conf + 3.0 * r
         k.tail = k.tail * (1.0 - 0.9 * r)
-        k.rep = k.rep + 0.7 * r
+        k.rep = k.rep + 0.5 * r
         k.skill = _freeze_after(k.skill, r, onset)
     elif name == "entropy_too_high":
         k.conf = k.conf * (1.0 - r)

@@ -36,18 +36,18 @@ def step_metrics(sd: StepData) -> dict[str, Any]:
     if rt.size:
         out["reward/mean"] = float(rt.mean())
         out["reward/std"] = float(rt.std())
-    stds = []
-    for g in range(len(sd.group_ids)):
-        rg = r[(sd.group_A == g) & ~np.isnan(r)]
-        if rg.size:
-            stds.append(float(rg.std()))
-    if stds:
-        out["reward/group_std_mean"] = float(np.mean(stds))
-    rn = r[~np.isnan(r)]
+    valid = ~np.isnan(r)
+    per_group = [r[(sd.group_A == g) & valid] for g in range(len(sd.group_ids))]
+    per_group = [rg for rg in per_group if rg.size]
+    if per_group:
+        out["reward/group_std_mean"] = float(np.mean([rg.std() for rg in per_group]))
+    rn = r[valid]
     if rn.size:
         out["reward/mean_with_unusable"] = float(rn.mean())
 
-    groups_nv = {int(g) for g, d in zip(sd.group_A, sd.discard_A, strict=True) if d == "no_variance"}
+    groups_nv = {
+        int(g) for g, d in zip(sd.group_A, sd.discard_A, strict=True) if d == "no_variance"
+    }
     groups_small = {
         int(g) for g, d in zip(sd.group_A, sd.discard_A, strict=True) if d == "group_too_small"
     }
@@ -88,9 +88,9 @@ def step_metrics(sd: StepData) -> dict[str, Any]:
     if sampled.any():
         out["sampling/entropy_estimate"] = float(-np.mean(ls[sampled]))
 
-    if sd.reporting_bug and stds:
-        means = [float(r[(sd.group_A == g) & ~np.isnan(r)].mean()) for g in range(len(sd.group_ids)) if ((sd.group_A == g) & ~np.isnan(r)).any()]
-        out["reward/mean"] = float(np.mean(means))
+    if sd.reporting_bug and per_group:
+        # The bug: every group weighted equally, discarded ones included.
+        out["reward/mean"] = float(np.mean([rg.mean() for rg in per_group]))
     if sd.eval_heldout is not None:
         out["eval/heldout"] = sd.eval_heldout
     out.update(sd.extra)

@@ -112,7 +112,8 @@ def simulate(root: str | Path, config: SimConfig) -> list[RunLabel]:
         stalled = False
         with open(d / "steps.jsonl", "wb") as fs, open(d / "rollouts.jsonl", "wb") as fr:
             files = {"steps.jsonl": fs, "rollouts.jsonl": fr}
-            for duration, events, stalled in run_steps(plan):
+            for duration, events, stall in run_steps(plan):
+                stalled = stall
                 for ev in events:
                     if isinstance(ev.item, Transcript):
                         write_atomic(d / "transcripts" / ev.item.name, ev.item.data)
@@ -135,8 +136,10 @@ class _LiveRun:
         self.interval = interval
         self.split_prob = split_prob
         self.rng = np.random.default_rng([plan.seed, plan.index, STREAM_WRITES])
+        # Held open for the run's lifetime like a trainer's; closed by close().
         self.files: dict[str, BinaryIO] = {
-            name: open(self.dir / name, "ab") for name in ("steps.jsonl", "rollouts.jsonl")
+            name: open(self.dir / name, "ab")  # noqa: SIM115
+            for name in ("steps.jsonl", "rollouts.jsonl")
         }
         self.pending: dict[str, bytes] = {}
         self.nominal: float | None = None
@@ -224,7 +227,10 @@ def simulate_live(
         run.created_at = clock()
         write_atomic(run.dir / "run.json", run_json(plan, run.created_at))
         runs.append(run)
-        at(clock() + interval * (0.2 + 0.5 * i / max(len(plans), 1)), lambda run=run: start_step(run))
+        at(
+            clock() + interval * (0.2 + 0.5 * i / max(len(plans), 1)),
+            lambda run=run: start_step(run),
+        )
     try:
         while heap:
             due, _, action = heapq.heappop(heap)

@@ -77,6 +77,35 @@ def _ms(t: float | None) -> int | None:
     return None if t is None else int(round(t * 1000))
 
 
+def health_row(state: Any, now: float) -> dict[str, Any]:
+    """The run_health row of a run state (rlstream.pipeline.state.RunState)."""
+    from rlstream.pipeline.state import is_finished
+
+    c = state.counters
+    status = state.status or ("finished" if is_finished(state) else "healthy")
+    token_metrics = "recomputed" if c["tokens"] else ("reported_only" if c["transcripts"] else "none")
+    return {
+        "run_id": state.run_id,
+        "run_uri": state.run_url,
+        "as_of": now,
+        "commit_seq": state.seq,
+        "last_step": state.max_reported_step if state.max_reported_step >= 0 else None,
+        "final_through": state.final_through,
+        "last_activity": state.last_activity,
+        "status": status,
+        "findings": list(state.findings),
+        **{h: state.headline.get(h) for h in HEADLINE},
+        "steps_final": c["steps_final"],
+        "pending_steps": len({*state.pending, *state.reported}),
+        "transcripts": c["transcripts"],
+        "tokens": c["tokens"],
+        "bytes": c["bytes"],
+        "quarantined": c["quarantined"],
+        "late": c["late"],
+        "token_metrics": token_metrics,
+    }
+
+
 def run_health_table(rows: list[dict[str, Any]]) -> pa.Table:
     fixed = []
     for r in rows:

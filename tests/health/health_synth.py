@@ -81,7 +81,11 @@ def healthy_row(i: int, rng: random.Random) -> dict[str, Any]:
         "repetition": _clip(0.03 + rng.gauss(0, 0.01)),
         "distinct_completions": _clip(0.95 + rng.gauss(0, 0.03)),
         "top_completion_task_share": rng.choice([0.25, 0.25, 0.25, 0.5]),
-        "reported_eval": {"heldout": _clip(reward - 0.1 + rng.gauss(0, 0.03))} if i % 10 == 0 else {},
+        "reported_eval": (
+            {"heldout": _clip(0.2 + 0.3 * (1 - math.exp(-i / 80)) + rng.gauss(0, 0.03))}
+            if i % 10 == 0
+            else {}
+        ),
         "reported_other": {},
     }
     for rep, rec in (

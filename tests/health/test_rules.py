@@ -28,14 +28,18 @@ def test_every_code_has_a_rule_or_is_time_based():
 
 @pytest.mark.parametrize("code", sorted(PATHOLOGIES))
 def test_code_fires_on_its_pathology(code):
-    state, transitions = fold_all(rows(130, code, onset=ONSET))
+    # reward_too_fast holds while the pre-jump level is inside the history window.
+    n = 100 if code == "reward_too_fast" else 130
+    state, transitions = fold_all(rows(n, code, onset=ONSET))
     fired = _firing(state, code)
-    assert fired, f"{code} did not fire; findings: {findings(state)}"
+    assert fired, f"{code} is not firing at the end; findings: {findings(state)}"
     lo, hi = SINCE_RANGE[code]
     assert lo <= fired[0].since_step <= hi, fired[0]
     assert any(ch.isdigit() for ch in fired[0].message)
-    to_firing = [t for t in transitions if t.code == code and t.to_state == FIRING]
-    assert to_firing and to_firing[0].step >= fired[0].since_step
+    # One clean episode: pending, then firing (then maybe a severity change), no flapping.
+    mine = [(t.from_state, t.to_state) for t in transitions if t.code == code]
+    mine = [m for m in mine if m != (FIRING, FIRING)]
+    assert mine == [("inactive", "pending"), ("pending", FIRING)], mine
 
 
 @pytest.mark.parametrize("seed", range(6))

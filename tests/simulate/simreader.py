@@ -58,9 +58,7 @@ def recompute(run: Path) -> dict[int, dict[str, float]]:
                 groups[r["group_id"]].append(r["reward"])
         if groups:
             m["reward/group_std_mean"] = float(np.mean([np.std(v) for v in groups.values()]))
-            m["reward/mean_with_unusable"] = float(
-                np.mean([x for v in groups.values() for x in v])
-            )
+            m["reward/mean_with_unusable"] = float(np.mean([x for v in groups.values() for x in v]))
         ds, ls_all = [], []
         for r in recs:
             t = tr[r["attempt_id"]]

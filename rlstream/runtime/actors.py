@@ -1,0 +1,130 @@
+"""Ray actors: `Worker` runs work units; `Tailer` owns a shard of runs.
+
+Both are thin: a Worker calls `rlstream.pipeline.work.execute`; a Tailer holds a
+`RunGroup` and hands its units to the worker pool with a bound on units in flight,
+folding each result once as it arrives. A Worker killed mid-unit is restarted by Ray
+and the unit retried (`max_task_retries`); since the Tailer folds a unit's result
+only when it receives it, a retry never counts data twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+
+from rlstream.config import PipelineConfig
+from rlstream.io.storage import Storage
+from rlstream.pipeline.runner import RunGroup
+from rlstream.pipeline.state import state_summary
+from rlstream.pipeline.work import Unit, UnitResult, execute
+from rlstream.sinks.parquet import ParquetSink
+
+log = logging.getLogger("rlstream")
+
+
+@ray.remote(max_restarts=-1, max_task_retries=3)
+class Worker:
+    """Reads the bytes of a unit itself, parses and aggregates them."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.done = 0
+
+    def execute(self, unit: Unit) -> UnitResult:
+        res = execute(unit, self.storage)
+        self.done += 1
+        return res
+
+    def info(self) -> dict[str, Any]:
+        ctx = ray.get_runtime_context()
+        return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "done": self.done}
+
+
+def ray_executor(workers: list[Any], max_inflight: int):
+    """An executor that spreads units over `workers`, at most `max_inflight` at once,
+    least-loaded first, and yields results as they complete."""
+
+    def run(units: list[Unit]) -> Iterator[UnitResult]:
+        load = [0] * len(workers)
+        inflight: dict[Any, tuple[Unit, int]] = {}
+        todo = iter(units)
+        exhausted = False
+        while inflight or not exhausted:
+            while not exhausted and len(inflight) < max_inflight:
+                unit = next(todo, None)
+                if unit is None:
+                    exhausted = True
+                    break
+                w = min(range(len(workers)), key=load.__getitem__)
+                load[w] += 1
+                inflight[workers[w].execute.remote(unit)] = (unit, w)
+            if not inflight:
+                break
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            for ref in ready:
+                unit, w = inflight.pop(ref)
+                load[w] -= 1
+                try:
+                    yield ray.get(ref)
+                except ray.exceptions.RayError as e:
+                    # Not folded: the run's cursors stay put and the next poll retries.
+                    log.error("unit for run %s failed after retries: %s", unit.run_id, e)
+
+    return run
+
+
+@ray.remote(num_cpus=0, max_restarts=-1)
+class Tailer:
+    """Owns the runs whose key hashes to it: cursors, pending aggregates, commits."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        out_url: str,
+        out_storage: Storage,
+        cfg: PipelineConfig,
+        hooks_factory: Any = None,
+    ) -> None:
+        logging.basicConfig(level=logging.INFO)
+        hooks = hooks_factory() if hooks_factory is not None else {}
+        self.group = RunGroup(storage, ParquetSink(out_url, out_storage), cfg, **hooks)
+        self.execute = ray_executor([], cfg.max_inflight_units)
+
+    def set_workers(self, workers: list[Any]) -> None:
+        """Worker handles come by a call, not the constructor: a restarted Tailer gets
+        them again from the driver (constructor arguments would pin the object store)."""
+        self.execute = ray_executor(workers, self.group.cfg.max_inflight_units)
+
+    def add_runs(self, urls: list[str]) -> list[str]:
+        added = []
+        for url in urls:
+            if url not in self.group.runs and self.group.add_run(url) is not None:
+                added.append(url)
+        return added
+
+    def run_urls(self) -> list[str]:
+        return sorted(self.group.runs)
+
+    def poll(self, final: bool = False) -> dict[str, int]:
+        before = {k: sum(s.counters[k] for s in self.group.states()) for k in ("bytes", "tokens")}
+        rows = self.group.poll(self.execute, final=final)
+        after = {k: sum(s.counters[k] for s in self.group.states()) for k in ("bytes", "tokens")}
+        return {
+            "rows": rows,
+            "bytes": after["bytes"] - before["bytes"],
+            "tokens": after["tokens"] - before["tokens"],
+            "runs": len(self.group.runs),
+        }
+
+    def commit(self) -> int:
+        return self.group.commit()
+
+    def summaries(self) -> list[dict[str, Any]]:
+        return [state_summary(s) for s in self.group.states()]
+
+    def all_finished(self) -> bool:
+        return self.group.all_finished()

@@ -1,0 +1,100 @@
+"""Engine invariants over random configurations, and scenario knobs."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlstream.simulate import SCENARIOS, SimConfig
+from rlstream.simulate.config import plan_run
+from rlstream.simulate.engine import RunEngine
+from rlstream.simulate.scenarios import build_knobs
+from rlstream.simulate.stats import step_metrics
+
+REASONS = {
+    None,
+    "no_variance",
+    "group_too_small",
+    "rollout_failed/timeout",
+    "rollout_failed/sandbox_error",
+    "grading_failed/timeout",
+    "grading_failed/parse_error",
+    "unversioned",
+    "stale",
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    scenario=st.sampled_from(SCENARIOS),
+    seed=st.integers(0, 10_000),
+    groups=st.integers(1, 5),
+    group_size=st.integers(2, 6),
+    tokens=st.floats(2.0, 200.0),
+    mode=st.sampled_from(["sync", "async"]),
+    topk=st.one_of(st.none(), st.integers(1, 20)),
+)
+def test_engine_invariants(scenario, seed, groups, group_size, tokens, mode, topk) -> None:
+    cfg = SimConfig(
+        runs=1, steps=12, scenarios=(scenario,), seed=seed, groups=groups,
+        group_size=group_size, tokens=tokens, mode=mode, topk=topk,
+    )  # fmt: skip
+    plan = plan_run(cfg, 0)
+    engine = RunEngine(plan)
+    for t in range(min(plan.steps, engine.last_step + 1)):
+        sd = engine.step(t)
+        a = len(sd.attempt_ids)
+        assert a == groups * plan.group_size
+        assert set(sd.discard_A) <= REASONS
+        assert np.array_equal(sd.trained_A, np.array([d is None for d in sd.discard_A]))
+        r = sd.reward_A
+        assert np.all(np.isnan(r) | ((r >= 0) & (r <= 1)))
+        lag = t - sd.policy_version_A[sd.policy_version_A >= 0]
+        assert lag.min(initial=0) >= 0
+        if plan.mode == "sync":
+            assert np.all(lag == 0)
+        assert sd.att_gen_A1[-1] == sd.completion_len_N.size
+        assert sd.gen_tok_N1[-1] == sd.tokens.ids_T.size == sd.sampled_T.size
+        assert np.all((sd.tokens.ids_T >= 0) & (sd.tokens.ids_T < plan.vocab_size))
+        assert np.all(sd.completion_len_N >= 1) and np.all(sd.completion_len_N <= plan.max_tokens)
+        ls = sd.tokens.ls_T
+        assert np.array_equal(np.isnan(ls), ~sd.sampled_T)
+        assert np.all(ls[sd.sampled_T] <= 0) and np.all(sd.tokens.lt_T[sd.sampled_T] <= 0)
+        turns = np.array([m["turns"] for m in sd.metadata_A])
+        assert np.array_equal(np.diff(sd.att_gen_A1), turns)
+        assert np.all(turns <= plan.max_turns)
+        m = step_metrics(sd)
+        if "train/mismatch_ess" in m:
+            assert 0 < m["train/mismatch_ess"] <= 1 + 1e-12
+        if topk:
+            assert sd.tokens.top_ids_TK.shape == (ls.size, topk)
+
+
+def _knobs(scenario: str):
+    plan = plan_run(SimConfig(runs=1, steps=50, scenarios=(scenario,), seed=4), 0)
+    return plan, build_knobs(plan, np.random.default_rng(0))
+
+
+def test_heldout_gap_knobs_diverge() -> None:
+    plan, k = _knobs("heldout_gap")
+    t0 = plan.onset
+    assert k.skill[-1] - k.skill[t0] > 1.5
+    assert k.heldout_skill[-1] < k.heldout_skill[t0] - 0.5
+
+
+def test_noisy_reward_and_stalled_knobs() -> None:
+    plan, k = _knobs("noisy_reward")
+    assert k.flip[: plan.onset].max() <= 0.03 and k.flip[-1] > 0.3
+    plan, k = _knobs("stalled")
+    assert k.stop == plan.onset
+
+
+def test_onsets_are_seeded_and_near_forty_percent() -> None:
+    onsets = [
+        plan_run(SimConfig(runs=1, steps=100, scenarios=("low_ess",), seed=s), 0).onset
+        for s in range(30)
+    ]
+    assert all(32 <= o <= 48 for o in onsets) and len(set(onsets)) > 5
+    again = plan_run(SimConfig(runs=1, steps=100, scenarios=("low_ess",), seed=3), 0).onset
+    assert again == onsets[3]
