@@ -104,11 +104,11 @@ class TasksMastered(RuleConfig):
     """no_variance rising late while reward with unusable groups is high."""
 
     severity: str = "info"
-    no_variance_min: float = 0.5
+    no_variance_min: float = 0.6
     """Recent share of no_variance groups at or above this..."""
     rise_min: float = 0.3
     """...and above the baseline share by at least this."""
-    reward_min: float = 0.8
+    reward_min: float = 0.85
     """Reward with unusable groups at or above this."""
 
 
@@ -190,12 +190,14 @@ class LowEss(RuleConfig):
 class StaleRollouts(RuleConfig):
     """Lag near training.max_steps_off_policy, or many stale drops."""
 
-    lag_frac: float = 0.9
-    """Recent lag p90 at or above this share of max_steps_off_policy..."""
-    lag_rise: float = 1.0
-    """...and above its baseline by at least this many steps."""
-    stale_rate_min: float = 0.1
-    """Or the share of attempts dropped as stale at or above this..."""
+    steps: int = 10
+    """Steps over which lag (median) and stale drops (mean share) are judged."""
+    lag_frac: float = 0.6
+    """Mean lag of trained attempts at or above this share of max_steps_off_policy..."""
+    lag_rise: float = 0.5
+    """...and above its baseline by at least this many steps; or"""
+    stale_rate_min: float = 0.15
+    """the share of attempts dropped as stale at or above this..."""
     stale_ratio: float = 3.0
     """...and this many times the baseline share."""
 
@@ -206,13 +208,13 @@ class RewardTooFast(RuleConfig):
 
     for_steps: int = 3
     short_steps: int = 10
-    """Steps of the short (recent) Theil-Sen slope."""
-    rise_min: float = 0.25
-    """The short slope times short_steps must reach this reward rise..."""
-    ratio: float = 4.0
-    """...and this many times the slope of the preceding history..."""
-    noise_k: float = 4.0
-    """...and this many times the reward's step-to-step noise (MAD)."""
+    """Steps of the recent window whose median is compared..."""
+    long_steps: int = 20
+    """...with the median of this many steps before it."""
+    rise_min: float = 0.15
+    """The rise beyond the earlier trend must reach this..."""
+    z: float = 4.0
+    """...and this many standard errors (from the reward's step noise, MAD)."""
 
 
 @dataclass(frozen=True)
@@ -295,17 +297,17 @@ class HeldoutGap(RuleConfig):
     """Training reward rising while eval reward is flat or falling. Evaluated only at
     steps that carry an eval, so for_steps and clear_steps count evals."""
 
-    for_steps: int = 2
+    for_steps: int = 3
     clear_steps: int = 2
-    min_evals: int = 4
+    min_evals: int = 5
     """Eval points needed before judging."""
-    max_evals: int = 6
+    max_evals: int = 8
     """The latest this many eval points are compared with training reward."""
     train_rise_min: float = 0.1
     """Training reward must rise at least this over the eval points' span..."""
     eval_share_max: float = 0.25
     """...while eval rises by at most this share of the training rise..."""
-    gap_min: float = 0.15
+    gap_min: float = 0.2
     """...and the train-eval gap widens by at least this..."""
     noise_k: float = 3.0
     """...and by this many times the gap's own noise (MAD around its trend)."""

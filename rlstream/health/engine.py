@@ -162,7 +162,7 @@ def fold_step(
     view = _view(s, cfg)
     evals = as_dict(row.get("reported_eval"))
     if evals:
-        train = view.recent("reward_all")
+        train = view.recent("reward_all", 2 * h.recent_steps)
         for name, value in evals.items():
             value = num(value)
             if value is not None and isinstance(name, str):

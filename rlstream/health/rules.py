@@ -306,8 +306,12 @@ def stale_rollouts(
     v: View, c: C.StaleRollouts, ctx: Ctx, active: bool, row: dict
 ) -> Verdict | None:
     max_off = cfg_get(ctx.config, "training.max_steps_off_policy")
-    lag, lag_base = v.recent("lag_p90"), v.base("lag_p90")
-    stale, stale_base = v.recent("stale_rate"), v.base_mean("stale_rate")
+    lag, lag_base = v.recent("lag_mean", c.steps), v.base("lag_mean")
+    rates = v.values("stale_rate", c.steps)
+    stale = sum(rates) / len(rates) if len(rates) >= c.steps // 2 else None
+    stale_base = v.base_mean("stale_rate")
+    if (lag is None or lag_base is None) and (stale is None or stale_base is None):
+        return None
     by_lag = (
         max_off is not None
         and max_off >= 1
@@ -322,12 +326,13 @@ def stale_rollouts(
         and ge(stale, c.stale_rate_min, active, ctx)
         and ge(stale, c.stale_ratio * stale_base, active, ctx)
     )
-    if (lag is None or lag_base is None) and (stale is None or stale_base is None):
-        return None
     parts = []
     if lag is not None:
         limit = f" of max_steps_off_policy {max_off:.0f}" if max_off is not None else ""
-        parts.append(f"lag p90 {lag:.1f} steps{limit} (baseline {lag_base or 0:.1f})")
+        parts.append(
+            f"mean lag {lag:.2f} steps{limit} over the last {c.steps} steps "
+            f"(baseline {lag_base or 0:.2f})"
+        )
     if stale is not None:
         parts.append(f"{stale:.0%} of attempts dropped as stale (baseline {stale_base or 0:.0%})")
     return Verdict(
@@ -337,43 +342,47 @@ def stale_rollouts(
     )
 
 
-def reward_too_fast(v: View, c: C.RewardTooFast, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
+def reward_too_fast(
+    v: View, c: C.RewardTooFast, ctx: Ctx, active: bool, row: dict
+) -> Verdict | None:
     steps, ys = v.series("reward_all")
-    if len(ys) < c.short_steps + 10:
+    if len(ys) < c.short_steps + c.long_steps:
         return None
-    short = stats.theil_sen(steps[-c.short_steps :], ys[-c.short_steps :])
-    long = stats.theil_sen(steps[: -c.short_steps], ys[: -c.short_steps])
-    noise = stats.step_noise(ys)
-    if _none(short, long, noise):
-        return None
-    rise = short * c.short_steps
-    climbing = (
-        ge(rise, c.rise_min, active, ctx)
-        and ge(short, c.ratio * max(long, 0.0), active, ctx)
-        and ge(rise, c.noise_k * noise, active, ctx)
+    xs_b, b = (
+        steps[-c.short_steps - c.long_steps : -c.short_steps],
+        ys[-c.short_steps - c.long_steps : -c.short_steps],
     )
+    a = ys[-c.short_steps :]
+    noise = stats.step_noise(ys)
+    slope = stats.theil_sen(xs_b, b)
+    if _none(noise, slope):
+        return None
+    # The rise of the last short_steps over the long_steps before, beyond what the
+    # earlier trend predicts, in units of its standard error (medians: 1.25 sd/sqrt n).
+    expected = max(slope, 0.0) * (c.short_steps + c.long_steps) / 2.0
+    excess = stats.median(a) - stats.median(b) - expected
+    se = 1.25 * max(noise, 1e-3) * math.sqrt(1.0 / len(a) + 1.0 / len(b))
+    climbing = ge(excess, c.rise_min, active, ctx) and ge(excess, c.z * se, active, ctx)
     # Once the climb is over, the finding stays while reward holds its new level above
     # the level before the climb began (as long as that level is in the window).
     alert = v.state.alerts.get("reward_too_fast")
-    before = [y for x, y in zip(steps, ys, strict=True) if x < (alert.since_step if alert else 0)]
-    before = before[-c.short_steps :]
-    now = stats.median(ys[-ctx.recent_steps :])
+    since = alert.since_step if alert is not None and active else None
+    before = [y for x, y in zip(steps, ys, strict=True) if since is not None and x < since]
+    before = before[-c.long_steps :]
+    now = stats.median(ys[-c.short_steps :])
     level = (
-        active
-        and len(before) >= ctx.recent_steps
-        and now - stats.median(before) >= c.rise_min * ctx.hysteresis
+        len(before) >= c.short_steps and now - stats.median(before) >= c.rise_min * ctx.hysteresis
     )
     detail = (
-        f"reward rose {rise:+.2f} over the last {c.short_steps} steps "
-        f"({short:.4f}/step vs {long:.4f}/step before, step noise {noise:.3f})"
+        f"reward rose {excess:+.2f} over the last {c.short_steps} steps beyond its trend "
+        f"({excess / se:.1f} standard errors; step noise {noise:.3f})"
         if climbing or not level
-        else f"reward jumped from {stats.median(before):.2f} before step "
-        f"{alert.since_step} to {now:.2f} and stays there"
+        else f"reward jumped from {stats.median(before):.2f} before step {since} to "
+        f"{now:.2f} and stays there"
     )
     return Verdict(
         climbing or level,
-        f"{detail}; faster than the run's history allows: inspect transcripts for reward "
-        "hacking",
+        f"{detail}; faster than the run's history allows: inspect transcripts for reward hacking",
     )
 
 

@@ -10,8 +10,10 @@ task_ids_G, ngram)`` reduces a batch of generations (all of them, trained or not
   ``rep_g = 1 - distinct n-grams / total n-grams``. N-grams are hashed to uint64 in
   one vectorised pass over the concatenated tokens (positions whose window would cross
   into the next generation are dropped); distinct (generation, hash) pairs are counted
-  after one sort of a packed uint64 key. A hash collision could merge two n-grams of
-  one completion; at the sizes of a completion the odds are negligible.
+  after one sort of a packed uint64 key per block of 256 generations (8 bits of local
+  generation id, the hash's top 56 bits). A hash collision could merge two n-grams of
+  one completion; at the sizes of a completion the odds are negligible, and since the
+  block size is fixed they do not depend on how many generations the batch holds.
 - distinct completions (needs tokens): one blake2b-64 hash per generation of its
   token ids as little-endian int64 (deterministic across processes, unlike
   ``hash()``), kept as ``hash -> set of task ids`` (``""`` when task ids are absent)
@@ -20,6 +22,12 @@ task_ids_G, ngram)`` reduces a batch of generations (all of them, trained or not
 ``finalize`` keys: see ``CompletionAgg.columns()``. ``top_completion_task_share`` is
 the largest share of the distinct tasks seen that share one completion (one answer
 fitting many tasks hints at hard-coding). Undefined figures are None.
+
+Exactness: a generation is the atomic unit and every per-generation figure depends on
+that generation alone. Lengths, counts, hashes and sets merge exactly; ``sum_rep`` is
+an exact sum (``rlstream.metrics.exact``) of the ``rep_g``. So ``merge`` is exactly
+associative and commutative and ``finalize`` is the same, bit for bit, whatever the
+split of the generations into batches and the merge order or tree.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from rlstream.metrics.exact import Exact, add, fixed_sum, ratio
 from rlstream.metrics.quantiles import CountHistogram
 from rlstream.metrics.tokens import generation_ids
 
@@ -37,6 +46,7 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _PRIME = np.uint64(0x100000001B3)
+_BLOCK_BITS = 8  # generations are deduplicated in blocks of 2**8 = 256
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -70,20 +80,32 @@ def ngram_hashes(
 def distinct_per_generation(gen: np.ndarray, h: np.ndarray, n_gen: int) -> np.ndarray:
     """Number of distinct hashes of each generation, from (gen, hash) pairs.
 
-    The generation id goes into the high bits of one uint64 sort key and the hash's
-    top bits fill the rest, so a single np.sort groups the pairs (much faster than a
-    lexsort). Only two n-grams of the same generation can collide, with odds about
-    m^2 / 2^(65 - bits(G)) for m n-grams: negligible.
+    ``gen`` must be non-decreasing (as ``ngram_hashes`` returns it). Generations are
+    taken in blocks of 256: the local generation id goes into the top 8 bits of one
+    uint64 sort key and the hash's top 56 bits fill the rest, so a single np.sort per
+    block groups the pairs (much faster than a lexsort). Only two n-grams of the same
+    generation can collide, with odds about m^2 / 2^57 for m n-grams: negligible, and
+    the same whichever batch the generation came in.
     """
+    out = np.zeros(n_gen, dtype=np.int64)
     if not gen.size:
-        return np.zeros(n_gen, dtype=np.int64)
-    gen_bits = max(1, int(n_gen - 1).bit_length())
-    shift = np.uint64(64 - gen_bits)
-    key = (gen.astype(np.uint64) << shift) | (h >> np.uint64(gen_bits))
-    key.sort()
-    new = np.ones(key.size, dtype=bool)
-    np.not_equal(key[1:], key[:-1], out=new[1:])
-    return np.bincount((key[new] >> shift).astype(np.int64), minlength=n_gen)
+        return out
+    shift = np.uint64(64 - _BLOCK_BITS)
+    block = 1 << _BLOCK_BITS
+    bounds = np.searchsorted(gen, np.arange(0, n_gen + block, block))
+    for b, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
+        if lo == hi:
+            continue
+        first = b * block
+        local = (gen[lo:hi] - first).astype(np.uint64)
+        key = (local << shift) | (h[lo:hi] >> np.uint64(_BLOCK_BITS))
+        key.sort()
+        new = np.ones(key.size, dtype=bool)
+        np.not_equal(key[1:], key[:-1], out=new[1:])
+        counts = np.bincount((key[new] >> shift).astype(np.int64), minlength=block)
+        stop = min(first + block, n_gen)
+        out[first:stop] = counts[: stop - first]
+    return out
 
 
 def completion_hash(tokens: np.ndarray) -> int:
@@ -99,7 +121,7 @@ class CompletionAgg:
     lengths: CountHistogram = field(default_factory=CountHistogram)
     n_truncated: int = 0
     n_rep: int = 0
-    sum_rep: float = 0.0
+    sum_rep: Exact = 0  # exact sum of rep_g (rlstream.metrics.exact)
     n_hashed: int = 0
     hashes: dict[int, set[str]] = field(default_factory=dict)
 
@@ -144,7 +166,7 @@ class CompletionAgg:
         distinct = distinct_per_generation(gen, h, n_gen)
         has = total > 0
         agg.n_rep = int(np.count_nonzero(has))
-        agg.sum_rep = float(np.sum(1.0 - distinct[has] / total[has]))
+        agg.sum_rep = fixed_sum(1.0 - distinct[has] / total[has])
 
         hashes: dict[int, set[str]] = {}
         for g in range(n_gen):  # one blake2b call per generation
@@ -162,7 +184,7 @@ class CompletionAgg:
             lengths=self.lengths.merge(other.lengths),
             n_truncated=self.n_truncated + other.n_truncated,
             n_rep=self.n_rep + other.n_rep,
-            sum_rep=self.sum_rep + other.sum_rep,
+            sum_rep=add(self.sum_rep, other.sum_rep),
             n_hashed=self.n_hashed + other.n_hashed,
             hashes=hashes,
         )
@@ -195,7 +217,7 @@ class CompletionAgg:
             "completion_len_p95": self.lengths.quantile(0.95),
             "completion_len_max": self.lengths.max(),
             "truncated_frac": self.n_truncated / n if n else None,
-            "repetition": self.sum_rep / self.n_rep if self.n_rep else None,
+            "repetition": ratio(self.sum_rep, self.n_rep) if self.n_rep else None,
             "distinct_completions": len(self.hashes) / self.n_hashed if self.n_hashed else None,
             "top_completion_task_share": share,
         }

@@ -14,10 +14,12 @@ Non-finite values (which validated inputs never carry) make the ``Exact`` a floa
 addition is itself associative and commutative, so the result stays split-independent.
 
 - ``fixed(x)``: one Python float as an ``Exact``;
-- ``fixed_sum(x_N)``: the exact sum of a float64 array, vectorised (two ``bincount``
-  passes over the values, keyed by binary exponent, on integer limbs small enough
-  that every float64 partial sum is an exact integer);
-- ``add(a, b)``, ``ratio(a, n)`` = ``a * 2**-1074 / n``, ``scaled(a)`` = the raw int.
+- ``fixed_sum(x_N)``: the exact sum of a float64 array, vectorised (``frexp``, then
+  two ``bincount`` passes keyed by binary exponent over integer limbs small enough
+  that every float64 partial sum is an exact integer); about 10x ``np.sum``, so the
+  aggregates apply it to per-generation partial sums, not to every token, where
+  they can;
+- ``add(a, b)`` and ``ratio(a, n)`` = ``a * 2**-1074 / n``, correctly rounded.
 """
 
 from __future__ import annotations
@@ -29,9 +31,8 @@ import numpy as np
 FRAC_BITS = 1074  # an Exact int counts units of 2**-FRAC_BITS
 _LIMB = 26  # mantissa (< 2**53) = hi * 2**26 + lo with hi < 2**27, lo < 2**26
 _CHUNK = 1 << 26  # at most 2**26 limbs < 2**27 per bin: partial sums stay < 2**53
-_MANT = np.uint64((1 << 52) - 1)
-_HIDDEN = np.uint64(1 << 52)
-_LO = np.uint64((1 << _LIMB) - 1)
+_TWO_27 = float(1 << (53 - _LIMB))
+_TWO_26 = float(1 << _LIMB)
 
 Exact = int | float
 
@@ -60,23 +61,26 @@ def fixed_sum(values: np.ndarray) -> Exact:
 def _fixed_sum_chunk(x: np.ndarray) -> int:
     if not x.size:
         return 0
-    bits = x.view(np.uint64)
-    biased = (bits >> np.uint64(52)).astype(np.int64) & 0x7FF
-    mant = bits & _MANT
-    normal = biased > 0
-    mant[normal] |= _HIDDEN
-    # |x| = mant * 2**(e - 1075) with e = max(biased, 1): mant << (e - 1) units.
-    exp = np.maximum(biased, 1)
-    sign = np.where(bits >> np.uint64(63), -1.0, 1.0)
-    hi = (mant >> np.uint64(_LIMB)).astype(np.float64) * sign
-    lo = (mant & _LO).astype(np.float64) * sign
+    # x = f * 2**e with 0.5 <= |f| < 1: the integer m = f * 2**53 splits exactly into
+    # limbs hi = trunc(f * 2**27) and lo = m - hi * 2**26, |hi| < 2**27, |lo| < 2**26.
+    lo, exp = np.frexp(x)
+    lo *= _TWO_27
+    hi = np.trunc(lo)
+    lo -= hi
+    lo *= _TWO_26
+    e_min = int(exp.min())
+    idx = (exp - e_min).astype(np.intp)
     # Each bin adds < 2**26 integers of magnitude < 2**27: every float64 partial sum
     # is an integer below 2**53, so the bin sums are exact whatever the order.
-    sum_hi = np.bincount(exp, weights=hi)
-    sum_lo = np.bincount(exp, weights=lo)
+    sum_hi = np.bincount(idx, weights=hi)
+    sum_lo = np.bincount(idx, weights=lo)
     total = 0
-    for e in np.flatnonzero((sum_hi != 0.0) | (sum_lo != 0.0)).tolist():
-        total += ((int(sum_hi[e]) << _LIMB) + int(sum_lo[e])) << (e - 1)
+    for i in np.flatnonzero((sum_hi != 0.0) | (sum_lo != 0.0)).tolist():
+        m = (int(sum_hi[i]) << _LIMB) + int(sum_lo[i])
+        # x = m * 2**(e - 53) = m << (e + 1021) units; a negative shift only occurs
+        # for subnormals, whose m is divisible by 2**-(e + 1021): >> is then exact.
+        shift = e_min + i + FRAC_BITS - 53
+        total += m << shift if shift >= 0 else m >> -shift
     return total
 
 
@@ -92,3 +96,19 @@ def ratio(a: Exact, n: int) -> float:
     if isinstance(a, float):
         return a / n
     return a / (int(n) << FRAC_BITS)
+
+
+def segment_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sum of each non-empty run of ``values``, the runs having lengths ``counts``.
+
+    ``np.add.reduceat`` reduces each run on its own, so a run's sum depends only on its
+    values and their order, never on where the run sits in ``values`` or on its
+    neighbours (tests/metrics pin this down). Empty runs are dropped.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
+    nonempty = counts > 0
+    if not nonempty.any():
+        return np.zeros(0, dtype=np.float64)
+    starts = (np.cumsum(counts) - counts)[nonempty]
+    return np.add.reduceat(values, starts)

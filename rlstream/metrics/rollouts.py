@@ -21,6 +21,14 @@ object; groups are merged by ``group_id`` because a group may be split across sh
   number or rate of the same name.
 
 Means are None when nothing was counted; counts are 0.
+
+Exactness: a record is the atomic unit. Every sum is exact: rewards and metadata
+numbers as ``rlstream.metrics.exact`` integers (units of 2**-1074), squared rewards as
+the exact squares of those integers (units of 2**-2148). Variances are then exact
+rationals (never below 0, so nothing needs clamping), rounded once; the group-std mean
+sums the per-group stds exactly. So ``merge`` is exactly associative and commutative
+and ``finalize`` is the same, bit for bit, whatever the split of the records into
+shards and the merge order or tree.
 """
 
 from __future__ import annotations
@@ -32,12 +40,16 @@ from typing import Any, Self
 
 import numpy as np
 
+from rlstream.metrics.exact import FRAC_BITS, Exact, add, fixed, ratio
 from rlstream.metrics.quantiles import CountHistogram
 
 
-def _var(n: int, s: float, ss: float) -> float:
-    mean = s / n
-    return max(0.0, ss / n - mean * mean)
+def _std(n: int, s: Exact, ss: Exact) -> float:
+    """ddof-0 std from the exact sum ``s`` and exact sum of squares ``ss``."""
+    if isinstance(s, float) or isinstance(ss, float):
+        return math.nan  # a non-finite reward (validated records carry none)
+    # var = ss / n - (s / n)^2 = (n ss - s^2) / n^2, in units of 2**-2148: exact, >= 0.
+    return math.sqrt((n * ss - s * s) / ((n * n) << (2 * FRAC_BITS)))
 
 
 def _flatten(meta: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -54,18 +66,18 @@ def _flatten(meta: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 def _add(a: dict, b: dict) -> dict:
     out = dict(a)
     for k, v in b.items():
-        out[k] = out.get(k, 0) + v
+        out[k] = add(out.get(k, 0), v)
     return out
 
 
 @dataclass(slots=True)
 class GroupStats:
-    """Per-group sums; ``rewarded`` counts attempts with a non-null reward."""
+    """Per-group exact sums; ``rewarded`` counts attempts with a non-null reward."""
 
     n: int = 0
     n_rewarded: int = 0
-    sum_r: float = 0.0
-    sumsq_r: float = 0.0
+    sum_r: Exact = 0
+    sumsq_r: Exact = 0  # Σ fixed(r)^2: units of 2**-2148
     n_trained: int = 0
     discards: Counter[str] = field(default_factory=Counter)
 
@@ -73,8 +85,8 @@ class GroupStats:
         return type(self)(
             n=self.n + other.n,
             n_rewarded=self.n_rewarded + other.n_rewarded,
-            sum_r=self.sum_r + other.sum_r,
-            sumsq_r=self.sumsq_r + other.sumsq_r,
+            sum_r=add(self.sum_r, other.sum_r),
+            sumsq_r=add(self.sumsq_r, other.sumsq_r),
             n_trained=self.n_trained + other.n_trained,
             discards=self.discards + other.discards,
         )
@@ -88,13 +100,13 @@ class RolloutAgg:
     n_attempts: int = 0
     n_trained: int = 0
     tr_n: int = 0
-    tr_sum: float = 0.0
-    tr_sumsq: float = 0.0
+    tr_sum: Exact = 0
+    tr_sumsq: Exact = 0
     all_n: int = 0
-    all_sum: float = 0.0
+    all_sum: Exact = 0
     discards: Counter[str] = field(default_factory=Counter)
     lag: CountHistogram = field(default_factory=CountHistogram)
-    meta_sum: dict[str, float] = field(default_factory=dict)
+    meta_sum: dict[str, Exact] = field(default_factory=dict)
     meta_num_n: dict[str, int] = field(default_factory=dict)
     meta_true: dict[str, int] = field(default_factory=dict)
     meta_bool_n: dict[str, int] = field(default_factory=dict)
@@ -118,19 +130,20 @@ class RolloutAgg:
             g.n += 1
             agg.n_attempts += 1
             if reward is not None:
-                reward = float(reward)
+                reward = fixed(reward)
+                square = reward * reward
                 g.n_rewarded += 1
-                g.sum_r += reward
-                g.sumsq_r += reward * reward
+                g.sum_r = add(g.sum_r, reward)
+                g.sumsq_r = add(g.sumsq_r, square)
                 agg.all_n += 1
-                agg.all_sum += reward
+                agg.all_sum = add(agg.all_sum, reward)
             if trained:
                 g.n_trained += 1
                 agg.n_trained += 1
                 if reward is not None:
                     agg.tr_n += 1
-                    agg.tr_sum += reward
-                    agg.tr_sumsq += reward * reward
+                    agg.tr_sum = add(agg.tr_sum, reward)
+                    agg.tr_sumsq = add(agg.tr_sumsq, square)
                 if r.get("policy_version") is not None:
                     lags.append(int(r["step"]) - int(r["policy_version"]))
             if reason is not None:
@@ -149,7 +162,7 @@ class RolloutAgg:
                 if not math.isfinite(value):
                     continue
                 self.meta_num_n[key] = self.meta_num_n.get(key, 0) + 1
-                self.meta_sum[key] = self.meta_sum.get(key, 0.0) + float(value)
+                self.meta_sum[key] = add(self.meta_sum.get(key, 0), fixed(value))
             elif isinstance(value, str):
                 self.meta_labels[f"{key}/{value}"] += 1
 
@@ -163,10 +176,10 @@ class RolloutAgg:
             n_attempts=self.n_attempts + other.n_attempts,
             n_trained=self.n_trained + other.n_trained,
             tr_n=self.tr_n + other.tr_n,
-            tr_sum=self.tr_sum + other.tr_sum,
-            tr_sumsq=self.tr_sumsq + other.tr_sumsq,
+            tr_sum=add(self.tr_sum, other.tr_sum),
+            tr_sumsq=add(self.tr_sumsq, other.tr_sumsq),
             all_n=self.all_n + other.all_n,
-            all_sum=self.all_sum + other.all_sum,
+            all_sum=add(self.all_sum, other.all_sum),
             discards=self.discards + other.discards,
             lag=self.lag.merge(other.lag),
             meta_sum=_add(self.meta_sum, other.meta_sum),
@@ -204,7 +217,7 @@ class RolloutAgg:
     def _metadata(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for k in sorted(self.meta_num_n):
-            out[k] = self.meta_sum[k] / self.meta_num_n[k]
+            out[k] = ratio(self.meta_sum[k], self.meta_num_n[k])
         for k in sorted(self.meta_bool_n):
             rate = self.meta_true[k] / self.meta_bool_n[k]
             out[f"{k}/true_rate" if k in out else k] = rate
@@ -213,12 +226,13 @@ class RolloutAgg:
         return out
 
     def finalize(self) -> dict[str, Any]:
-        # fsum: exact sum, so the result does not depend on the groups' merge order.
-        group_stds = [
-            math.sqrt(_var(g.n_rewarded, g.sum_r, g.sumsq_r))
-            for g in self.groups.values()
-            if g.n_rewarded
-        ]
+        # Each group's std depends only on its records; summed exactly, in any order.
+        n_std = 0
+        sum_std: Exact = 0
+        for g in self.groups.values():
+            if g.n_rewarded:
+                n_std += 1
+                sum_std = add(sum_std, fixed(_std(g.n_rewarded, g.sum_r, g.sumsq_r)))
 
         def family(prefix: str) -> int:
             return sum(c for r, c in self.discards.items() if r.split("/", 1)[0] == prefix)
@@ -226,14 +240,10 @@ class RolloutAgg:
         return {
             "attempts": self.n_attempts,
             "trained_attempts": self.n_trained,
-            "reward_mean": self.tr_sum / self.tr_n if self.tr_n else None,
-            "reward_std": math.sqrt(_var(self.tr_n, self.tr_sum, self.tr_sumsq))
-            if self.tr_n
-            else None,
-            "reward_mean_with_unusable": self.all_sum / self.all_n if self.all_n else None,
-            "reward_group_std_mean": math.fsum(group_stds) / len(group_stds)
-            if group_stds
-            else None,
+            "reward_mean": ratio(self.tr_sum, self.tr_n) if self.tr_n else None,
+            "reward_std": _std(self.tr_n, self.tr_sum, self.tr_sumsq) if self.tr_n else None,
+            "reward_mean_with_unusable": ratio(self.all_sum, self.all_n) if self.all_n else None,
+            "reward_group_std_mean": ratio(sum_std, n_std) if n_std else None,
             "groups": len(self.groups),
             "groups_trained": sum(1 for g in self.groups.values() if g.n_trained),
             "groups_no_variance": sum(1 for g in self.groups.values() if g.discards["no_variance"]),

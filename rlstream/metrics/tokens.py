@@ -3,9 +3,11 @@
 Contract
 --------
 ``TokenAgg.from_arrays(ls_T, lt_T, offsets_G1, trains_G)`` reduces one batch of
-concatenated generations (one step's, or any subset of it) to sums, counts, maxima
-and log-sum-exp terms. ``merge`` is associative and commutative up to float rounding
-and returns a new object; ``finalize`` turns the state into plain Python numbers.
+concatenated generations (one step's, or any subset of it) to counts, maxima, exact
+sums and one log-weight per trained generation. ``merge`` returns a new object and is
+exactly associative and commutative: ``finalize`` returns the same values, bit for
+bit, whatever the split of a step's generations into batches and whatever the merge
+order or tree (a generation is the atomic unit and is never split).
 
 Definitions (DESIGN.md section 3). T, the trained set, holds the tokens of generations
 whose attempt trained (``trains_G``) where both the sampler logprob ``ls`` and the
@@ -16,14 +18,23 @@ trainer logprob ``lt`` are finite (NaN marks a null logprob). On T:
 - k1 = ``ls - lt`` and k2 = ``(ls - lt)^2 / 2`` use the *unclamped* difference: they
   are plain moments of the log-ratio and the clamp only exists to keep exponentials
   finite, so k3, w and the ESS figures are the only ones computed from ``d``;
-- ``mismatch_ess = (Σw)^2 / (|T| Σw^2)``, evaluated as
-  ``exp(2 lse(d) - lse(2d) - ln|T|)`` so nothing overflows;
+- ``mismatch_ess = (Σw)^2 / (|T| Σw^2)``. With d clamped, w lies in [e^-20, e^20],
+  so Σw and Σw^2 are plain exact sums (no log space needed) and the ratio is
+  evaluated exactly, then rounded once;
 - ``mismatch_ess_seq``: the same with one weight per trained generation,
   ``log W_g = Σ d`` over the generation's tokens in T (generations with no token in T
-  carry no weight).
+  carry no weight). ``log W_g`` can reach ±20 × length, so the state keeps the sorted
+  ``log W_g`` values and ``finalize`` evaluates the ratio with every weight scaled by
+  ``exp(-max log W)``.
 
 The entropy estimate ``-mean(ls)`` uses every token with a finite ``ls``, trained or
 not: it describes the sampling policy.
+
+Exactness: every per-token quantity is first summed per generation (``np.add.reduceat``
+over the generation's own tokens, so the partial depends on nothing else in the
+batch), then the per-generation partials are summed exactly (``rlstream.metrics.exact``)
+into integers that merge by integer addition. Means are the exact sum divided by the
+count, correctly rounded. Maxima and counts are exact anyway.
 
 Every mean is None when its count is 0, never 0.
 """
@@ -31,27 +42,15 @@ Every mean is None when its count is 0, never 0.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 import numpy as np
 
+from rlstream.metrics.exact import FRAC_BITS, Exact, add, fixed_sum, ratio, segment_sums
+
 CLAMP = 20.0
 _NEG_INF = float("-inf")
-
-
-def logsumexp(x: np.ndarray) -> float:
-    """log(Σ exp(x)) without overflow; -inf for an empty array."""
-    if x.size == 0:
-        return _NEG_INF
-    m = float(np.max(x))
-    if not math.isfinite(m):
-        return m
-    return m + math.log(float(np.sum(np.exp(x - m))))
-
-
-def _logaddexp(a: float, b: float) -> float:
-    return float(np.logaddexp(a, b))
 
 
 def generation_ids(offsets_G1: np.ndarray, n_tokens: int) -> np.ndarray:
@@ -68,24 +67,47 @@ def generation_ids(offsets_G1: np.ndarray, n_tokens: int) -> np.ndarray:
     return np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
 
 
-@dataclass(slots=True)
+def _empty_f64() -> np.ndarray:
+    return np.zeros(0, dtype=np.float64)
+
+
+def _counts_per_generation(mask_T: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    cum = np.zeros(mask_T.size + 1, dtype=np.int64)
+    np.cumsum(mask_T, out=cum[1:])
+    return cum[offsets[1:]] - cum[offsets[:-1]]
+
+
+def ess(sum_w: Exact, sum_w2: Exact, n: int) -> float:
+    """(Σw)^2 / (n Σw^2) from exact sums, rounded once; capped at 1.
+
+    Cauchy-Schwarz bounds the value to [1/n, 1] for exact squares; the state sums the
+    rounded squares, so min() removes the rare excess of one ulp.
+    """
+    if isinstance(sum_w, float) or isinstance(sum_w2, float):
+        return math.nan  # unreachable with clamped weights: kept for totality
+    return min(1.0, (sum_w * sum_w) / ((int(n) * sum_w2) << FRAC_BITS))
+
+
+@dataclass(slots=True, eq=False)
 class TokenAgg:
-    """Mergeable sums over the trained tokens T and the sampled tokens of a batch."""
+    """Mergeable exact sums over the trained tokens T and the sampled tokens of a batch.
+
+    ``sum_*`` fields are ``rlstream.metrics.exact`` integers (units of 2**-1074);
+    ``sum_k2`` holds Σ(ls - lt)^2, halved at ``finalize``. ``log_w_g`` is sorted.
+    """
 
     n_trained: int = 0
-    sum_k3: float = 0.0
-    sum_k1: float = 0.0
-    sum_k2: float = 0.0
+    sum_k3: Exact = 0
+    sum_k1: Exact = 0
+    sum_k2: Exact = 0
     max_k3: float = _NEG_INF
-    max_w: float = 0.0  # exp(max d); 0 is neutral for a max over positive weights
+    max_d: float = _NEG_INF  # is_ratio_max = exp(max d)
     n_gt2: int = 0
-    lse_d: float = _NEG_INF
-    lse_2d: float = _NEG_INF
-    n_seq: int = 0
-    lse_W: float = _NEG_INF
-    lse_2W: float = _NEG_INF
+    sum_w: Exact = 0
+    sum_w2: Exact = 0
+    log_w_g: np.ndarray = field(default_factory=_empty_f64)
     n_sampled: int = 0
-    sum_neg_ls: float = 0.0
+    sum_neg_ls: Exact = 0
 
     @classmethod
     def empty(cls) -> Self:
@@ -107,12 +129,16 @@ class TokenAgg:
                 f"ls_T and lt_T must be 1-D of equal length; got {ls.shape}, {lt.shape}"
             )
         gen_T = generation_ids(offsets_G1, ls.size)
-        if trains.shape != (np.asarray(offsets_G1).size - 1,):
+        offsets = np.asarray(offsets_G1, dtype=np.int64)
+        if trains.shape != (offsets.size - 1,):
             raise ValueError(f"trains_G must have one entry per generation; got {trains.shape}")
 
         sampled = np.isfinite(ls)
         in_T = trains[gen_T] & sampled & np.isfinite(lt)
-        ls_t, lt_t, gen_t = ls[in_T], lt[in_T], gen_T[in_T]
+        # Boolean indexing keeps token order, so each generation's tokens in T stay one
+        # contiguous run: per-generation sums see only that generation's values.
+        n_T_g = _counts_per_generation(in_T, offsets)
+        ls_t, lt_t = ls[in_T], lt[in_T]
 
         raw = ls_t - lt_t
         d = np.clip(lt_t - ls_t, -CLAMP, CLAMP)
@@ -121,44 +147,58 @@ class TokenAgg:
         # than a property of the platform expm1 (it never fires with glibc).
         k3 = np.maximum(np.expm1(d) - d, 0.0)
 
-        has_tok = np.bincount(gen_t, minlength=trains.size) > 0
-        log_w_g = np.bincount(gen_t, weights=d, minlength=trains.size)[has_tok]
+        def total(values: np.ndarray) -> Exact:
+            return fixed_sum(segment_sums(values, n_T_g))
 
         n = int(d.size)
+        neg_ls = -ls[sampled]
         return cls(
             n_trained=n,
-            sum_k3=float(np.sum(k3)),
-            sum_k1=float(np.sum(raw)),
-            sum_k2=float(np.sum(raw * raw) / 2.0),
+            sum_k3=total(k3),
+            sum_k1=total(raw),
+            sum_k2=total(raw * raw),
             max_k3=float(np.max(k3)) if n else _NEG_INF,
-            max_w=float(np.exp(np.max(d))) if n else 0.0,
+            max_d=float(np.max(d)) if n else _NEG_INF,
             n_gt2=int(np.count_nonzero(w > 2.0)),
-            lse_d=logsumexp(d),
-            lse_2d=logsumexp(2.0 * d),
-            n_seq=int(log_w_g.size),
-            lse_W=logsumexp(log_w_g),
-            lse_2W=logsumexp(2.0 * log_w_g),
-            n_sampled=int(np.count_nonzero(sampled)),
-            sum_neg_ls=float(-np.sum(ls[sampled])),
+            sum_w=total(w),
+            sum_w2=total(w * w),
+            log_w_g=np.sort(segment_sums(d, n_T_g)),
+            n_sampled=int(neg_ls.size),
+            sum_neg_ls=fixed_sum(segment_sums(neg_ls, _counts_per_generation(sampled, offsets))),
         )
 
     def merge(self, other: Self) -> Self:
         return type(self)(
             n_trained=self.n_trained + other.n_trained,
-            sum_k3=self.sum_k3 + other.sum_k3,
-            sum_k1=self.sum_k1 + other.sum_k1,
-            sum_k2=self.sum_k2 + other.sum_k2,
+            sum_k3=add(self.sum_k3, other.sum_k3),
+            sum_k1=add(self.sum_k1, other.sum_k1),
+            sum_k2=add(self.sum_k2, other.sum_k2),
             max_k3=max(self.max_k3, other.max_k3),
-            max_w=max(self.max_w, other.max_w),
+            max_d=max(self.max_d, other.max_d),
             n_gt2=self.n_gt2 + other.n_gt2,
-            lse_d=_logaddexp(self.lse_d, other.lse_d),
-            lse_2d=_logaddexp(self.lse_2d, other.lse_2d),
-            n_seq=self.n_seq + other.n_seq,
-            lse_W=_logaddexp(self.lse_W, other.lse_W),
-            lse_2W=_logaddexp(self.lse_2W, other.lse_2W),
+            sum_w=add(self.sum_w, other.sum_w),
+            sum_w2=add(self.sum_w2, other.sum_w2),
+            log_w_g=np.sort(np.concatenate([self.log_w_g, other.log_w_g])),
             n_sampled=self.n_sampled + other.n_sampled,
-            sum_neg_ls=self.sum_neg_ls + other.sum_neg_ls,
+            sum_neg_ls=add(self.sum_neg_ls, other.sum_neg_ls),
         )
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(
+            np.array_equal(getattr(self, f), getattr(other, f))
+            if f == "log_w_g"
+            else getattr(self, f) == getattr(other, f)
+            for f in self.__slots__
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
+
+    @property
+    def n_seq(self) -> int:
+        """Trained generations with at least one token in T."""
+        return int(self.log_w_g.size)
 
     @staticmethod
     def columns() -> tuple[tuple[str, type], ...]:
@@ -193,21 +233,18 @@ class TokenAgg:
             "entropy_estimate": None,
         }
         if n:
-            out["mismatch_kl"] = self.sum_k3 / n
-            out["mismatch_k1"] = self.sum_k1 / n
-            out["mismatch_k2"] = self.sum_k2 / n
+            out["mismatch_kl"] = ratio(self.sum_k3, n)
+            out["mismatch_k1"] = ratio(self.sum_k1, n)
+            out["mismatch_k2"] = ratio(self.sum_k2, 2 * n)
             out["mismatch_kl_max"] = self.max_k3
-            out["mismatch_ess"] = _ess(self.lse_d, self.lse_2d, n)
-            out["is_ratio_max"] = self.max_w
+            out["mismatch_ess"] = ess(self.sum_w, self.sum_w2, n)
+            out["is_ratio_max"] = math.exp(self.max_d)
             out["is_frac_gt_2"] = self.n_gt2 / n
-        if self.n_seq:
-            out["mismatch_ess_seq"] = _ess(self.lse_W, self.lse_2W, self.n_seq)
+        if self.log_w_g.size:
+            # ESS is scale-free: divide every W_g by the largest one (exactly 1 after
+            # scaling) so nothing overflows. The sorted multiset makes this canonical.
+            x = np.exp(self.log_w_g - self.log_w_g[-1])
+            out["mismatch_ess_seq"] = ess(fixed_sum(x), fixed_sum(x * x), self.n_seq)
         if self.n_sampled:
-            out["entropy_estimate"] = self.sum_neg_ls / self.n_sampled
+            out["entropy_estimate"] = ratio(self.sum_neg_ls, self.n_sampled)
         return out
-
-
-def _ess(lse_w: float, lse_2w: float, n: int) -> float:
-    # Cauchy-Schwarz bounds the exact value to [1/n, 1]; min() only removes rounding
-    # excess, e.g. exp(1e-16) when all weights are equal.
-    return min(1.0, math.exp(2.0 * lse_w - lse_2w - math.log(n)))

@@ -18,6 +18,14 @@ upper bound was known). Keeping a count instead of a boolean flag leaves the emp
 aggregate neutral under ``merge``: the merged upper bound is reported only when every
 row had one. ``finalize`` gives ``entropy_topk_lb`` / ``entropy_topk_ub`` means, None
 when undefined.
+
+Exactness: the input carries no generation boundaries, so the atomic unit is a row.
+A row's bounds depend only on that row: its sums run column by column, left to right,
+so the NaN padding a batch adds to reach its widest row only appends exact ``+ 0``
+terms (a row-wise ``np.sum`` would regroup with the width). The per-row bounds are
+then summed exactly (``rlstream.metrics.exact``), so ``merge`` is exactly associative
+and commutative and ``finalize`` (exact sum / count, rounded once) is the same, bit
+for bit, whatever the split of the rows into batches and the merge order or tree.
 """
 
 from __future__ import annotations
@@ -27,15 +35,17 @@ from typing import Any, Self
 
 import numpy as np
 
+from rlstream.metrics.exact import Exact, add, fixed_sum, ratio
+
 
 @dataclass(slots=True)
 class TopKEntropyAgg:
-    """Sums of per-token top-k entropy bounds."""
+    """Exact sums (``rlstream.metrics.exact`` integers) of per-token top-k entropy bounds."""
 
     n: int = 0
-    sum_lb: float = 0.0
+    sum_lb: Exact = 0
     n_ub: int = 0
-    sum_ub: float = 0.0
+    sum_ub: Exact = 0
 
     @classmethod
     def empty(cls) -> Self:
@@ -49,27 +59,35 @@ class TopKEntropyAgg:
         finite = np.isfinite(lp)
         k_T = finite.sum(axis=1)
         rows = k_T > 0
-        lp, finite, k_T = lp[rows], finite[rows], k_T[rows]
-        lp0 = np.where(finite, lp, 0.0)
-        p = np.where(finite, np.exp(lp0), 0.0)
-        tau = np.maximum(0.0, 1.0 - p.sum(axis=1))
-        # -p ln p written as -p * lp: lp is the exact log, exp/log would lose digits.
+        # Column-major copies: the column loop below then reads contiguous memory.
+        lp_KT = np.asfortranarray(lp[rows]).T
+        finite_KT = np.asfortranarray(finite[rows]).T
+        k_T = k_T[rows]
+        n = int(k_T.size)
+        sum_p = np.zeros(n)
+        sum_plp = np.zeros(n)
+        for lp_j, ok_j in zip(lp_KT, finite_KT, strict=True):  # loop over k, not tokens
+            lp0 = np.where(ok_j, lp_j, 0.0)
+            p = np.where(ok_j, np.exp(lp0), 0.0)
+            sum_p += p
+            # -p ln p written as -p * lp: lp is the exact log, exp/log would lose digits.
+            sum_plp += p * lp0
+        tau = np.maximum(0.0, 1.0 - sum_p)
         tail = np.where(tau > 0.0, tau * np.log(np.where(tau > 0.0, tau, 1.0)), 0.0)
-        lb = -(p * lp0).sum(axis=1) - tail
-        n = int(lb.size)
-        agg = cls(n=n, sum_lb=float(lb.sum()))
+        lb = -sum_plp - tail
+        agg = cls(n=n, sum_lb=fixed_sum(lb))
         if vocab_size is not None:
             room = np.maximum(int(vocab_size) - k_T, 1).astype(np.float64)
             agg.n_ub = n
-            agg.sum_ub = float((lb + tau * np.log(room)).sum())
+            agg.sum_ub = fixed_sum(lb + tau * np.log(room))
         return agg
 
     def merge(self, other: Self) -> Self:
         return type(self)(
             n=self.n + other.n,
-            sum_lb=self.sum_lb + other.sum_lb,
+            sum_lb=add(self.sum_lb, other.sum_lb),
             n_ub=self.n_ub + other.n_ub,
-            sum_ub=self.sum_ub + other.sum_ub,
+            sum_ub=add(self.sum_ub, other.sum_ub),
         )
 
     @staticmethod
@@ -78,6 +96,6 @@ class TopKEntropyAgg:
         return (("entropy_topk_lb", float), ("entropy_topk_ub", float))
 
     def finalize(self) -> dict[str, Any]:
-        lb = self.sum_lb / self.n if self.n else None
-        ub = self.sum_ub / self.n if self.n and self.n_ub == self.n else None
+        lb = ratio(self.sum_lb, self.n) if self.n else None
+        ub = ratio(self.sum_ub, self.n) if self.n and self.n_ub == self.n else None
         return {"entropy_topk_lb": lb, "entropy_topk_ub": ub}

@@ -60,6 +60,10 @@ def analyze_local(
 ) -> list[RunState]:
     """Analyze every run under `roots` to the end of what exists; write under `out`."""
     cfg = cfg or PipelineConfig()
+    if not hooks:
+        from rlstream.pipeline.verdicts import health_hooks
+
+        hooks = health_hooks()
     group = build_group(roots, out, cfg, **hooks)
     run = local_executor(group.storage)
     now = time.time()

@@ -158,6 +158,20 @@ class Fleet:
             ray.kill(a)
 
 
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM (Kubernetes, `timeout`, systemd) stops like Ctrl-C: after a final commit."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run(
     roots: Sequence[str],
     out: str,
@@ -170,7 +184,12 @@ def run(
     exit_when_finished: bool = False,
 ) -> list[dict[str, Any]]:
     """Run analyze (watch=False) or watch on Ray; returns per-run summaries."""
+    if hooks_factory is None:
+        from rlstream.pipeline.verdicts import health_hooks
+
+        hooks_factory = health_hooks
     started = connect(rt.ray)
+    _sigterm_as_interrupt()
     fleet = None
     progress = Progress(progress_out or sys.stderr, enabled=progress_out is not None or watch)
     try:

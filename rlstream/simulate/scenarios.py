@@ -161,7 +161,7 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     elif name == "low_ess":
         k.out_frac = 0.06 * _ramp(steps, onset, steps - onset)
     elif name == "stale_rollouts":
-        k.lag_scale = k.lag_scale + (plan.max_steps_off_policy + 1.0 - k.lag_scale) * r
+        k.lag_scale = k.lag_scale + (plan.max_steps_off_policy + 0.5 - k.lag_scale) * r
     elif name == "reward_too_fast":
         k.skill = k.skill + 4.5 * _ramp(steps, onset, 4)
     elif name == "degenerate_outputs":

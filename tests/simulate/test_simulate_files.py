@@ -11,6 +11,7 @@ import pytest
 from rlstream.simulate import SCENARIOS, SimConfig, simulate
 from rlstream.simulate.cli import config_from_args, main
 from tests.simulate import simreader as rd
+from tests.simulate.conftest import SEED
 
 ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
@@ -46,7 +47,7 @@ def _fields(cfg: SimConfig) -> dict:
 
 def test_every_scenario_writes_all_files_and_a_label(all_scenarios: Path) -> None:
     lab = labels(all_scenarios)
-    assert lab["format_version"] == 1 and lab["seed"] == 7
+    assert lab["format_version"] == 1 and lab["seed"] == SEED
     assert [r["scenario"] for r in lab["runs"]] == list(SCENARIOS)
     for i, r in enumerate(lab["runs"]):
         assert r["run"] == f"run-{i:03d}-{r['scenario']}"
@@ -62,7 +63,7 @@ def test_every_scenario_writes_all_files_and_a_label(all_scenarios: Path) -> Non
         elif r["scenario"] in ("tasks_too_hard", "tasks_too_easy"):
             assert (r["onset_step"], r["expected_codes"]) == (0, [r["scenario"]])
         else:
-            assert 8 <= r["onset_step"] <= 16  # 40% of 30 steps +- 8%
+            assert 7 <= r["onset_step"] <= 12  # 40% of 24 steps +- 8%
             assert r["expected_codes"] == [r["scenario"]]
 
 
@@ -71,7 +72,7 @@ def test_run_json_config_and_finish(all_scenarios: Path) -> None:
         d = all_scenarios / r["run"]
         run = orjson.loads((d / "run.json").read_bytes())
         cfg = run["config"]
-        assert cfg["training"]["max_steps"] == 30
+        assert cfg["training"]["max_steps"] == 24
         assert set(cfg) == {"training", "rollout", "sampling", "output", "model"}
         assert cfg["model"]["vocab_size"] == 32000
         steps = rd.steps(d)
@@ -79,7 +80,7 @@ def test_run_json_config_and_finish(all_scenarios: Path) -> None:
             assert "finished_at" not in run
             assert [s["step"] for s in steps] == list(range(r["onset_step"]))
         else:
-            assert [s["step"] for s in steps] == list(range(30))
+            assert [s["step"] for s in steps] == list(range(24))
             assert run["finished_at"] > steps[-1]["time"] > run["created_at"]
 
 

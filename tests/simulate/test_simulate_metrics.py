@@ -145,11 +145,11 @@ def test_tasks_too_hard_and_too_easy_from_step_zero(all_scenarios: Path) -> None
     assert np.mean(rd.series(hard, "discard/groups/no_variance")) >= 2.5  # of 4 groups
     assert np.nanmean(rd.series(hard, "reward/mean_with_unusable")) < 0.1
     assert np.mean(rd.series(easy, "discard/groups/no_variance")) >= 2.5
-    assert np.nanmean(rd.series(easy, "reward/mean_with_unusable")) > 0.9
+    assert np.nanmean(rd.series(easy, "reward/mean_with_unusable")) > 0.85
 
 
 def _failures(d: Path, family: str) -> np.ndarray:
-    out = np.zeros(30)
+    out = np.zeros(24)
     for s in rd.steps(d):
         out[s["step"]] = sum(v for k, v in s.items() if k.startswith(f"discard/rollouts/{family}/"))
     return out
@@ -181,7 +181,8 @@ def test_stale_rollouts(all_scenarios: Path) -> None:
     at = onset(all_scenarios, "stale_rollouts")
     stale = np.nan_to_num(rd.series(d, "discard/rollouts/stale"))
     assert stale[at + 5 :].mean() > 3 * max(stale[:at].mean(), 0.5)
-    assert np.nanmean(rd.series(d, "freshness/lag_mean")[-5:]) > 1.0
+    lag = rd.series(d, "freshness/lag_mean")
+    assert np.nanmean(lag[at + 5 :]) > max(1.0, np.nanmean(lag[:at]) + 0.4)
 
 
 def test_lengths_explode_and_collapse(all_scenarios: Path) -> None:
@@ -218,7 +219,9 @@ def test_metric_disagreement_only_after_onset(all_scenarios: Path) -> None:
     differs = set()
     for s in rd.steps(d):
         for key in ("reward/mean", "train/mismatch_kl"):
-            if key in s and abs(s[key] - again[s["step"]][key]) > 1e-9:
+            # The buggy reward/mean even exists at steps where nothing trained.
+            mine = again[s["step"]].get(key)
+            if key in s and (mine is None or abs(s[key] - mine) > 1e-9):
                 differs.add((s["step"], key))
     assert differs and min(step for step, _ in differs) >= at
     assert {key for _, key in differs} == {"reward/mean", "train/mismatch_kl"}

@@ -1,0 +1,53 @@
+"""Bridge from final step rows to health verdicts: the pipeline's health hook.
+
+`HealthFold` is called by `RunGroup.poll` for every run on every poll with the rows
+that just became final (maybe none). It folds them through the pure rules of
+`rlstream.health`, evaluates `stalled` against the clock, stores the health state in
+the run state (so it is checkpointed with everything else), sets the run's status,
+findings and firing codes, and returns the transitions as `alerts` events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from rlstream.health import (
+    DEFAULT_RULES,
+    RulesConfig,
+    RunContext,
+    check_time,
+    findings,
+    fold_step,
+    new_state,
+    run_status,
+)
+from rlstream.pipeline.state import RunState, is_finished
+
+
+class HealthFold:
+    """Picklable health hook bound to one rules config."""
+
+    def __init__(self, rules: RulesConfig = DEFAULT_RULES) -> None:
+        self.rules = rules
+
+    def __call__(self, state: RunState, rows: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+        ctx = RunContext(state.run_id, state.config, is_finished(state))
+        hs = state.health if state.health is not None else new_state(self.rules, state.run_id)
+        transitions = []
+        for row in rows:
+            hs, tr = fold_step(hs, row, ctx, self.rules)
+            transitions.extend(tr)
+        hs, tr = check_time(hs, now, state.last_activity, ctx, self.rules)
+        transitions.extend(tr)
+        state.health = hs
+        state.status = run_status(hs, ctx)
+        current = findings(hs)
+        state.findings = [asdict(f) for f in current]
+        state.firing = [f.code for f in current if f.state == "firing"]
+        return [{"run_id": state.run_id, **asdict(t)} for t in transitions]
+
+
+def health_hooks(rules: RulesConfig = DEFAULT_RULES) -> dict[str, Any]:
+    """Keyword arguments for `RunGroup` that turn health verdicts on."""
+    return {"health": HealthFold(rules)}
