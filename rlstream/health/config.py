@@ -213,8 +213,10 @@ class RewardTooFast(RuleConfig):
     """...with the median of this many steps before it."""
     rise_min: float = 0.15
     """The rise beyond the earlier trend must reach this..."""
-    z: float = 4.0
+    z: float = 4.5
     """...and this many standard errors (from the reward's step noise, MAD)."""
+    min_rows: int = 60
+    """Rows of history needed first: early learning is legitimately fast."""
 
 
 @dataclass(frozen=True)
@@ -285,7 +287,7 @@ class NoisyReward(RuleConfig):
 
     for_steps: int = 8
     clear_steps: int = 8
-    k_expected: float = 2.5
+    k_expected: float = 3.0
     """Step-to-step noise at or above this many times the sampling noise expected from
     the step's attempt count, sqrt(p(1-p)/n)..."""
     ratio: float = 2.0
@@ -307,7 +309,7 @@ class HeldoutGap(RuleConfig):
     """Training reward must rise at least this over the eval points' span..."""
     eval_share_max: float = 0.25
     """...while eval rises by at most this share of the training rise..."""
-    gap_min: float = 0.2
+    gap_min: float = 0.15
     """...and the train-eval gap widens by at least this..."""
     noise_k: float = 3.0
     """...and by this many times the gap's own noise (MAD around its trend)."""

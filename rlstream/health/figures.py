@@ -88,7 +88,12 @@ def extract(row: dict[str, Any]) -> dict[str, float]:
     f["groups"] = groups
     f["groups_trained"] = trained
     f["no_variance"] = nv
-    f["unusable"] = None if nv is None else nv + (small or 0.0)
+    # Unusable groups: every group that did not train (no_variance, group_too_small,
+    # stale) when the totals are known, else the two reported discard counts.
+    if groups is not None and trained is not None:
+        f["unusable"] = max(groups - trained, 0.0)
+    else:
+        f["unusable"] = None if nv is None else nv + (small or 0.0)
     f["no_variance_frac"] = _share(nv, groups)
 
     rf = _first(g("discard_rollout_failed"), _sum_prefix(other, ROLLOUT_FAILED))

@@ -346,7 +346,7 @@ def reward_too_fast(
     v: View, c: C.RewardTooFast, ctx: Ctx, active: bool, row: dict
 ) -> Verdict | None:
     steps, ys = v.series("reward_all")
-    if len(ys) < c.short_steps + c.long_steps:
+    if len(ys) < c.short_steps + c.long_steps or v.n_rows < c.min_rows:
         return None
     xs_b, b = (
         steps[-c.short_steps - c.long_steps : -c.short_steps],

@@ -2,9 +2,12 @@
 
 Every aggregate here is a plain picklable dataclass with ``empty()``, a constructor
 from one batch (``from_arrays`` / ``from_records`` / ``from_values``), ``merge`` (new
-object; associative and commutative up to float rounding) and ``finalize`` (plain
-Python numbers, None where undefined). Nothing in this package imports ray, fsspec or
-any other part of rlstream: the I/O that feeds it lives elsewhere.
+object; exactly associative and commutative) and ``finalize`` (plain Python numbers,
+None where undefined). ``finalize`` returns the same values, bit for bit (``==``),
+whatever the split of the input into batches (along generations, rows or records)
+and whatever the merge order or tree: sums are kept exact (``exact.py``), counts,
+maxima, sets and histograms are exact by nature. Nothing in this package imports
+ray, fsspec or any other part of rlstream: the I/O that feeds it lives elsewhere.
 """
 
 from rlstream.metrics.completions import CompletionAgg

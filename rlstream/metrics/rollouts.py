@@ -10,7 +10,7 @@ object; groups are merged by ``group_id`` because a group may be split across sh
 - rewards: over trained attempts (``reward_mean``, ``reward_std`` with ddof 0) and over
   every attempt with a non-null reward (``reward_mean_with_unusable``);
 - ``reward_group_std_mean``: mean over groups with at least one non-null reward of the
-  group's ddof-0 reward std (variance from sums of squares, rounding below 0 clamped);
+  group's ddof-0 reward std (variance from exact sums and sums of squares);
 - groups: total, with a trained attempt, carrying ``no_variance`` / ``group_too_small``;
 - discards: counts by full reason (``"rollout_failed/timeout"``) and by family;
 - lag: exact histogram of ``step - policy_version`` over trained, versioned attempts;

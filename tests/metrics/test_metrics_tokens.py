@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlstream.metrics.tokens import TokenAgg
+from tests.metrics.merging import assert_identical, merge_tree, split_plans
 
 NAN = float("nan")
 MISMATCH_KEYS = (
@@ -228,30 +229,63 @@ def test_nulls_and_untrained_generations_do_not_change_mismatch(gens, extra, rnd
     assert_close(build(noisy).finalize(), base, keys=MISMATCH_KEYS)
 
 
-@settings(max_examples=200, deadline=None)
-@given(gens_strategy(max_gens=12), st.integers(1, 5), st.randoms(use_true_random=False))
-def test_merge_of_any_split_in_any_order_equals_whole(gens, n_shards, rnd) -> None:
-    shards: list[list[Gen]] = [[] for _ in range(n_shards)]
-    for g in gens:  # non-contiguous: each generation to a random shard
-        shards[rnd.randrange(n_shards)].append(g)
-    aggs = [build(s) for s in shards]
-    rnd.shuffle(aggs)
-    merged = TokenAgg.empty()
-    for a in aggs:
-        merged = merged.merge(a) if rnd.random() < 0.5 else a.merge(merged)
-    assert_close(merged.finalize(), build(gens).finalize(), abs_=1e-9)
+# --- exact merges ------------------------------------------------------------------
 
 
-def test_merge_is_associative_and_does_not_mutate() -> None:
+@settings(max_examples=300, deadline=None)
+@given(gens_strategy(max_gens=12), st.data())
+def test_any_split_any_merge_tree_is_exactly_the_whole(gens: list[Gen], data) -> None:
+    shards, shape, rnd = data.draw(split_plans(len(gens)))
+    aggs = [build([gens[i] for i in shard]) for shard in shards]
+    merged = merge_tree(aggs, TokenAgg.empty(), shape, rnd)
+    whole = build(gens)
+    assert_identical(merged.finalize(), whole.finalize())
+    assert merged == whole  # the state itself is canonical
+
+
+def test_live_polls_and_restarts_match_one_batch_bit_for_bit() -> None:
+    # A realistic step: 600 generations with wide-ranging lengths and logprobs,
+    # folded one poll at a time (1-7 generations), in a balanced tree of
+    # checkpoints, and in one batch: all three rows are identical.
+    rng = np.random.default_rng(11)
+    lens = rng.integers(0, 400, 600)
+    offsets = np.zeros(lens.size + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    ls = -rng.exponential(2.0, offsets[-1]) * 10.0 ** rng.integers(-6, 2, offsets[-1])
+    lt = ls + rng.normal(0.0, 0.3, ls.size)
+    ls[rng.random(ls.size) < 0.02] = NAN
+    lt[rng.random(ls.size) < 0.05] = NAN
+    trains = rng.random(lens.size) < 0.8
+
+    def batch(g0: int, g1: int) -> TokenAgg:
+        a, b = offsets[g0], offsets[g1]
+        return TokenAgg.from_arrays(ls[a:b], lt[a:b], offsets[g0 : g1 + 1] - a, trains[g0:g1])
+
+    whole = batch(0, lens.size)
+    cuts = [0]
+    while cuts[-1] < lens.size:
+        cuts.append(min(lens.size, cuts[-1] + int(rng.integers(1, 8))))
+    polls = [batch(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    live = TokenAgg.empty()
+    for p in polls:
+        live = live.merge(p)
+    restarted = merge_tree(polls, TokenAgg.empty(), "balanced", None)
+    for other in (live, restarted):
+        assert_identical(other.finalize(), whole.finalize())
+        assert other == whole
+
+
+def test_merge_is_associative_commutative_and_does_not_mutate() -> None:
     a = build([(True, [(-1.0, -1.5), (-2.0, -0.5)])])
     b = build([(True, [(-0.1, -3.0)]), (False, [(-2.0, -2.0)])])
     c = build([(True, [(-4.0, -4.5)])])
     before = (a.finalize(), b.finalize())
     left, right = a.merge(b).merge(c), a.merge(b.merge(c))
-    assert_close(left.finalize(), right.finalize())
-    assert_close(b.merge(a).finalize(), a.merge(b).finalize())
+    assert left == right and left.finalize() == right.finalize()
+    assert b.merge(a) == a.merge(b)
     assert (a.finalize(), b.finalize()) == before
     assert a.merge(TokenAgg.empty()) == a
+    assert a.merge(b).log_w_g is not a.log_w_g
 
 
 def test_pickle_round_trip() -> None:
@@ -259,6 +293,7 @@ def test_pickle_round_trip() -> None:
     b = pickle.loads(pickle.dumps(a))
     assert b == a and b is not a
     assert b.finalize() == a.finalize()
+    assert a != build([(True, [(-1.0, -1.25)])])
 
 
 def test_many_tokens_vectorised() -> None:
