@@ -117,7 +117,9 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
     for lab in labels:
         st = by_id[lab.run_id]
         rs = sorted(rows[lab.run_id], key=lambda r: r["step"])
-        out.append(RunData(lab.run_id, lab.scenario, lab.onset_step, st.config, is_finished(st), rs))
+        out.append(
+            RunData(lab.run_id, lab.scenario, lab.onset_step, st.config, is_finished(st), rs)
+        )
     return out
 
 
@@ -170,7 +172,12 @@ def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
             note(tr)
             if tr:
                 interval_steps = i / 4
-                fires[-1] = (fires[-1][0], fires[-1][1], state.last_step + round(interval_steps), fires[-1][3])
+                fires[-1] = (
+                    fires[-1][0],
+                    fires[-1][1],
+                    state.last_step + round(interval_steps),
+                    fires[-1][3],
+                )
                 break
     first: dict[str, int] = {}
     early: set[str] = set()
@@ -209,7 +216,12 @@ def report(results: list[RunResult], steps: int) -> tuple[str, dict[str, Any]]:
             + (", ".join(f"{s} ({n})" for s, n in elsewhere.most_common(3)) or "-")
             + " |"
         )
-        summary[code] = {"recall": recall, "precision": precision, "lead": lead, "elsewhere": dict(elsewhere)}
+        summary[code] = {
+            "recall": recall,
+            "precision": precision,
+            "lead": lead,
+            "elsewhere": dict(elsewhere),
+        }
     fa = sum(r.loud_episodes for r in healthy)
     per_run = fa / len(healthy) if healthy else float("nan")
     loud = Counter(c for r in healthy for c in r.loud_codes)
@@ -225,7 +237,9 @@ def report(results: list[RunResult], steps: int) -> tuple[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.detectors", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m bench.detectors", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[101, 102, 103])
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--healthy", type=int, default=20, help="extra healthy runs per seed")
@@ -242,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
 
     batches = []
     for seed in args.seeds:
-        common = dict(steps=args.steps, tokens=args.tokens, groups=args.groups, group_size=args.group_size)
+        common = dict(
+            steps=args.steps, tokens=args.tokens, groups=args.groups, group_size=args.group_size
+        )
         batches.append(Batch(seed, "suite", args.per_scenario, **common))
         half = args.healthy // 2
         if half:

@@ -309,7 +309,7 @@ class HeldoutGap(RuleConfig):
     """Training reward must rise at least this over the eval points' span..."""
     eval_share_max: float = 0.25
     """...while eval rises by at most this share of the training rise..."""
-    gap_min: float = 0.15
+    gap_min: float = 0.2
     """...and the train-eval gap widens by at least this..."""
     noise_k: float = 3.0
     """...and by this many times the gap's own noise (MAD around its trend)."""

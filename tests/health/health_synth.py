@@ -105,8 +105,13 @@ def _ramp(i: int, onset: int, length: int = 10) -> float:
 
 def _set(row: dict[str, Any], **kv: Any) -> dict[str, Any]:
     row.update(kv)
-    for k in ("reward_mean", "reward_group_std_mean", "groups_no_variance", "mismatch_kl",
-              "entropy_estimate"):
+    for k in (
+        "reward_mean",
+        "reward_group_std_mean",
+        "groups_no_variance",
+        "mismatch_kl",
+        "entropy_estimate",
+    ):
         row["reported_" + k] = row[k]
     return row
 
@@ -114,18 +119,36 @@ def _set(row: dict[str, Any], **kv: Any) -> dict[str, Any]:
 def _no_signal(i, onset, row):
     if i < onset:
         return row
-    return _set(row, reward_group_std_mean=0.004, reward_mean_with_unusable=0.12, reward_mean=0.12,
-                groups_no_variance=GROUPS - 1, groups_trained=1)
+    return _set(
+        row,
+        reward_group_std_mean=0.004,
+        reward_mean_with_unusable=0.12,
+        reward_mean=0.12,
+        groups_no_variance=GROUPS - 1,
+        groups_trained=1,
+    )
 
 
 def _too_hard(i, onset, row):
-    return _set(row, reward_group_std_mean=0.01, reward_mean_with_unusable=0.02, reward_mean=0.3,
-                groups_no_variance=GROUPS if i % 3 else GROUPS - 1, groups_trained=0 if i % 3 else 1)
+    return _set(
+        row,
+        reward_group_std_mean=0.01,
+        reward_mean_with_unusable=0.02,
+        reward_mean=0.3,
+        groups_no_variance=GROUPS if i % 3 else GROUPS - 1,
+        groups_trained=0 if i % 3 else 1,
+    )
 
 
 def _too_easy(i, onset, row):
-    return _set(row, reward_group_std_mean=0.01, reward_mean_with_unusable=0.98, reward_mean=0.8,
-                groups_no_variance=GROUPS if i % 3 else GROUPS - 1, groups_trained=0 if i % 3 else 1)
+    return _set(
+        row,
+        reward_group_std_mean=0.01,
+        reward_mean_with_unusable=0.98,
+        reward_mean=0.8,
+        groups_no_variance=GROUPS if i % 3 else GROUPS - 1,
+        groups_trained=0 if i % 3 else 1,
+    )
 
 
 def _mastered(i, onset, row):
@@ -133,8 +156,13 @@ def _mastered(i, onset, row):
         return row
     r = _ramp(i, onset, 20)
     nv = round(1 + 3 * r)
-    return _set(row, reward_mean_with_unusable=0.6 + 0.37 * r, reward_mean=0.6 + 0.3 * r,
-                groups_no_variance=nv, groups_trained=GROUPS - nv)
+    return _set(
+        row,
+        reward_mean_with_unusable=0.6 + 0.37 * r,
+        reward_mean=0.6 + 0.3 * r,
+        groups_no_variance=nv,
+        groups_trained=GROUPS - nv,
+    )
 
 
 def _streak(i, onset, row):
@@ -161,7 +189,9 @@ def _out_of_room(i, onset, row):
 
 
 def _kl(i, onset, row):
-    return row if i < onset else _set(row, mismatch_kl=row["mismatch_kl"] + 0.02 * _ramp(i, onset, 30))
+    return (
+        row if i < onset else _set(row, mismatch_kl=row["mismatch_kl"] + 0.02 * _ramp(i, onset, 30))
+    )
 
 
 def _ess(i, onset, row):
@@ -178,8 +208,11 @@ def _too_fast(i, onset, row):
     if i < onset:
         return row
     bump = 0.5 * _ramp(i, onset, 5)
-    return _set(row, reward_mean=_clip(row["reward_mean"] + bump),
-                reward_mean_with_unusable=_clip(row["reward_mean_with_unusable"] + bump))
+    return _set(
+        row,
+        reward_mean=_clip(row["reward_mean"] + bump),
+        reward_mean_with_unusable=_clip(row["reward_mean_with_unusable"] + bump),
+    )
 
 
 def _degenerate(i, onset, row):
@@ -193,8 +226,12 @@ def _collapse(i, onset, row):
     if i < onset:
         return row
     r = _ramp(i, onset, 20)
-    return _set(row, entropy_estimate=0.8 - 0.7 * r, repetition=0.03 + 0.5 * r,
-                distinct_completions=0.95 - 0.6 * r)
+    return _set(
+        row,
+        entropy_estimate=0.8 - 0.7 * r,
+        repetition=0.03 + 0.5 * r,
+        distinct_completions=0.95 - 0.6 * r,
+    )
 
 
 def _too_high(i, onset, row):
@@ -209,13 +246,17 @@ def _explosion(i, onset, row):
 
 
 def _length_collapse(i, onset, row):
-    return row if i < onset else _set(row, completion_len_mean=24 * math.exp(-1.6 * _ramp(i, onset, 20)))
+    return (
+        row
+        if i < onset
+        else _set(row, completion_len_mean=24 * math.exp(-1.6 * _ramp(i, onset, 20)))
+    )
 
 
 def _noisy(i, onset, row):
     if i < onset:
         return row
-    shift = random.Random(i * 7919).gauss(0, 0.3)
+    shift = random.Random(i * 7919).gauss(0, 0.45)
     r = _clip(row["reward_mean_with_unusable"] + shift)
     return _set(row, reward_mean=r, reward_mean_with_unusable=r)
 

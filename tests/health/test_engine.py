@@ -164,7 +164,7 @@ def test_missing_rules_file_is_a_config_error(tmp_path):
 
 def test_disabled_rule_never_fires():
     cfg = rules_from_dict({"degenerate_outputs": {"enabled": False}})
-    state, tr = fold_all(rows(130, "degenerate_outputs", onset=60), cfg=cfg)
+    _, tr = fold_all(rows(130, "degenerate_outputs", onset=60), cfg=cfg)
     assert not [t for t in tr if t.code == "degenerate_outputs"]
 
 
@@ -181,7 +181,9 @@ def test_every_field_is_documented():
                         f"{node.name}.{stmt.target.id} lacks a docstring"
                     )
     for f in dataclasses.fields(RulesConfig):
-        assert f.name == "history" or issubclass(f.type if isinstance(f.type, type) else RuleConfig, RuleConfig)
+        assert f.name == "history" or issubclass(
+            f.type if isinstance(f.type, type) else RuleConfig, RuleConfig
+        )
 
 
 def test_health_is_pure():

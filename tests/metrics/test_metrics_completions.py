@@ -11,7 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlstream.metrics.completions import CompletionAgg, completion_hash
+from rlstream.metrics.completions import (
+    CompletionAgg,
+    completion_hash,
+    distinct_per_generation,
+    ngram_hashes,
+)
+from tests.metrics.merging import assert_identical, merge_tree, split_plans
 
 
 def build(seqs: list[list[int]], tasks: list[str] | None = None, ngram: int = 4, truncated=None):
@@ -101,31 +107,60 @@ def test_completion_hash_is_stable_blake2b_of_le_int64() -> None:
     assert completion_hash(np.array([1, 2, 3])) != completion_hash(np.array([3, 2, 1]))
 
 
-@settings(max_examples=100, deadline=None)
+def agg_of(gens: list[tuple[list[int], str, bool]], ngram: int = 2) -> CompletionAgg:
+    return build(
+        [g[0] for g in gens], [g[1] for g in gens], ngram=ngram, truncated=[g[2] for g in gens]
+    )
+
+
+@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.tuples(st.lists(st.integers(0, 3), max_size=8), st.sampled_from("abcd"), st.booleans()),
         max_size=12,
     ),
     st.integers(1, 4),
-    st.randoms(use_true_random=False),
+    st.data(),
 )
-def test_merge_of_any_split_equals_whole(gens, n_shards, rnd) -> None:
-    def agg_of(part):
-        return build(
-            [g[0] for g in part], [g[1] for g in part], ngram=2, truncated=[g[2] for g in part]
-        )
+def test_any_split_any_merge_tree_is_exactly_the_whole(gens, ngram, data) -> None:
+    shards, shape, rnd = data.draw(split_plans(len(gens)))
+    aggs = [agg_of([gens[i] for i in s], ngram) for s in shards]
+    merged = merge_tree(aggs, CompletionAgg.empty(), shape, rnd)
+    assert_identical(merged.finalize(), agg_of(gens, ngram).finalize())
 
-    shards = [[] for _ in range(n_shards)]
-    for g in gens:
-        shards[rnd.randrange(n_shards)].append(g)
-    merged = CompletionAgg.empty()
-    for s in rnd.sample(shards, n_shards):
-        merged = agg_of(s).merge(merged) if rnd.random() < 0.5 else merged.merge(agg_of(s))
-    whole = agg_of(gens).finalize()
-    got = merged.finalize()
-    for key, value in whole.items():
-        assert got[key] == (None if value is None else pytest.approx(value, rel=1e-9)), key
+
+def test_many_generations_split_like_live_polls_are_bit_identical() -> None:
+    # > 256 generations cross the dedup blocks; live polls put each generation in a
+    # different block position than the batch run does.
+    rng = np.random.default_rng(3)
+    gens = [
+        (list(rng.integers(0, 4, rng.integers(0, 60))), f"t{rng.integers(0, 50)}", bool(b))
+        for b in rng.random(900) < 0.1
+    ]
+    whole = agg_of(gens, 3).finalize()
+    polls, i = [], 0
+    while i < len(gens):
+        j = i + int(rng.integers(1, 40))
+        polls.append(agg_of(gens[i:j], 3))
+        i = j
+    for shape in ("left", "right", "balanced"):
+        assert_identical(merge_tree(polls, CompletionAgg.empty(), shape, None).finalize(), whole)
+
+
+def test_distinct_counts_do_not_depend_on_the_batch() -> None:
+    rng = np.random.default_rng(4)
+    seqs = [rng.integers(0, 3, rng.integers(0, 30)) for _ in range(700)]
+
+    def distinct(part: list[np.ndarray]) -> np.ndarray:
+        offsets = np.cumsum([0, *map(len, part)]).astype(np.int64)
+        toks = np.concatenate([*part, np.zeros(0, np.int64)])
+        gen, h = ngram_hashes(toks, offsets, 2)
+        return distinct_per_generation(gen, h, len(part))
+
+    whole = distinct(seqs)
+    assert np.array_equal(np.concatenate([distinct(seqs[:5]), distinct(seqs[5:])]), whole)
+    want = [len({tuple(s[i : i + 2]) for i in range(len(s) - 1)}) for s in seqs]
+    assert whole.tolist() == want
 
 
 def test_merge_does_not_mutate_and_pickles() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import pickle
+import random
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -265,11 +267,11 @@ def test_live_polls_and_restarts_match_one_batch_bit_for_bit() -> None:
     cuts = [0]
     while cuts[-1] < lens.size:
         cuts.append(min(lens.size, cuts[-1] + int(rng.integers(1, 8))))
-    polls = [batch(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    polls = [batch(a, b) for a, b in pairwise(cuts)]
     live = TokenAgg.empty()
     for p in polls:
         live = live.merge(p)
-    restarted = merge_tree(polls, TokenAgg.empty(), "balanced", None)
+    restarted = merge_tree(polls, TokenAgg.empty(), "balanced", random.Random(0))
     for other in (live, restarted):
         assert_identical(other.finalize(), whole.finalize())
         assert other == whole

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlstream.metrics.topk import TopKEntropyAgg
+from tests.metrics.merging import assert_identical, merge_tree, split_plans
 
 NAN = float("nan")
 
@@ -73,24 +74,50 @@ def test_bounds_bracket_true_entropy(dist) -> None:
     assert entropy <= out["entropy_topk_ub"] + 1e-9
 
 
-@settings(max_examples=100, deadline=None)
-@given(
-    st.lists(st.lists(st.floats(-10, 0), min_size=0, max_size=5), max_size=20),
-    st.integers(1, 5),
-    st.randoms(use_true_random=False),
-)
-def test_merge_of_any_split_equals_whole(rows, n_shards, rnd) -> None:
-    mat = np.full((len(rows), 5), NAN)
+row_st = st.lists(st.one_of(st.floats(-40, 0), st.just(NAN)), max_size=6)
+
+
+def padded(rows: list[list[float]], width: int) -> np.ndarray:
+    mat = np.full((len(rows), width), NAN)
     for i, r in enumerate(rows):
         mat[i, : len(r)] = r
-    shard_of = np.array([rnd.randrange(n_shards) for _ in rows], dtype=np.int64)
-    merged = TopKEntropyAgg.empty()
-    for s in rnd.sample(range(n_shards), n_shards):
-        merged = merged.merge(TopKEntropyAgg.from_arrays(mat[shard_of == s], vocab_size=100))
-    whole = TopKEntropyAgg.from_arrays(mat, vocab_size=100).finalize()
-    got = merged.finalize()
-    for key, value in whole.items():
-        assert got[key] == (None if value is None else pytest.approx(value, rel=1e-9, abs=1e-12))
+    return mat
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(row_st, max_size=25), st.sampled_from([None, 3, 100, 50_000]), st.data())
+def test_any_split_any_merge_tree_is_exactly_the_whole(rows, vocab, data) -> None:
+    shards, shape, rnd = data.draw(split_plans(len(rows)))
+    # Each batch pads to its own widest row (as the transcript reader does), plus
+    # some extra NaN columns: the row's bounds must not depend on the width.
+    aggs = [
+        TopKEntropyAgg.from_arrays(
+            padded(
+                [rows[i] for i in s], max([len(rows[i]) for i in s], default=0) + rnd.randint(0, 3)
+            ),
+            vocab_size=vocab,
+        )
+        for s in shards
+    ]
+    merged = merge_tree(aggs, TopKEntropyAgg.empty(), shape, rnd)
+    whole = TopKEntropyAgg.from_arrays(padded(rows, 6), vocab_size=vocab)
+    assert_identical(merged.finalize(), whole.finalize())
+    assert merged == whole
+
+
+def test_wide_rows_do_not_depend_on_padding_width() -> None:
+    # With 8+ entries a row-wise np.sum regroups (pairwise) as the width grows; the
+    # column-by-column sums do not.
+    rng = np.random.default_rng(5)
+    lp = np.log(rng.dirichlet(np.ones(40), 500))[:, :24]
+    base = TopKEntropyAgg.from_arrays(lp, vocab_size=1000)
+    for extra in (1, 7, 8, 9, 40):
+        wide = np.concatenate([lp, np.full((lp.shape[0], extra), NAN)], axis=1)
+        assert TopKEntropyAgg.from_arrays(wide, vocab_size=1000) == base
+    one_by_one = TopKEntropyAgg.empty()
+    for row in lp[::-1]:
+        one_by_one = TopKEntropyAgg.from_arrays(row[None, :], vocab_size=1000).merge(one_by_one)
+    assert_identical(one_by_one.finalize(), base.finalize())
 
 
 def test_pickle_round_trip() -> None:

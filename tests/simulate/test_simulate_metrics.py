@@ -182,7 +182,7 @@ def test_stale_rollouts(all_scenarios: Path) -> None:
     stale = np.nan_to_num(rd.series(d, "discard/rollouts/stale"))
     assert stale[at + 5 :].mean() > 3 * max(stale[:at].mean(), 0.5)
     lag = rd.series(d, "freshness/lag_mean")
-    assert np.nanmean(lag[at + 5 :]) > max(1.0, np.nanmean(lag[:at]) + 0.4)
+    assert np.nanmean(lag[at + 5 :]) > np.nanmean(lag[:at]) + 0.3
 
 
 def test_lengths_explode_and_collapse(all_scenarios: Path) -> None:
