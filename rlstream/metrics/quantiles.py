@@ -7,8 +7,10 @@ lengths take few distinct values per step, so an exact histogram is as small as 
 sketch and needs no error bound. ``merge`` is exact, associative and commutative and
 returns a new object. ``quantile(q)`` returns bit-for-bit what
 ``np.percentile(expanded_values, 100 * q)`` (linear interpolation) returns; ``mean``
-is computed from an exact integer sum, so it does not depend on the merge order.
-Empty histograms answer None.
+is an exact integer sum divided once (``int / int`` is correctly rounded). Both read
+only the canonical (sorted values, counts) pair, so they are the same, bit for bit,
+whatever the split of the values and the merge order or tree. Empty histograms
+answer None.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from rlstream.metrics.exact import FRAC_BITS, Exact, add, fixed, ratio
+from rlstream.metrics.exact import FRAC_BITS, Exact, add, fixed, fixed_square, ratio
 from rlstream.metrics.quantiles import CountHistogram
 
 
@@ -130,8 +130,7 @@ class RolloutAgg:
             g.n += 1
             agg.n_attempts += 1
             if reward is not None:
-                reward = fixed(reward)
-                square = reward * reward
+                reward, square = fixed_square(reward)
                 g.n_rewarded += 1
                 g.sum_r = add(g.sum_r, reward)
                 g.sumsq_r = add(g.sumsq_r, square)

@@ -18,9 +18,9 @@ trainer logprob ``lt`` are finite (NaN marks a null logprob). On T:
 - k1 = ``ls - lt`` and k2 = ``(ls - lt)^2 / 2`` use the *unclamped* difference: they
   are plain moments of the log-ratio and the clamp only exists to keep exponentials
   finite, so k3, w and the ESS figures are the only ones computed from ``d``;
-- ``mismatch_ess = (Σw)^2 / (|T| Σw^2)``. With d clamped, w lies in [e^-20, e^20],
-  so Σw and Σw^2 are plain exact sums (no log space needed) and the ratio is
-  evaluated exactly, then rounded once;
+- ``mismatch_ess = (Σw)^2 / (|T| Σw^2)``. With d clamped, w lies in [e^-20, e^20]
+  and w^2 in [e^-40, e^40], so no log space is needed: Σw and Σw^2 are kept as exact
+  sums and the ratio is evaluated exactly from them, then rounded once;
 - ``mismatch_ess_seq``: the same with one weight per trained generation,
   ``log W_g = Σ d`` over the generation's tokens in T (generations with no token in T
   carry no weight). ``log W_g`` can reach ±20 × length, so the state keeps the sorted
@@ -33,8 +33,9 @@ not: it describes the sampling policy.
 Exactness: every per-token quantity is first summed per generation (``np.add.reduceat``
 over the generation's own tokens, so the partial depends on nothing else in the
 batch), then the per-generation partials are summed exactly (``rlstream.metrics.exact``)
-into integers that merge by integer addition. Means are the exact sum divided by the
-count, correctly rounded. Maxima and counts are exact anyway.
+into integers that merge by integer addition. A mean is that exact sum divided by the
+count, rounded once. Maxima and counts are exact anyway. (Bit-identity holds for one
+numpy build on one platform: another libm may round exp differently.)
 
 Every mean is None when its count is 0, never 0.
 """
@@ -77,7 +78,7 @@ def _counts_per_generation(mask_T: np.ndarray, offsets: np.ndarray) -> np.ndarra
     return cum[offsets[1:]] - cum[offsets[:-1]]
 
 
-def ess(sum_w: Exact, sum_w2: Exact, n: int) -> float:
+def _ess(sum_w: Exact, sum_w2: Exact, n: int) -> float:
     """(Σw)^2 / (n Σw^2) from exact sums, rounded once; capped at 1.
 
     Cauchy-Schwarz bounds the value to [1/n, 1] for exact squares; the state sums the
@@ -237,14 +238,14 @@ class TokenAgg:
             out["mismatch_k1"] = ratio(self.sum_k1, n)
             out["mismatch_k2"] = ratio(self.sum_k2, 2 * n)
             out["mismatch_kl_max"] = self.max_k3
-            out["mismatch_ess"] = ess(self.sum_w, self.sum_w2, n)
+            out["mismatch_ess"] = _ess(self.sum_w, self.sum_w2, n)
             out["is_ratio_max"] = math.exp(self.max_d)
             out["is_frac_gt_2"] = self.n_gt2 / n
         if self.log_w_g.size:
             # ESS is scale-free: divide every W_g by the largest one (exactly 1 after
             # scaling) so nothing overflows. The sorted multiset makes this canonical.
             x = np.exp(self.log_w_g - self.log_w_g[-1])
-            out["mismatch_ess_seq"] = ess(fixed_sum(x), fixed_sum(x * x), self.n_seq)
+            out["mismatch_ess_seq"] = _ess(fixed_sum(x), fixed_sum(x * x), self.n_seq)
         if self.n_sampled:
             out["entropy_estimate"] = ratio(self.sum_neg_ls, self.n_sampled)
         return out

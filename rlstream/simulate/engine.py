@@ -88,7 +88,9 @@ class RunEngine:
         self.task_diff = rng.normal(0.0, p["diff_sd"], N_TASKS)
         self.task_prompt = rng.integers(60, 600, N_TASKS)
         self.eval_diff = rng.normal(0.0, p["diff_sd"], N_EVAL)
-        self.const_ids = rng.integers(0, plan.vocab_size, int(rng.integers(8, 16)))
+        # The hard-coded answer: about as long as a normal completion, so length stays put.
+        const_len = max(8, round(plan.tokens * rng.uniform(0.6, 1.0)))
+        self.const_ids = rng.integers(0, plan.vocab_size, const_len)
         self.seq = 0
         self.streak = 0
 

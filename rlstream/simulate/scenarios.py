@@ -153,17 +153,19 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     elif name == "grading_failure_burst":
         k.fail_grading = k.fail_grading + after * (0.3 + 0.15 * _ramp(steps, onset, 2))
     elif name == "out_of_room":
-        k.skill = _freeze_after(k.skill, r, onset)
-        k.turn_p = k.turn_p + (0.93 - k.turn_p) * r
-        k.len_mult = k.len_mult * (1.0 + 1.2 * r)
+        # Ability keeps growing a little but the attempts that run out of turns or
+        # tokens eat the gain: reward flat while max_turns and truncation climb.
+        k.skill = _freeze_after(k.skill, r, onset) + 2.2 * r
+        k.turn_p = k.turn_p + (0.85 - k.turn_p) * r
+        k.len_mult = k.len_mult * (1.0 + 0.4 * r)
     elif name == "mismatch_kl_rising":
         k.kl_sd = k.kl_sd + 0.8 * _ramp(steps, onset, steps - onset) ** 1.5
     elif name == "low_ess":
-        k.out_frac = 0.06 * _ramp(steps, onset, steps - onset)
+        k.out_frac = 0.012 * _ramp(steps, onset, steps - onset)
     elif name == "stale_rollouts":
         k.lag_scale = k.lag_scale + (plan.max_steps_off_policy + 0.5 - k.lag_scale) * r
     elif name == "reward_too_fast":
-        k.skill = k.skill + 4.5 * _ramp(steps, onset, 4)
+        k.skill = k.skill + 2.5 * _ramp(steps, onset, 4)
     elif name == "degenerate_outputs":
         k.degen = 0.75 * r
     elif name == "entropy_collapse":
@@ -184,7 +186,7 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
         k.len_mult = k.len_mult * np.exp(-2.4 * r)
     elif name == "noisy_reward":
         k.flip = k.flip + 0.35 * r
-        k.shift_sd = k.shift_sd + 1.6 * r
+        k.shift_sd = k.shift_sd + 2.2 * r
     elif name == "heldout_gap":
         k.heldout_skill = _freeze_after(k.heldout_skill, r, onset) - 0.8 * r
         k.skill = k.skill + 2.0 * r

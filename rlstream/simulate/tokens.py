@@ -12,9 +12,10 @@ Candidate ids are built around the sampled id with distinct offsets (multiples o
 contains the sampled id at its rank.
 
 The trainer logprob `lt = min(ls + noise, 0)`: noise is N(0, kl_sd) plus, on a share
-`out_frac` of the unlikely tokens (ls < -1), a large positive deviation (about +3) (the trainer much surer than the
-sampler) that makes the importance weights heavy-tailed. Logprobs are rounded to
-LOGPROB_DECIMALS so that metrics computed here equal metrics recomputed from the JSON.
+`out_frac` of the unlikely tokens (ls < -1), a deviation of about +4 nats (the trainer
+much surer than the sampler) that makes the importance weights heavy-tailed. Logprobs
+are rounded to LOGPROB_DECIMALS so that metrics computed here equal metrics recomputed
+from the JSON.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def sample_tokens(
     noise = rng.normal(0.0, kl_sd, n) if kl_sd > 0 else np.zeros(n)
     if out_frac > 0:
         hit = (rng.random(n) < out_frac) & (ls < -1.0)
-        noise = np.where(hit, np.abs(rng.normal(3.0, 0.5, n)), noise)
+        noise = np.where(hit, np.abs(rng.normal(4.0, 0.5, n)), noise)
     lt = np.round(np.minimum(ls + noise, 0.0), LOGPROB_DECIMALS) + 0.0
 
     top_ids = top_lp = None

@@ -15,6 +15,7 @@ SINCE_RANGE = {code: (ONSET, ONSET + 25) for code in PATHOLOGIES}
 SINCE_RANGE["tasks_too_hard"] = (0, 15)
 SINCE_RANGE["tasks_too_easy"] = (0, 15)
 SINCE_RANGE["heldout_gap"] = (ONSET, ONSET + 40)  # evals only every 10 steps
+SINCE_RANGE["noisy_reward"] = (ONSET, ONSET + 30)  # MAD over 30 steps: half must be noisy
 
 
 def _firing(state, code):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import random
 import struct
 
 import numpy as np
@@ -144,7 +145,9 @@ def test_many_generations_split_like_live_polls_are_bit_identical() -> None:
         polls.append(agg_of(gens[i:j], 3))
         i = j
     for shape in ("left", "right", "balanced"):
-        assert_identical(merge_tree(polls, CompletionAgg.empty(), shape, None).finalize(), whole)
+        assert_identical(
+            merge_tree(polls, CompletionAgg.empty(), shape, random.Random(0)).finalize(), whole
+        )
 
 
 def test_distinct_counts_do_not_depend_on_the_batch() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import random
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlstream.metrics.rollouts import RolloutAgg
+from tests.metrics.merging import assert_identical, merge_tree, split_plans
 
 
 def rec(group: str, reward: float | None, trained: bool, reason: str | None = None, **kw) -> dict:
@@ -91,9 +93,7 @@ def test_group_split_across_shards_merges_to_whole() -> None:
     for merged in (a.merge(b), b.merge(a)):
         got = merged.finalize()
         assert got["groups"] == 4
-        assert got["reward_group_std_mean"] == pytest.approx(whole["reward_group_std_mean"])
-        for key, value in whole.items():
-            assert got[key] == (pytest.approx(value) if isinstance(value, float) else value)
+        assert_identical(got, whole)
     # Naively averaging each shard's group stds would differ: the split matters.
     assert a.finalize()["reward_group_std_mean"] != pytest.approx(whole["reward_group_std_mean"])
 
@@ -160,15 +160,18 @@ def test_metadata_kind_collision_keeps_both() -> None:
     assert meta == {"x": 3.0, "x/true_rate": 1.0}
 
 
-def test_tiny_negative_group_variance_is_clamped() -> None:
-    # Seven rewards of 0.7: sumsq / n - mean^2 rounds to -2.2e-16, and sqrt would fail.
+def test_equal_rewards_have_exactly_zero_variance() -> None:
+    # Seven rewards of 0.7: in floats sumsq / n - mean^2 rounds to -2.2e-16 (sqrt would
+    # fail); the exact sums give 0 exactly.
     records = [rec("g", 0.7, True) for _ in range(7)]
     out = RolloutAgg.from_records(records).finalize()
     assert out["reward_group_std_mean"] == 0.0
     assert out["reward_std"] == 0.0
 
 
-reward_st = st.one_of(st.none(), st.sampled_from([0.0, 0.25, 1.0]), st.floats(-1, 1))
+reward_st = st.one_of(
+    st.none(), st.sampled_from([0.0, 0.1, 0.25, 0.7, 1.0]), st.floats(-1, 1), st.floats(-1e6, 1e6)
+)
 reason_st = st.sampled_from(
     [
         None,
@@ -181,13 +184,13 @@ reason_st = st.sampled_from(
     ]
 )
 record_st = st.builds(
-    lambda g, r, t, reason, pv, turns, ok: rec(
+    lambda g, r, t, reason, pv, turns, score, ok: rec(
         g,
         r,
         t,
         None if t else reason,
         policy_version=pv,
-        metadata={"turns": turns, "ok": ok, "why": "a" if ok else "b"},
+        metadata={"turns": turns, "score": score, "ok": ok, "why": "a" if ok else "b"},
     ),
     st.sampled_from(["g1", "g2", "g3", "g4"]),
     reward_st,
@@ -195,29 +198,36 @@ record_st = st.builds(
     reason_st,
     st.one_of(st.none(), st.integers(0, 5)),
     st.integers(0, 20),
+    st.floats(-1e3, 1e3),
     st.booleans(),
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(record_st, max_size=25), st.integers(1, 4), st.randoms(use_true_random=False))
-def test_merge_of_any_split_in_any_order_equals_whole(records, n_shards, rnd) -> None:
-    shards: list[list[dict]] = [[] for _ in range(n_shards)]
-    for r in records:
-        shards[rnd.randrange(n_shards)].append(r)
-    aggs = [RolloutAgg.from_records(s) for s in shards]
-    rnd.shuffle(aggs)
-    merged = RolloutAgg.empty()
-    for a in aggs:
-        merged = merged.merge(a) if rnd.random() < 0.5 else a.merge(merged)
+@settings(max_examples=200, deadline=None)
+@given(st.lists(record_st, max_size=25), st.data())
+def test_any_split_any_merge_tree_is_exactly_the_whole(records, data) -> None:
+    shards, shape, rnd = data.draw(split_plans(len(records)))
+    aggs = [RolloutAgg.from_records([records[i] for i in s]) for s in shards]
+    merged = merge_tree(aggs, RolloutAgg.empty(), shape, rnd)
+    assert_identical(merged.finalize(), RolloutAgg.from_records(records).finalize())
+
+
+def test_one_record_per_shard_in_every_order_is_bit_identical() -> None:
+    rng = np.random.default_rng(2)
+    records = [
+        rec(
+            f"g{rng.integers(0, 30)}",
+            float(rng.normal(0.5, 0.3)),
+            bool(rng.random() < 0.7),
+            metadata={"score": float(rng.normal(0, 1e4)), "turns": int(rng.integers(0, 9))},
+        )
+        for _ in range(400)
+    ]
     whole = RolloutAgg.from_records(records).finalize()
-    got = merged.finalize()
-    assert got.keys() == whole.keys()
-    for key, value in whole.items():
-        if isinstance(value, float | dict):
-            assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
-        else:
-            assert got[key] == value, key
+    singles = [RolloutAgg.from_records([r]) for r in records]
+    for shape in ("left", "right", "balanced", "random"):
+        got = merge_tree(singles, RolloutAgg.empty(), shape, random.Random(1))
+        assert_identical(got.finalize(), whole)
 
 
 def test_merge_does_not_mutate_and_pickles() -> None:

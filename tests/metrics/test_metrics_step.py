@@ -121,3 +121,36 @@ def test_no_module_imports_ray_fsspec_or_other_rlstream_packages() -> None:
                 if root == "rlstream":
                     assert name.startswith("rlstream.metrics"), f"{path.name} imports {name}"
         assert ast.get_docstring(tree), f"{path.name} lacks a contract docstring"
+
+
+def test_step_rows_are_bit_identical_across_splits_and_merge_orders() -> None:
+    rng = np.random.default_rng(9)
+    lens = rng.integers(1, 50, 40)
+    offsets = np.zeros(lens.size + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    ls = -rng.exponential(1.0, offsets[-1])
+    lt = ls + rng.normal(0, 0.2, ls.size)
+    toks = rng.integers(0, 5, ls.size)
+    topk = np.log(rng.dirichlet(np.ones(12), ls.size))[:, :9]
+    trains = rng.random(lens.size) < 0.7
+
+    def step(g0: int, g1: int) -> StepAgg:
+        a, b = offsets[g0], offsets[g1]
+        off = offsets[g0 : g1 + 1] - a
+        return StepAgg(
+            tokens=TokenAgg.from_arrays(ls[a:b], lt[a:b], off, trains[g0:g1]),
+            topk=TopKEntropyAgg.from_arrays(topk[a:b], vocab_size=64),
+            completions=CompletionAgg.from_arrays(
+                lens[g0:g1], trains[g0:g1], toks[a:b], off, [f"t{g % 7}" for g in range(g0, g1)]
+            ),
+        )
+
+    whole = step(0, lens.size).finalize()
+    parts = [step(0, 3), step(3, 4), step(4, 25), step(25, 40)]
+    left = parts[0].merge(parts[1]).merge(parts[2]).merge(parts[3])
+    right = parts[3].merge(parts[2].merge(parts[1].merge(parts[0])))
+    tree = parts[2].merge(parts[0]).merge(parts[3].merge(parts[1]))
+    for merged in (left, right, tree):
+        got = merged.finalize()
+        assert got == whole
+        assert [repr(v) for v in got.values()] == [repr(v) for v in whole.values()]
