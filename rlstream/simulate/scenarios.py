@@ -6,7 +6,8 @@ trajectory of the run's parameters, then the scenario's change blended in by a r
 starts at the onset step. Most pathologies develop gradually (a smoothstep over about a
 third of the remaining steps); failure bursts, the reporting bug and the stall are
 abrupt, as they are in real runs. The engine (engine.py) turns knobs into attempts,
-tokens and rewards; nothing here draws per-attempt randomness.
+tokens and rewards; nothing here draws per-attempt randomness. docs/run-format.md lists
+what each scenario does.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     elif name == "mismatch_kl_rising":
         k.kl_sd = k.kl_sd + 0.8 * _ramp(steps, onset, steps - onset) ** 1.5
     elif name == "low_ess":
-        k.out_frac = 0.012 * _ramp(steps, onset, steps - onset)
+        k.out_frac = 0.015 * r
     elif name == "stale_rollouts":
         k.lag_scale = k.lag_scale + (plan.max_steps_off_policy + 0.5 - k.lag_scale) * r
     elif name == "reward_too_fast":

@@ -44,8 +44,8 @@ def _wait_for_new_commit(out: Path, proc: subprocess.Popen, timeout: float = 120
 def test_sigkill_and_restart_equals_uninterrupted(tmp_path):
     rng = random.Random(7)
     root, out = tmp_path / "runs", tmp_path / "out"
-    cfg = SimConfig(runs=3, steps=45, scenarios=("healthy", "mismatch_kl_rising", "rollout_failure_burst"), seed=31)
-    writer = threading.Thread(target=simulate_live, args=(root, cfg, 0.4))
+    cfg = SimConfig(runs=3, steps=90, scenarios=("healthy", "mismatch_kl_rising", "rollout_failure_burst"), seed=31)
+    writer = threading.Thread(target=simulate_live, args=(root, cfg, 0.35))
     writer.start()
     kills = 0
     while kills < 2:
@@ -61,5 +61,5 @@ def test_sigkill_and_restart_equals_uninterrupted(tmp_path):
     assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()[-2000:]
     analyze_local([str(root)], str(tmp_path / "batch"))
     batch = read_steps(tmp_path / "batch")
-    assert len(batch) == 3 * 45
+    assert len(batch) == 3 * 90
     assert_same_rows(batch, read_steps(out))
