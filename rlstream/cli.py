@@ -1,8 +1,8 @@
 """The `rlstream` command line. Options are parsed here, at the edge, into configs.
 
-    rlstream simulate ROOT [...]        write simulated run directories
-    rlstream analyze ROOT... --out OUT  analyze runs to the end of what exists
-    rlstream demo                       simulate a few runs, analyze, print a table
+rlstream simulate ROOT [...]        write simulated run directories
+rlstream analyze ROOT... --out OUT  analyze runs to the end of what exists
+rlstream demo                       simulate a few runs, analyze, print a table
 """
 
 from __future__ import annotations
@@ -42,7 +42,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("roots", nargs="+", metavar="ROOT", help="folder or URL holding runs")
     p.add_argument("--out", required=True, help="output folder or URL for the Parquet tables")
     p.add_argument("--storage-options", help="JSON object passed to fsspec for every URL")
-    p.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)")
+    p.add_argument(
+        "--ray-address",
+        help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)",
+    )
     p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
     p.add_argument("--tailers", type=int, help="tailer actors owning shards of runs (default 1)")
 

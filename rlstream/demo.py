@@ -32,7 +32,9 @@ def run_demo(args: argparse.Namespace) -> int:
     scen = tuple(DEMO_SCENARIOS[i % len(DEMO_SCENARIOS)] for i in range(args.runs))
     t0 = time.monotonic()
     labels = simulate(runs, SimConfig(runs=args.runs, steps=args.steps, scenarios=scen, seed=1))
-    print(f"simulated {len(labels)} runs x {args.steps} steps under {runs} ({time.monotonic() - t0:.1f}s)")
+    print(
+        f"simulated {len(labels)} runs x {args.steps} steps under {runs} ({time.monotonic() - t0:.1f}s)"
+    )
     for lab in labels:
         print(f"  {lab.run_id}  {lab.scenario:<22} onset step {lab.onset_step}")
     t0 = time.monotonic()
@@ -41,10 +43,10 @@ def run_demo(args: argparse.Namespace) -> int:
     print_summaries(sorted(summaries, key=_severity), sys.stdout)
     print(
         "\nQuery the tables with DuckDB (installed with the dev extra), e.g.:\n"
-        f"  python -c \"import duckdb; duckdb.sql(\\\"select run_id, step, reward_mean, "
+        f'  python -c "import duckdb; duckdb.sql(\\"select run_id, step, reward_mean, '
         f"mismatch_kl, entropy_estimate from read_parquet('{out}/steps/*/*.parquet') "
-        f"order by run_id, step\\\").show()\"\n"
-        f"  python -c \"import duckdb; duckdb.sql(\\\"select run_id, status, findings from "
+        f'order by run_id, step\\").show()"\n'
+        f'  python -c "import duckdb; duckdb.sql(\\"select run_id, status, findings from '
         f"read_parquet('{out}/run_health/latest/*.parquet')\\\").show()\""
     )
     return 0

@@ -406,6 +406,8 @@ def _stack_topk(rows: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(padded) if padded else np.empty((0, k))
 
 
-def quarantine(run_id: str, file: str, offset: int | None, reason: str, data: bytes) -> QuarantineRow:
+def quarantine(
+    run_id: str, file: str, offset: int | None, reason: str, data: bytes
+) -> QuarantineRow:
     """Shorthand used by the readers."""
     return QuarantineRow(run_id, file, offset, reason, excerpt(data))

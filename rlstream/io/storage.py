@@ -11,6 +11,7 @@ Paths given to the methods are full URLs or local paths, as returned by `join`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -188,7 +189,12 @@ class Storage:
             token = resp.get("NextContinuationToken")
             if not resp.get("IsTruncated") or not token:
                 break
-            kwargs = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/", "ContinuationToken": token}
+            kwargs = {
+                "Bucket": bucket,
+                "Prefix": prefix,
+                "Delimiter": "/",
+                "ContinuationToken": token,
+            }
         return sorted(names)
 
     def list_dirs(self, url: str) -> list[str]:
@@ -240,15 +246,11 @@ class Storage:
     def remove(self, url: str) -> None:
         path = self.strip(url)
         if self.is_local:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-            except FileNotFoundError:
-                pass
             return
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
-        except FileNotFoundError:
-            pass
 
     def makedirs(self, url: str) -> None:
         if self.is_local:

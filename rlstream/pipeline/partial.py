@@ -28,7 +28,7 @@ class StepPartial:
 
     @property
     def trace(self) -> str | None:
-        """"full", "samples", "mixed", or None when no transcript arrived."""
+        """ "full", "samples", "mixed", or None when no transcript arrived."""
         if self.transcripts == 0:
             return None
         if self.transcripts_full == self.transcripts:

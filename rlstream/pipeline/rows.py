@@ -65,7 +65,9 @@ STEPS_SCHEMA = pa.schema(
 )
 
 
-def step_row(run_id: str, step: int, rec: StepRecord | None, part: StepPartial | None) -> dict[str, Any]:
+def step_row(
+    run_id: str, step: int, rec: StepRecord | None, part: StepPartial | None
+) -> dict[str, Any]:
     """One `steps` row from the step's reported record and recomputed partial."""
     row: dict[str, Any] = {
         "run_id": run_id,

@@ -137,7 +137,9 @@ class RunGroup:
             return
         meta, stat, bad = self._read_run_json(state.run_url)
         if meta is None:
-            state.out_quarantine.append(QuarantineRow(state.run_id, RUN_JSON, None, "bad_run_json", bad))
+            state.out_quarantine.append(
+                QuarantineRow(state.run_id, RUN_JSON, None, "bad_run_json", bad)
+            )
             state.counters["quarantined"] += 1
             state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
             return
@@ -156,12 +158,16 @@ class RunGroup:
                 == (cur.size, cur.etag, cur.mtime, cur.inode)
             ):
                 continue
-            units.append(LinesUnit(state.run_id, state.run_url, file, cur, stat, state.final_through))
+            units.append(
+                LinesUnit(state.run_id, state.run_url, file, cur, stat, state.final_through)
+            )
         names = self._new_transcripts(state)
         n = self.cfg.transcripts_per_unit
         for i in range(0, len(names), n):
             units.append(
-                TranscriptsUnit(state.run_id, state.run_url, tuple(names[i : i + n]), state.final_through)
+                TranscriptsUnit(
+                    state.run_id, state.run_url, tuple(names[i : i + n]), state.final_through
+                )
             )
         state.polls += 1
         return units
@@ -226,7 +232,9 @@ class RunGroup:
                 continue
             if key not in state.noted:
                 state.noted.add(key)
-                state.out_quarantine.append(QuarantineRow(state.run_id, file, offset, reason, detail))
+                state.out_quarantine.append(
+                    QuarantineRow(state.run_id, file, offset, reason, detail)
+                )
                 state.counters["quarantined"] += 1
                 self.dirty.add(state.run_url)
 
@@ -252,7 +260,10 @@ class RunGroup:
             seq = state.seq
             self.sink.write_part("steps", state.run_id, seq, steps_table(state.out_rows))
             self.sink.write_part(
-                "quarantine", state.run_id, seq, self.sink.quarantine_table(state.out_quarantine, seq)
+                "quarantine",
+                state.run_id,
+                seq,
+                self.sink.quarantine_table(state.out_quarantine, seq),
             )
             health = run_health_table([health_row(state, now)])
             self.sink.write_part("run_health/snapshots", state.run_id, seq, health)
@@ -268,7 +279,9 @@ class RunGroup:
         return written
 
     def all_finished(self) -> bool:
-        return all(is_finished(s) and s.final_through >= s.max_known_step for s in self.runs.values())
+        return all(
+            is_finished(s) and s.final_through >= s.max_known_step for s in self.runs.values()
+        )
 
     def states(self) -> Iterable[RunState]:
         return self.runs.values()

@@ -31,7 +31,9 @@ class HealthFold:
     def __init__(self, rules: RulesConfig = DEFAULT_RULES) -> None:
         self.rules = rules
 
-    def __call__(self, state: RunState, rows: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    def __call__(
+        self, state: RunState, rows: list[dict[str, Any]], now: float
+    ) -> list[dict[str, Any]]:
         ctx = RunContext(state.run_id, state.config, is_finished(state))
         hs = state.health if state.health is not None else new_state(self.rules, state.run_id)
         transitions = []

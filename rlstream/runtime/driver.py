@@ -114,7 +114,9 @@ class Fleet:
             try:
                 out.append(ray.get(ref))
             except ray.exceptions.RayActorError as e:
-                log.warning("tailer %d died (%s); restoring its %d runs", i, e, len(self.assigned[i]))
+                log.warning(
+                    "tailer %d died (%s); restoring its %d runs", i, e, len(self.assigned[i])
+                )
                 t = self.tailers[i]
                 ray.get(t.set_workers.remote(self.workers))
                 ray.get(t.add_runs.remote(self.assigned[i]))
@@ -148,7 +150,9 @@ class Fleet:
         return sum(self._call("commit"))
 
     def summaries(self) -> list[dict[str, Any]]:
-        return sorted((s for got in self._call("summaries") for s in got), key=lambda s: s["run_id"])
+        return sorted(
+            (s for got in self._call("summaries") for s in got), key=lambda s: s["run_id"]
+        )
 
     def all_finished(self) -> bool:
         return bool(self.owned) and all(self._call("all_finished"))

@@ -74,7 +74,7 @@ ALERTS_SCHEMA = pa.schema(
 
 
 def _ms(t: float | None) -> int | None:
-    return None if t is None else int(round(t * 1000))
+    return None if t is None else round(t * 1000)
 
 
 def health_row(state: Any, now: float) -> dict[str, Any]:
@@ -83,7 +83,9 @@ def health_row(state: Any, now: float) -> dict[str, Any]:
 
     c = state.counters
     status = state.status or ("finished" if is_finished(state) else "healthy")
-    token_metrics = "recomputed" if c["tokens"] else ("reported_only" if c["transcripts"] else "none")
+    token_metrics = (
+        "recomputed" if c["tokens"] else ("reported_only" if c["transcripts"] else "none")
+    )
     return {
         "run_id": state.run_id,
         "run_uri": state.run_url,

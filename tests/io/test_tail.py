@@ -11,7 +11,9 @@ from rlstream.io.storage import FileStat, Storage
 from rlstream.io.tail import FileCursor, ReadPlan, advance, plan_read, split_lines, verify_prefix
 
 lines_st = st.lists(
-    st.binary(min_size=0, max_size=40).map(lambda b: b.replace(b"\n", b"x")), min_size=0, max_size=30
+    st.binary(min_size=0, max_size=40).map(lambda b: b.replace(b"\n", b"x")),
+    min_size=0,
+    max_size=30,
 )
 
 
@@ -34,7 +36,7 @@ def test_chunked_growth_equals_reading_whole(lines, cuts, tail):
     expected, _ = split_lines(whole, 0)
     got: list[tuple[int, bytes]] = []
     cursor = FileCursor()
-    for cut in sorted({min(c, len(whole)) for c in cuts}) + [len(whole)]:
+    for cut in [*sorted({min(c, len(whole)) for c in cuts}), len(whole)]:
         recs, cursor = _read_all(cursor, whole[:cut])
         got.extend(recs)
     assert got == expected

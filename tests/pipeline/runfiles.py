@@ -74,7 +74,9 @@ def write_run(
                                         "prompt_len": 3,
                                         "completion_len": tokens,
                                         "stop_reason": "stop" if a else "length",
-                                        "completion_tokens": [(i * (a + 1)) % 7 for i in range(tokens)],
+                                        "completion_tokens": [
+                                            (i * (a + 1)) % 7 for i in range(tokens)
+                                        ],
                                         "sampler_logprobs": ls,
                                         "trainer_logprobs": lt,
                                     }

@@ -14,7 +14,7 @@ from tests.pipeline.runfiles import write_run
 def _q(out):
     return duckdb.sql(
         f"select file, \"offset\", reason from read_parquet('{out}/quarantine/**/*.parquet') "
-        "order by file, \"offset\", reason"
+        'order by file, "offset", reason'
     ).fetchall()
 
 

@@ -24,7 +24,9 @@ def _watch(root: Path, out: Path, *extra: str) -> subprocess.Popen:
     cmd += ["--poll", "0.2", "--commit-every", "0.4", "--workers", "2", *extra]
     # Own session: the kill takes the watch and its private Ray together, as a node
     # loss or an OOM kill of the container would.
-    return subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
 
 
 def _checkpoint_seqs(out: Path) -> int:
@@ -44,7 +46,12 @@ def _wait_for_new_commit(out: Path, proc: subprocess.Popen, timeout: float = 120
 def test_sigkill_and_restart_equals_uninterrupted(tmp_path):
     rng = random.Random(7)
     root, out = tmp_path / "runs", tmp_path / "out"
-    cfg = SimConfig(runs=3, steps=90, scenarios=("healthy", "mismatch_kl_rising", "rollout_failure_burst"), seed=31)
+    cfg = SimConfig(
+        runs=3,
+        steps=90,
+        scenarios=("healthy", "mismatch_kl_rising", "rollout_failure_burst"),
+        seed=31,
+    )
     writer = threading.Thread(target=simulate_live, args=(root, cfg, 0.35))
     writer.start()
     kills = 0

@@ -35,15 +35,23 @@ def _upload(local_root, bucket: str, prefix: str) -> None:
 
 
 def test_s3_to_s3_equals_local(ray_session, s3_server, bucket, tmp_path):
-    simulate(tmp_path / "runs", SimConfig(runs=3, steps=8, scenarios=("healthy", "low_ess", "stale_rollouts"), seed=21))
+    simulate(
+        tmp_path / "runs",
+        SimConfig(runs=3, steps=8, scenarios=("healthy", "low_ess", "stale_rollouts"), seed=21),
+    )
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
     _upload(tmp_path / "runs", bucket, "fleet")
     out = f"s3://{bucket}/tables"
     summaries = run_pipeline(
-        [f"s3://{bucket}/fleet"], out, PipelineConfig(transcripts_per_unit=16), RuntimeConfig(workers=2)
+        [f"s3://{bucket}/fleet"],
+        out,
+        PipelineConfig(transcripts_per_unit=16),
+        RuntimeConfig(workers=2),
     )
     assert len(summaries) == 3
-    fs = s3fs.S3FileSystem(endpoint_url=s3_server, skip_instance_cache=True, use_listings_cache=False)
+    fs = s3fs.S3FileSystem(
+        endpoint_url=s3_server, skip_instance_cache=True, use_listings_cache=False
+    )
     assert_same_rows(read_steps(tmp_path / "local"), read_steps(f"s3://{bucket}/tables", fs))
 
 
@@ -58,7 +66,7 @@ def test_s3_growing_object_is_read_from_the_old_offset(s3_server, bucket):
     stat = st.stat(url)
     plan = plan_read(FileCursor(), stat)
     lines, cur = advance(FileCursor(), plan, stat, st.read_range(url, plan.start, plan.end))
-    assert [l for _, l in lines] == [b'{"step": 0}'] and cur.offset == 12
+    assert [line for _, line in lines] == [b'{"step": 0}'] and cur.offset == 12
     st.write_atomic(url, b'{"step": 0}\n{"step": 1}\n{"step": 2}\n')
     stat2 = st.stat(url)
     assert stat2.etag != stat.etag
@@ -67,7 +75,7 @@ def test_s3_growing_object_is_read_from_the_old_offset(s3_server, bucket):
     data = st.read_range(url, plan2.start, plan2.end)
     assert verify_prefix(cur, plan2, data)
     lines2, cur2 = advance(cur, plan2, stat2, data)
-    assert [(o, l) for o, l in lines2] == [(12, b'{"step": 1}'), (24, b'{"step": 2}')]
+    assert list(lines2) == [(12, b'{"step": 1}'), (24, b'{"step": 2}')]
     # A rewrite that is not an append: same length, different earlier bytes.
     st.write_atomic(url, b'{"step": 9}\n{"step": 1}\n{"step": 2}\n{"step": 3}\n')
     stat3 = st.stat(url)

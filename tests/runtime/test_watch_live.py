@@ -15,7 +15,9 @@ from tests.runtime.helpers import assert_same_rows, read_steps
 
 def test_live_watch_equals_batch_and_discovers_new_runs(ray_session, tmp_path):
     root = tmp_path / "runs"
-    first = SimConfig(runs=3, steps=10, scenarios=("healthy", "entropy_collapse", "low_ess"), seed=11)
+    first = SimConfig(
+        runs=3, steps=10, scenarios=("healthy", "entropy_collapse", "low_ess"), seed=11
+    )
     second = SimConfig(runs=2, steps=8, scenarios=("healthy",), seed=12)
     writers: list[threading.Thread] = [
         threading.Thread(target=simulate_live, args=(root / "a", first, 0.15))
