@@ -63,7 +63,11 @@ class Batch:
     group_size: int
 
     def key(self) -> str:
-        return hashlib.sha1(repr(self).encode()).hexdigest()[:16]
+        """The batch and the simulator's source: a changed scenario re-simulates."""
+        h = hashlib.sha1(repr(self).encode())
+        for src in sorted((Path(__file__).parents[1] / "rlstream" / "simulate").glob("*.py")):
+            h.update(src.read_bytes())
+        return h.hexdigest()[:16]
 
 
 @dataclass

@@ -9,9 +9,11 @@ Contract
   wall or file time: silence longer than ``k`` times the run's median step interval
   (and at least ``min_seconds``). Finished runs are never stalled.
 - ``findings(state)`` lists pending, firing and recently resolved findings in code order.
-- ``run_status(state, ctx)``: "critical" if a critical finding fires; else "finished"
-  if the run finished; else "stalled" if stalled fires; else "warning" if a warning
-  fires; else "healthy" (info findings do not change it).
+- ``run_status(state, ctx)``: the worst firing severity, then stalled / finished:
+  "critical" if a critical finding fires; else "warning" if a warning fires (other
+  than ``stalled``); else "stalled" if stalled fires; else "finished" if the run
+  finished; else "healthy". Info findings never change it; a finished run with a
+  firing warning is "warning".
 
 Every transition (inactive->pending, pending->firing, pending->inactive,
 firing->resolved, and firing->firing when a firing finding's severity changes) is
@@ -242,7 +244,6 @@ def findings(state: HealthState) -> list[Finding]:
 
 def run_status(state: HealthState, ctx: RunContext) -> str:
     """One word for the run; see the module docstring for the precedence."""
-    firing = [a for a in state.alerts.values() if a.state == FIRING]
     worst = max(
         (
             SEVERITY_RANK[a.severity]
@@ -253,10 +254,11 @@ def run_status(state: HealthState, ctx: RunContext) -> str:
     )
     if worst >= SEVERITY_RANK["critical"]:
         return "critical"
-    if ctx.finished:
-        return "finished"
-    if any(a is state.alerts.get("stalled") for a in firing):
-        return "stalled"
     if worst >= SEVERITY_RANK["warning"]:
         return "warning"
+    stalled = state.alerts.get("stalled")
+    if stalled is not None and stalled.state == FIRING and not ctx.finished:
+        return "stalled"
+    if ctx.finished:
+        return "finished"
     return "healthy"

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from rlstream.config import PipelineConfig
-from rlstream.formats.loops import BadRecord, parse_json
+from rlstream.formats.loops import FORMAT_VERSION, BadRecord, parse_json
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
@@ -118,6 +118,12 @@ class RunGroup:
             return None, stat, "has no string run_id"
         if not isinstance(obj.get("config", {}), dict):
             return None, stat, "has a config that is not an object"
+        version = obj.get("format_version", FORMAT_VERSION)
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            return None, stat, (
+                f"has format_version {version!r}; this rlstream reads version {FORMAT_VERSION}: "
+                "upgrade rlstream"
+            )
         return obj, stat, ""
 
     def _apply_run_json(self, state: RunState, meta: dict[str, Any], stat: Any) -> None:
@@ -180,11 +186,15 @@ class RunGroup:
             mark = st.mtime if st is not None else None
             if mark is not None and mark == state.transcripts_mark and not full:
                 return []
-            state.transcripts_mark = mark
             names = self.storage.list_names(folder)
         else:
             names = self.storage.list_names(folder, None if full else state.last_name)
-        return [n for n in names if n.endswith(".json") and n not in state.seen]
+        new = [n for n in names if n.endswith(".json") and n not in state.seen]
+        if self.storage.is_local and not new:
+            # Only an unchanged folder with nothing unseen may be skipped next time: names
+            # listed now are not yet folded (their unit may fail and need a retry).
+            state.transcripts_mark = mark
+        return new
 
     def poll(self, execute: Executor, now: float | None = None, final: bool = False) -> int:
         """One poll of every run; returns the number of new final rows."""

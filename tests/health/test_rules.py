@@ -126,11 +126,23 @@ def test_new_step_resolves_stalled():
 
 
 def test_run_status_precedence():
+    # critical > warning > stalled > finished > healthy; info never changes it.
     state, _ = fold_all(rows(130, "length_collapse", onset=ONSET))
     assert run_status(state, CTX) == "warning"
     done = RunContext(CTX.run_id, CTX.config, True)
-    assert run_status(state, done) == "finished"
+    assert run_status(state, done) == "warning"  # finishing does not hide a warning
     crit, _ = fold_all(rows(130, "degenerate_outputs", onset=ONSET))
+    assert run_status(crit, CTX) == "critical"
     assert run_status(crit, done) == "critical"
     info, _ = fold_all(rows(130, "tasks_mastered", onset=ONSET))
     assert [f.severity for f in findings(info) if f.code == "tasks_mastered"] == ["info"]
+    assert run_status(info, CTX) == "healthy"
+    assert run_status(info, done) == "finished"
+    # A warning outranks stalled; stalled outranks healthy.
+    last = 1000.0 + 130 * 30.0
+    warn_stalled, _ = check_time(state, last + 1e5, None, CTX)
+    assert _firing(warn_stalled, "stalled") and run_status(warn_stalled, CTX) == "warning"
+    crit_stalled, _ = check_time(crit, last + 1e5, None, CTX)
+    assert _firing(crit_stalled, "stalled") and run_status(crit_stalled, CTX) == "critical"
+    info_stalled, _ = check_time(info, last + 1e5, None, CTX)
+    assert run_status(info_stalled, CTX) == "stalled"
