@@ -2,7 +2,10 @@
 
 rlstream simulate ROOT [...]        write simulated run directories
 rlstream analyze ROOT... --out OUT  analyze runs to the end of what exists
-rlstream demo                       simulate a few runs, analyze, print a table
+rlstream watch ROOT... --out OUT    keep OUT current while runs are written
+rlstream status OUT                 every run of OUT, worst first (reads only OUT)
+rlstream report OUT -o FILE.html    a self-contained HTML report with plots
+rlstream demo                       simulate live runs, watch them, write the report
 """
 
 from __future__ import annotations
@@ -72,7 +75,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     else:
         from rlstream.runtime.driver import run
 
-        summaries = run(args.roots, args.out, cfg, _runtime_config(args), watch=False)
+        summaries = run(
+            args.roots, args.out, cfg, _runtime_config(args), watch=False, progress_out=sys.stderr
+        )
     print(f"analyzed {len(summaries)} runs; tables under {args.out}")
     print_summaries(summaries, sys.stdout)
     return 0
@@ -82,17 +87,60 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from rlstream.report import print_summaries
     from rlstream.runtime.driver import run
 
-    summaries = run(
-        args.roots,
-        args.out,
-        _pipeline_config(args),
-        _runtime_config(args),
-        watch=True,
-        progress_out=sys.stderr,
-        exit_when_finished=args.exit_when_finished,
-    )
+    cfg = _pipeline_config(args)
+    metrics = None
+    if args.metrics_port is not None:
+        from rlstream.fleet.prometheus import MetricsExporter
+
+        try:
+            metrics = MetricsExporter(
+                args.out, args.metrics_host, args.metrics_port, cfg.storage_options
+            ).start()
+        except OSError as e:
+            raise RlstreamError(
+                f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}; "
+                "choose another --metrics-port"
+            ) from e
+    try:
+        summaries = run(
+            args.roots,
+            args.out,
+            cfg,
+            _runtime_config(args),
+            watch=True,
+            progress_out=sys.stderr,
+            exit_when_finished=args.exit_when_finished,
+            metrics=metrics,
+        )
+    finally:
+        if metrics is not None:
+            metrics.close()
     print(f"\nwatched {len(summaries)} runs; tables under {args.out}")
     print_summaries(summaries, sys.stdout)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rlstream.fleet.read import read_latest
+    from rlstream.fleet.status import follow
+
+    opts = _storage_options(args.storage_options)
+    follow(
+        lambda: read_latest(args.out, opts),
+        sys.stdout,
+        interval=args.interval,
+        count=args.count if args.follow else 1,
+        as_json=args.json,
+        pretty=not args.follow,
+    )
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rlstream.fleet.report import write_report
+
+    n = write_report(args.out, args.output, _storage_options(args.storage_options))
+    print(f"wrote {args.output}: {n} runs from {args.out}")
     return 0
 
 
@@ -136,12 +184,42 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="stop once every run is finished and final (for scripts and tests)",
     )
+    w.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port at /metrics (docs/fleet.md)",
+    )
+    w.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address to bind the metrics endpoint to (default 127.0.0.1; 0.0.0.0 for all)",
+    )
     w.set_defaults(func=cmd_watch)
 
-    d = sub.add_parser("demo", help="simulate a few runs, analyze them, print a table")
+    st = sub.add_parser("status", help="every run of OUT in a table, worst first")
+    st.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")
+    st.add_argument("--follow", action="store_true", help="refresh in place until Ctrl-C")
+    st.add_argument("--json", action="store_true", help="print JSON (one line per refresh)")
+    st.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    st.add_argument("--count", type=int, help="with --follow: stop after this many refreshes")
+    st.add_argument("--storage-options", help="JSON object passed to fsspec for OUT")
+    st.set_defaults(func=cmd_status)
+
+    r = sub.add_parser("report", help="write a self-contained HTML report of OUT")
+    r.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")
+    r.add_argument("-o", "--output", default="report.html", help="HTML file to write")
+    r.add_argument("--storage-options", help="JSON object passed to fsspec for OUT and runs")
+    r.set_defaults(func=cmd_report)
+
+    d = sub.add_parser(
+        "demo", help="simulate live runs, watch them on a local Ray, write the HTML report"
+    )
     d.add_argument("--dir", help="folder for the simulated runs and the tables (default: temp)")
-    d.add_argument("--runs", type=int, default=6)
-    d.add_argument("--steps", type=int, default=40)
+    d.add_argument("--runs", type=int, default=12, help="live runs to simulate (default 12)")
+    d.add_argument("--steps", type=int, default=50, help="steps per run (default 50)")
+    d.add_argument(
+        "--interval", type=float, default=0.6, help="seconds per simulated step (default 0.6)"
+    )
     d.set_defaults(func=cmd_demo)
     return p
 

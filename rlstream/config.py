@@ -28,5 +28,8 @@ class PipelineConfig:
     """Work units in flight at once per tailer (backpressure)."""
     full_relist_every: int = 30
     """Polls between full relists of a run's transcripts (names may arrive unsorted)."""
+    analyze_chunk_runs: int = 8
+    """`analyze` reads this many runs of a tailer's shard at a time, commits them and
+    drops their state, so memory is bounded by the chunk, not by the archive."""
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec options for every ROOT and OUT URL (e.g. endpoint_url, key, secret)."""

@@ -1,13 +1,25 @@
-"""`rlstream demo`: simulate a small fleet of runs, analyze it on an embedded local Ray,
-and show where the tables are and how to query them."""
+"""`rlstream demo`: a live fleet in a couple of minutes, on an embedded local Ray.
+
+A writer thread simulates about a dozen runs of mixed scenarios in real time (lines
+appended, sometimes half a line first; transcripts appearing whole) under a temporary
+folder; `watch` tails them on a private local Ray and the live status table is redrawn
+from OUT while they run (what `rlstream status OUT --follow` shows). When every run has
+finished or stalled, the demo writes the HTML report and says where it is, how to query
+the Parquet tables with DuckDB, and which commands show the same views.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
+
+from rlstream.errors import RlstreamError
 
 DEMO_SCENARIOS = (
     "healthy",
@@ -18,40 +30,136 @@ DEMO_SCENARIOS = (
     "tasks_too_hard",
     "healthy",
     "length_explosion",
+    "stale_rollouts",
+    "stalled",
+    "low_ess",
+    "healthy",
 )
+REFRESH_SECONDS = 2.0
+GRACE_SECONDS = 60.0
+"""After the writers are done, how long to wait for stalled runs to be flagged."""
+
+
+class _Writer(threading.Thread):
+    def __init__(self, root: Path, config: Any, interval: float) -> None:
+        super().__init__(daemon=True, name="demo-writer")
+        self.root, self.config, self.interval = root, config, interval
+        self.error: BaseException | None = None
+        self.done_at: float | None = None
+
+    def run(self) -> None:
+        from rlstream.simulate import simulate_live
+
+        try:
+            simulate_live(self.root, self.config, self.interval)
+        except BaseException as e:
+            self.error = e
+        finally:
+            self.done_at = time.monotonic()
+
+
+class _LiveTable:
+    """Redraws the status table from OUT every REFRESH_SECONDS; decides when to stop."""
+
+    def __init__(self, out: Path, writer: _Writer, steps: int, stream: Any) -> None:
+        self.out, self.writer, self.steps, self.stream = out, writer, steps, stream
+        self.tty = stream.isatty()
+        self.last = 0.0
+        self.start = time.monotonic()
+        self.rows: list[dict[str, Any]] = []
+
+    def __call__(self) -> bool:
+        from rlstream.fleet.read import read_latest
+        from rlstream.fleet.status import render_table, status_rows
+
+        if self.writer.error is not None:
+            return True
+        now = time.monotonic()
+        if now - self.last < REFRESH_SECONDS:
+            return False
+        self.last = now
+        if (self.out / "run_health" / "latest").exists():
+            self.rows = status_rows(read_latest(str(self.out)))
+        head = (
+            f"rlstream demo: watching {len(self.rows)} live runs "
+            f"({now - self.start:.0f}s; writers {'done' if self.writer.done_at else 'writing'})\n"
+        )
+        if self.tty:
+            self.stream.write("\x1b[H\x1b[2J" + head + render_table(self.rows, color=True))
+        else:
+            self.stream.write(head)
+        self.stream.flush()
+        return self._settled(now)
+
+    def _settled(self, now: float) -> bool:
+        """Writers done and every run either finished with all rows final or flagged
+        stalled (or the grace period for stalled runs ran out)."""
+        if self.writer.done_at is None:
+            return False
+        if now - self.writer.done_at > GRACE_SECONDS:
+            return True
+        for r in self.rows:
+            stalled = r["status"] == "stalled" or any(f["code"] == "stalled" for f in r["firing"])
+            if not stalled and r["last_step"] != self.steps - 1:
+                return False
+        return bool(self.rows)
 
 
 def run_demo(args: argparse.Namespace) -> int:
     from rlstream.config import PipelineConfig
-    from rlstream.report import print_summaries
+    from rlstream.fleet.read import read_latest
+    from rlstream.fleet.report import write_report
+    from rlstream.fleet.status import render_table, status_rows
     from rlstream.runtime.driver import RuntimeConfig, run
-    from rlstream.simulate import SimConfig, simulate
+    from rlstream.simulate import SimConfig
 
-    base = Path(args.dir or tempfile.mkdtemp(prefix="rlstream-demo-"))
+    base = Path(args.dir or tempfile.mkdtemp(prefix="rlstream-demo-")).resolve()
     runs, out = base / "runs", base / "out"
     scen = tuple(DEMO_SCENARIOS[i % len(DEMO_SCENARIOS)] for i in range(args.runs))
-    t0 = time.monotonic()
-    labels = simulate(runs, SimConfig(runs=args.runs, steps=args.steps, scenarios=scen, seed=1))
+    config = SimConfig(runs=args.runs, steps=args.steps, scenarios=scen, seed=1)
     print(
-        f"simulated {len(labels)} runs x {args.steps} steps under {runs} ({time.monotonic() - t0:.1f}s)"
+        f"rlstream demo: writing {args.runs} live runs x {args.steps} steps (a step every "
+        f"~{args.interval:g}s) under {runs}\n"
+        f"  scenarios: {', '.join(sorted(set(scen)))}\n"
+        "  starting a local Ray and watching them; the table below is refreshed from the "
+        "tables under OUT\n",
+        flush=True,
     )
-    for lab in labels:
-        print(f"  {lab.run_id}  {lab.scenario:<22} onset step {lab.onset_step}")
+    logging.getLogger("rlstream").setLevel(logging.WARNING)
+    writer = _Writer(runs, config, args.interval)
+    writer.start()
+    live = _LiveTable(out, writer, args.steps, sys.stdout)
     t0 = time.monotonic()
-    summaries = run([str(runs)], str(out), PipelineConfig(), RuntimeConfig(), watch=False)
-    print(f"\nanalyzed on a local Ray in {time.monotonic() - t0:.1f}s; tables under {out}\n")
-    print_summaries(sorted(summaries, key=_severity), sys.stdout)
+    run(
+        [str(runs)],
+        str(out),
+        PipelineConfig(poll_seconds=0.5, commit_seconds=1.0),
+        RuntimeConfig(discover_every_seconds=2.0),
+        watch=True,
+        stop=live,
+    )
+    if writer.error is not None:
+        raise RlstreamError(f"the demo's run writer failed: {writer.error}")
+    rows = status_rows(read_latest(str(out)))
+    report = base / "report.html"
+    write_report(str(out), str(report))
+    steps_glob = f"{out}/steps/*/*.parquet"
+    health_glob = f"{out}/run_health/latest/*.parquet"
     print(
-        "\nQuery the tables with DuckDB (installed with the dev extra), e.g.:\n"
-        f'  python -c "import duckdb; duckdb.sql(\\"select run_id, step, reward_mean, '
-        f"mismatch_kl, entropy_estimate from read_parquet('{out}/steps/*/*.parquet') "
+        f"\nwatched {len(rows)} runs on a local Ray in {time.monotonic() - t0:.0f}s; "
+        f"tables under {out}\n\n" + render_table(rows, color=sys.stdout.isatty())
+    )
+    print(
+        f"HTML report: {report}\n"
+        f"  open it in a browser: file://{report}\n\n"
+        "The same views from the command line:\n"
+        f"  rlstream status {out}            (add --follow while a watch runs, --json for scripts)\n"
+        f"  rlstream report {out} -o report.html\n\n"
+        "Query the Parquet tables with DuckDB (installed with the dev extra):\n"
+        f"  python -c \"import duckdb; duckdb.sql(\\\"select run_id, step, reward_mean, "
+        f"mismatch_kl, entropy_estimate from read_parquet('{steps_glob}') "
         f'order by run_id, step\\").show()"\n'
-        f'  python -c "import duckdb; duckdb.sql(\\"select run_id, status, findings from '
-        f"read_parquet('{out}/run_health/latest/*.parquet')\\\").show()\""
+        f"  python -c \"import duckdb; duckdb.sql(\\\"select run_id, status, findings from "
+        f"read_parquet('{health_glob}')\\\").show()\""
     )
     return 0
-
-
-def _severity(s: dict) -> tuple[int, str]:
-    order = {"critical": 0, "warning": 1, "stalled": 2, "healthy": 3, "finished": 4}
-    return order.get(s.get("status") or "", 5), s["run_id"]

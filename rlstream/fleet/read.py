@@ -36,7 +36,9 @@ def _table(storage: Storage, url: str, columns: list[str] | None = None) -> pa.T
     except (FileNotFoundError, OSError) as e:
         log.debug("skipping %s: %s", url, e)
         return None
-    return pq.read_table(io.BytesIO(data), columns=columns)
+    # use_threads=False: pyarrow 26 sometimes aborts at interpreter exit ("terminate
+    # called without an active exception") after threaded reads from memory buffers.
+    return pq.read_table(io.BytesIO(data), columns=columns, use_threads=False)
 
 
 def read_latest(out: str, storage_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:

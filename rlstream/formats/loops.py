@@ -7,8 +7,9 @@ Pure functions from bytes to validated records. Nothing here touches storage.
 - `step_record` / `rollout_record` validate one decoded line; they return a record
   or a reason string for the quarantine.
 - `TranscriptParser` turns transcript files into per-step metric aggregates, building
-  concatenated numpy arrays per step (one `np.asarray` per token array, no per-token
-  Python) and handing them to the kernels in `rlstream.metrics`.
+  concatenated numpy arrays per step (by default one `np.asarray` per step and array,
+  over the decoded values; no per-token Python) and handing them to the kernels in
+  `rlstream.metrics`.
 """
 
 from __future__ import annotations
@@ -314,16 +315,122 @@ def transcript(obj: Any, name: str) -> Transcript:
     )
 
 
+class NeedsStrictParse(Exception):
+    """The batched conversion of a unit's token arrays failed (a non-numeric or
+    non-finite value, a nested list): parse the unit again with `strict=True`, which
+    finds the file at fault and quarantines it with its exact reason."""
+
+
+@dataclass
+class _StepLists:
+    """Flat Python lists of one step's token values, converted to numpy once per step.
+
+    Converting one list per step instead of three arrays per generation removes the
+    per-generation numpy calls that dominated small files; the values, their order
+    and hence the aggregates are the same as the strict path's."""
+
+    ls: list[Any] = field(default_factory=list)
+    lt: list[Any] = field(default_factory=list)
+    tokens: list[Any] = field(default_factory=list)
+
+
+def _transcript_lists(obj: Any, name: str) -> tuple[Transcript, _StepLists, int] | None:
+    """The structural checks of `transcript` without converting token arrays.
+
+    Returns (transcript without arrays, the token value lists, token count), or None
+    when any check fails: the caller then runs `transcript` for the exact reason
+    (these checks are a subset of its checks, so it fails too)."""
+    if not isinstance(obj, dict):
+        return None
+    try:
+        if obj["attempt_id"] != name:
+            return None
+        step = obj["step"]
+        trains = obj["trains"]
+        gens = obj["generations"]
+    except KeyError:
+        return None
+    if not _is_int(step) or step < 0 or not isinstance(trains, bool):
+        return None
+    trace = obj.get("trace", "full")
+    if trace not in TRACES or not isinstance(gens, list):
+        return None
+    task = obj.get("task_id")
+    task = task if isinstance(task, str) else ""
+    lens: list[int] = []
+    truncated: list[bool] = []
+    lists = _StepLists()
+    topk: list[np.ndarray] | None = None
+    vocab: int | None = None
+    full = trace == "full"
+    for g in gens:
+        if not isinstance(g, dict):
+            return None
+        n = g.get("completion_len")
+        if not _is_int(n) or n < 0:
+            return None
+        lens.append(n)
+        truncated.append(g.get("stop_reason") == "length")
+        if not full:
+            continue
+        toks = g.get("completion_tokens")
+        ls = g.get("sampler_logprobs")
+        lt = g.get("trainer_logprobs")
+        if not isinstance(toks, list) or len(toks) != n:
+            return None
+        if not isinstance(ls, list) or len(ls) != n:
+            return None
+        if lt is not None and (not isinstance(lt, list) or len(lt) != n):
+            return None
+        lists.tokens.extend(toks)
+        lists.ls.extend(ls)
+        lists.lt.extend(lt if lt is not None else [math.nan] * n)
+        top = g.get("top_logprobs")
+        if top is not None:
+            try:
+                rows = _topk_rows(top, n)
+            except BadRecord:
+                return None
+            if topk is None:
+                topk = []
+            topk.append(rows)
+            v = top.get("vocab_size")
+            vocab = v if _is_int(v) else vocab
+    t = Transcript(name, task, step, trains, trace, lens, truncated, [], [], [], topk, vocab)
+    return t, lists, sum(lens) if full else 0
+
+
+def _to_array(values: list[Any], dtype: type, n: int) -> np.ndarray:
+    """One step's values as a 1-D array of length n, or NeedsStrictParse."""
+    if not n:
+        return np.empty(0, dtype)
+    try:
+        arr = np.asarray(values, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise NeedsStrictParse(str(e)) from e
+    if arr.shape != (n,) or (dtype is np.float64 and np.isinf(arr).any()):
+        raise NeedsStrictParse("bad token array")
+    return arr
+
+
 class TranscriptParser:
     """Accumulate transcripts and emit one `StepAgg` per step.
 
     `add(data, name)` returns a quarantine reason or None. `aggregates()` builds the
     kernels' inputs with one concatenation per array per step.
+
+    By default (`strict=False`) token values are kept as flat Python lists and
+    converted once per step in `aggregates()`, which raises `NeedsStrictParse` when
+    that conversion fails; the caller then parses the same files again with
+    `strict=True`, which converts and validates every array of every file as it is
+    added. Both give the same aggregates and, after the retry, the same quarantine.
     """
 
-    def __init__(self, vocab_size: int | None = None) -> None:
+    def __init__(self, vocab_size: int | None = None, strict: bool = False) -> None:
         self._steps: dict[int, _StepArrays] = {}
+        self._lists: dict[int, _StepLists] = {}
         self.vocab_size = vocab_size
+        self.strict = strict
         self.tokens = 0
 
     def add(self, data: bytes, name: str, final_through: int = -1) -> tuple[int | None, str | None]:
@@ -332,7 +439,19 @@ class TranscriptParser:
         A transcript of a step at or below `final_through` is late: not aggregated.
         """
         try:
-            t = transcript(parse_json(data), name)
+            obj = parse_json(data)
+            fast = None if self.strict else _transcript_lists(obj, name)
+            if fast is None:
+                t = transcript(obj, name)
+                lists = None
+                if not self.strict:
+                    # Unreachable: the fast checks are a subset of transcript()'s. Were
+                    # it reached, one step would mix lists and arrays: parse strictly.
+                    raise NeedsStrictParse(name)
+            else:
+                t, lists, _ = fast
+                if t.step <= final_through:
+                    t = transcript(obj, name)  # a late file keeps its validation reason
         except BadRecord as e:
             return None, str(e)
         if t.step <= final_through:
@@ -343,12 +462,19 @@ class TranscriptParser:
             acc.full += 1
             acc.lens.extend(t.lens)
             acc.truncated.extend(t.truncated)
-            acc.ls.extend(t.ls)
-            acc.lt.extend(t.lt)
-            acc.tokens.extend(t.tokens)
-            acc.tok_lens.extend(len(x) for x in t.tokens)
-            acc.trains.extend([t.trains] * len(t.ls))
-            acc.tasks.extend([t.task_id] * len(t.ls))
+            if lists is None:
+                acc.ls.extend(t.ls)
+                acc.lt.extend(t.lt)
+                acc.tokens.extend(t.tokens)
+                acc.tok_lens.extend(len(x) for x in t.tokens)
+            else:
+                into = self._lists.setdefault(t.step, _StepLists())
+                into.ls.extend(lists.ls)
+                into.lt.extend(lists.lt)
+                into.tokens.extend(lists.tokens)
+                acc.tok_lens.extend(t.lens)
+            acc.trains.extend([t.trains] * len(t.lens))
+            acc.tasks.extend([t.task_id] * len(t.lens))
             if t.topk is not None:
                 acc.topk.extend(t.topk)
             acc.vocab = t.vocab or acc.vocab
@@ -358,6 +484,17 @@ class TranscriptParser:
             acc.samples_truncated.extend(t.truncated)
         return t.step, None
 
+    def _arrays(self, step: int, a: _StepArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lists = self._lists.get(step)
+        if lists is None:
+            return np.concatenate(a.ls), np.concatenate(a.lt), np.concatenate(a.tokens)
+        n = len(lists.ls)
+        return (
+            _to_array(lists.ls, np.float64, n),
+            _to_array(lists.lt, np.float64, n),
+            _to_array(lists.tokens, np.int64, n),
+        )
+
     def aggregates(self) -> dict[int, StepPartial]:
         out: dict[int, StepPartial] = {}
         for step, a in self._steps.items():
@@ -365,9 +502,7 @@ class TranscriptParser:
             if a.full:
                 offsets = np.zeros(len(a.tok_lens) + 1, np.int64)
                 np.cumsum(a.tok_lens, out=offsets[1:])
-                ls = np.concatenate(a.ls)
-                lt = np.concatenate(a.lt)
-                toks = np.concatenate(a.tokens)
+                ls, lt, toks = self._arrays(step, a)
                 trains = np.asarray(a.trains, dtype=bool)
                 agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains)
                 agg.completions = CompletionAgg.from_arrays(

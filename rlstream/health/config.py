@@ -217,6 +217,10 @@ class RewardTooFast(RuleConfig):
     """...and this many standard errors (from the reward's step noise, MAD)."""
     min_rows: int = 60
     """Rows of history needed first: early learning is legitimately fast."""
+    best_margin: float = 0.1
+    """The new level must also top the best earlier level in the window (highest
+    ``short_steps`` median before the compared steps) by this: reward coming back to
+    where it was after a dip (an outage, a bad batch) is not a climb."""
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,11 @@ class DegenerateOutputs(RuleConfig):
     """Recent top_completion_task_share at or above this..."""
     top_share_ratio: float = 3.0
     """...and this many times its baseline; or"""
+    top_share_abs: float = 0.6
+    """Or recent top_completion_task_share at or above this whatever the baseline (a
+    hack present from the first step has no clean baseline)..."""
+    min_groups: float = 4.0
+    """...when the steps have at least this many groups (tasks) to share an answer; or"""
     distinct_max: float = 0.4
     """recent distinct_completions at or below this..."""
     distinct_ratio: float = 0.5

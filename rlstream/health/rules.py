@@ -362,7 +362,19 @@ def reward_too_fast(
     expected = max(slope, 0.0) * (c.short_steps + c.long_steps) / 2.0
     excess = stats.median(a) - stats.median(b) - expected
     se = 1.25 * max(noise, 1e-3) * math.sqrt(1.0 / len(a) + 1.0 / len(b))
-    climbing = ge(excess, c.rise_min, active, ctx) and ge(excess, c.z * se, active, ctx)
+    # Reward returning to a level it already held (after a dip) is not a climb.
+    earlier = ys[: -c.short_steps]
+    best = max(
+        (
+            stats.median(earlier[i : i + c.short_steps])
+            for i in range(len(earlier) - c.short_steps + 1)
+        ),
+        default=None,
+    )
+    above_best = best is None or stats.median(a) - best >= c.best_margin
+    climbing = (
+        ge(excess, c.rise_min, active, ctx) and ge(excess, c.z * se, active, ctx) and above_best
+    )
     # Once the climb is over, the finding stays while reward holds its new level above
     # the level before the climb began (as long as that level is in the window).
     alert = v.state.alerts.get("reward_too_fast")
@@ -391,23 +403,33 @@ def degenerate_outputs(
 ) -> Verdict | None:
     top, top_base = v.recent("top_share"), v.base("top_share")
     dist, dist_base = v.recent("distinct"), v.base("distinct")
-    if top is not None and top_base is not None:
-        holds = ge(top, max(c.top_share_min, c.top_share_ratio * top_base), active, ctx)
-        return Verdict(
-            holds,
-            f"one completion answers {top:.0%} of a step's tasks (baseline {top_base:.0%}); "
-            f"distinct completions {dist if dist is not None else float('nan'):.0%}: the "
-            "policy emits a constant answer that fits many tasks; inspect transcripts for a "
-            "hard-coded answer or grader exploit",
+    groups = v.recent("groups")
+    by_top = top is not None and (
+        (
+            top_base is not None
+            and ge(top, max(c.top_share_min, c.top_share_ratio * top_base), active, ctx)
         )
-    if dist is not None and dist_base is not None:
-        holds = le(dist, min(c.distinct_max, c.distinct_ratio * dist_base), active, ctx)
-        return Verdict(
-            holds,
-            f"distinct completions {dist:.0%} of the step's completions (baseline "
-            f"{dist_base:.0%}): outputs collapsed onto a few answers; inspect transcripts",
-        )
-    return None
+        or (groups is not None and groups >= c.min_groups and ge(top, c.top_share_abs, active, ctx))
+    )
+    by_distinct = (
+        dist is not None
+        and dist_base is not None
+        and le(dist, min(c.distinct_max, c.distinct_ratio * dist_base), active, ctx)
+    )
+    if top is None and (dist is None or dist_base is None):
+        return None
+    parts = []
+    if top is not None:
+        base_s = f" (baseline {top_base:.0%})" if top_base is not None else ""
+        parts.append(f"one completion answers {top:.0%} of a step's tasks{base_s}")
+    if dist is not None:
+        base_s = f" (baseline {dist_base:.0%})" if dist_base is not None else ""
+        parts.append(f"distinct completions {dist:.0%} of the step's completions{base_s}")
+    return Verdict(
+        by_top or by_distinct,
+        "; ".join(parts) + ": outputs collapsed onto a few answers, as when the policy "
+        "emits a hard-coded answer or a grader exploit; inspect transcripts",
+    )
 
 
 def entropy_collapse(

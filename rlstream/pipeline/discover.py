@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 from rlstream.io.storage import Storage
 
 RUN_JSON = "run.json"
+
+log = logging.getLogger("rlstream")
 
 
 def normalize_root(url: str) -> str:
@@ -32,4 +35,10 @@ def find_runs(storage: Storage, root: str, max_depth: int = 4) -> list[str]:
                 walk(Storage.join(url, name), depth + 1)
 
     walk(root, 0)
+    if not found:
+        log.warning(
+            "no runs under %s (a run is a folder holding run.json)%s",
+            root,
+            "" if storage.exists(root) else "; that path does not exist",
+        )
     return sorted(found)

@@ -1,14 +1,13 @@
 """The pipeline in this process: no Ray. Used by unit tests and as the reference.
 
-`analyze_local` runs polls until nothing new arrives, finalizes every step that
-exists, commits, and returns the run states. The Ray runtime runs the same
+`analyze_local` reads every run to the end of what exists, finalizes every step,
+commits, and returns the runs' summaries. The Ray runtime runs the same
 `RunGroup` code with worker actors as the executor; this module is what the tests
 compare it against.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -45,28 +44,33 @@ def input_storage(roots: Sequence[str], options: dict[str, Any]) -> Storage:
 
 def build_group(roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: Any) -> RunGroup:
     """A RunGroup over every run found under `roots`, writing under `out`."""
+    group, urls = _group_and_runs(roots, out, cfg, **hooks)
+    for url in urls:
+        group.add_run(url)
+    return group
+
+
+def _group_and_runs(
+    roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: Any
+) -> tuple[RunGroup, list[str]]:
     storage = input_storage(roots, cfg.storage_options)
     out_url = normalize_root(out)
     sink = ParquetSink(out_url, Storage.for_url(out_url, cfg.storage_options))
-    group = RunGroup(storage, sink, cfg, **hooks)
-    for root in roots:
-        for run_url in find_runs(storage, root):
-            group.add_run(run_url)
-    return group
+    urls = [u for root in roots for u in find_runs(storage, root)]
+    return RunGroup(storage, sink, cfg, **hooks), urls
 
 
 def analyze_local(
     roots: Sequence[str], out: str, cfg: PipelineConfig | None = None, **hooks: Any
 ) -> list[RunState]:
-    """Analyze every run under `roots` to the end of what exists; write under `out`."""
+    """Analyze every run under `roots` to the end of what exists; write under `out`.
+    Returns the final run states, sorted by run_id (kept in memory: for tests and
+    small inputs; the Ray runtime returns summaries only)."""
     cfg = cfg or PipelineConfig()
     if not hooks:
         from rlstream.pipeline.verdicts import health_hooks
 
         hooks = health_hooks()
-    group = build_group(roots, out, cfg, **hooks)
-    run = local_executor(group.storage)
-    now = time.time()
-    group.poll(run, now=now, final=True)
-    group.commit(now=now)
-    return list(group.states())
+    group, urls = _group_and_runs(roots, out, cfg, **hooks)
+    states = group.analyze(urls, local_executor(group.storage))
+    return sorted(states, key=lambda s: s.run_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -26,7 +27,13 @@ from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
 from rlstream.pipeline.discover import RUN_JSON
 from rlstream.pipeline.rows import steps_table
-from rlstream.pipeline.state import RunState, finalize, fold, is_finished, watermark
+from rlstream.pipeline.state import (
+    RunState,
+    finalize,
+    fold,
+    is_finished,
+    watermark,
+)
 from rlstream.pipeline.work import (
     ROLLOUTS_FILE,
     STEPS_FILE,
@@ -73,6 +80,8 @@ class RunGroup:
         self.cfg = cfg
         self.health = health
         self.runs: dict[str, RunState] = {}
+        self.totals: Counter[str] = Counter()
+        """Running totals for progress displays: bytes, tokens, units, rows, runs_done."""
         self.rejected: dict[str, QuarantineRow] = {}
         self.dirty: set[str] = set()
 
@@ -201,11 +210,14 @@ class RunGroup:
         units: list[Unit] = []
         for state in self.runs.values():
             units.extend(self.plan(state))
-        by_url = {s.run_url: s for s in self.runs.values()}
+        by_id = {s.run_id: s for s in self.runs.values()}
         now = time.time() if now is None else now
         if units:
             for res in execute(units):
-                state = self._state_of(res, by_url)
+                state = by_id[res.run_id]
+                self.totals["bytes"] += res.bytes
+                self.totals["tokens"] += res.tokens
+                self.totals["units"] += 1
                 fold(state, res, now)
                 self.dirty.add(state.run_url)
         new_rows = 0
@@ -215,6 +227,7 @@ class RunGroup:
             rows = finalize(state, watermark(state, now, self.cfg, final))
             if rows:
                 new_rows += len(rows)
+                self.totals["rows"] += len(rows)
                 self.dirty.add(state.run_url)
             if self.health is not None:
                 events = self.health(state, rows, now)
@@ -247,12 +260,6 @@ class RunGroup:
                 )
                 state.counters["quarantined"] += 1
                 self.dirty.add(state.run_url)
-
-    def _state_of(self, res: UnitResult, by_url: dict[str, RunState]) -> RunState:
-        for s in by_url.values():
-            if s.run_id == res.run_id:
-                return s
-        raise KeyError(res.run_id)  # pragma: no cover - units come from our runs
 
     # -- committing ----------------------------------------------------------------
     def commit(self, now: float | None = None, force: bool = False) -> int:
@@ -287,6 +294,18 @@ class RunGroup:
             written += 1
         self.dirty.clear()
         return written
+
+    def analyze(self, urls: list[str], execute: Executor) -> Iterator[RunState]:
+        """Batch mode: read runs to the end of what exists, `analyze_chunk_runs` at a
+        time; commit each chunk and drop its state, yielding the dropped states."""
+        step = max(1, self.cfg.analyze_chunk_runs)
+        for i in range(0, len(urls), step):
+            chunk = [u for u in urls[i : i + step] if self.add_run(u) is not None]
+            self.poll(execute, final=True)
+            self.commit()
+            self.totals["runs_done"] += len(chunk)
+            for u in chunk:
+                yield self.runs.pop(u)
 
     def all_finished(self) -> bool:
         return all(

@@ -26,22 +26,39 @@ from rlstream.sinks.parquet import ParquetSink
 log = logging.getLogger("rlstream")
 
 
-@ray.remote(max_restarts=-1, max_task_retries=3)
+@ray.remote(max_restarts=-1, max_task_retries=3, scheduling_strategy="SPREAD")
 class Worker:
-    """Reads the bytes of a unit itself, parses and aggregates them."""
+    """Reads the bytes of a unit itself, parses and aggregates them.
+
+    SPREAD places the pool across every node with a free CPU instead of packing it
+    onto the driver's node (an actor holds no CPU once placed, so the default policy
+    would put them all there); a worker restarted after its node died goes to a
+    node that is alive.
+    """
 
     def __init__(self, storage: Storage) -> None:
+        logging.basicConfig(level=logging.INFO)
         self.storage = storage
         self.done = 0
 
     def execute(self, unit: Unit) -> UnitResult:
+        if self.done == 0:
+            # One line per worker process, in its node's log folder and (forwarded by
+            # Ray) in the driver's output: shows where the pool actually ran.
+            i = self.info()
+            log.info("worker pid %d on node %s (%s): first unit", i["pid"], i["node_id"], i["ip"])
         res = execute(unit, self.storage)
         self.done += 1
         return res
 
     def info(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()
-        return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "done": self.done}
+        return {
+            "pid": os.getpid(),
+            "node_id": ctx.get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
+            "done": self.done,
+        }
 
 
 def ray_executor(workers: list[Any], max_inflight: int):
@@ -77,7 +94,7 @@ def ray_executor(workers: list[Any], max_inflight: int):
     return run
 
 
-@ray.remote(num_cpus=0, max_restarts=-1)
+@ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=2)
 class Tailer:
     """Owns the runs whose key hashes to it: cursors, pending aggregates, commits."""
 
@@ -106,19 +123,20 @@ class Tailer:
                 added.append(url)
         return added
 
+    def analyze(self, urls: list[str]) -> list[dict[str, Any]]:
+        """Batch mode over these runs, a chunk at a time (see RunGroup.analyze)."""
+        return [state_summary(s) for s in self.group.analyze(urls, self.execute)]
+
     def run_urls(self) -> list[str]:
         return sorted(self.group.runs)
 
-    def poll(self, final: bool = False) -> dict[str, int]:
-        before = {k: sum(s.counters[k] for s in self.group.states()) for k in ("bytes", "tokens")}
-        rows = self.group.poll(self.execute, final=final)
-        after = {k: sum(s.counters[k] for s in self.group.states()) for k in ("bytes", "tokens")}
-        return {
-            "rows": rows,
-            "bytes": after["bytes"] - before["bytes"],
-            "tokens": after["tokens"] - before["tokens"],
-            "runs": len(self.group.runs),
-        }
+    def poll(self, final: bool = False) -> int:
+        """One poll of every owned run; returns the number of new final rows."""
+        return self.group.poll(self.execute, final=final)
+
+    def progress(self) -> dict[str, int]:
+        """Running totals; callable while `analyze` runs (the actor has 2 threads)."""
+        return {**self.group.totals, "runs": len(self.group.runs)}
 
     def commit(self) -> int:
         return self.group.commit()

@@ -50,22 +50,19 @@ class Progress:
         self.enabled = enabled
         self.start = time.monotonic()
         self.last_log = 0.0
-        self.totals = {"bytes": 0, "tokens": 0, "rows": 0}
 
-    def update(self, runs: int, stats: list[dict[str, int]]) -> None:
-        for s in stats:
-            for k in self.totals:
-                self.totals[k] += s.get(k, 0)
+    def show(self, totals: dict[str, int], runs: int) -> None:
         if not self.enabled:
             return
         el = max(time.monotonic() - self.start, 1e-9)
-        t = self.totals
+        t = totals
         line = (
-            f"runs {runs}  rows {t['rows']}  {t['bytes'] / 1e6:.1f} MB  "
-            f"{t['tokens']:,} tokens  {t['tokens'] / el:,.0f} tokens/s"
+            f"runs {runs}  files {t.get('units', 0)} units  rows {t.get('rows', 0)}  "
+            f"{t.get('bytes', 0) / 1e6:.1f} MB  {t.get('tokens', 0):,} tokens  "
+            f"{t.get('tokens', 0) / el:,.0f} tokens/s"
         )
         if self.tty:
-            self.out.write("\r" + line.ljust(100))
+            self.out.write("\r" + line.ljust(110))
             self.out.flush()
         elif time.monotonic() - self.last_log >= 10:
             self.last_log = time.monotonic()
@@ -103,6 +100,10 @@ class Fleet:
         ray.get([t.set_workers.remote(self.workers) for t in self.tailers])
         self.owned: set[str] = set()
         self.assigned: list[list[str]] = [[] for _ in self.tailers]
+        self.tailer_restarts = 0
+        self.worker_restarts = 0
+        self._pids: dict[int, int] = {}
+        self._pid_refs: dict[Any, int] = {}
 
     def _call(self, method: str, *args: Any) -> list[Any]:
         """Call every tailer; a tailer that died is restarted by Ray, so give the new
@@ -117,6 +118,7 @@ class Fleet:
                 log.warning(
                     "tailer %d died (%s); restoring its %d runs", i, e, len(self.assigned[i])
                 )
+                self.tailer_restarts += 1
                 t = self.tailers[i]
                 ray.get(t.set_workers.remote(self.workers))
                 ray.get(t.add_runs.remote(self.assigned[i]))
@@ -143,6 +145,28 @@ class Fleet:
         self.owned.update(added)
         return len(added)
 
+    def analyze(self, progress: Progress | None = None) -> list[dict[str, Any]]:
+        """Batch mode: every tailer reads its shard of the runs a chunk at a time."""
+        shards: list[list[str]] = [[] for _ in self.tailers]
+        for root in self.roots:
+            for url in find_runs(self.storage, root):
+                shards[int(run_key(url), 16) % self.n_tailers].append(url)
+        refs = [t.analyze.remote(urls) for t, urls in zip(self.tailers, shards, strict=True)]
+        total = sum(len(s) for s in shards)
+        while len(ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
+            if progress is not None:
+                progress.show(self.totals(), total)
+        if progress is not None:
+            progress.show(self.totals(), total)
+        return sorted((s for got in ray.get(refs) for s in got), key=lambda s: s["run_id"])
+
+    def totals(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for got in ray.get([t.progress.remote() for t in self.tailers]):
+            for k, v in got.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
     def poll(self, final: bool = False) -> list[dict[str, int]]:
         return self._call("poll", final)
 
@@ -156,6 +180,26 @@ class Fleet:
 
     def all_finished(self) -> bool:
         return bool(self.owned) and all(self._call("all_finished"))
+
+    def check_workers(self) -> int:
+        """Count worker restarts: Ray restarts a dead worker in a new process, so its
+        pid changes. Never blocks: answers not ready yet are read on a later call (a
+        busy worker answers after its queued units)."""
+        asked = set(self._pid_refs.values())
+        for i, w in enumerate(self.workers):
+            if i not in asked:
+                self._pid_refs[w.info.remote()] = i
+        ready, _ = ray.wait(list(self._pid_refs), num_returns=len(self._pid_refs), timeout=0)
+        for ref in ready:
+            i = self._pid_refs.pop(ref)
+            try:
+                pid = ray.get(ref)["pid"]
+            except ray.exceptions.RayError:
+                continue
+            if self._pids.get(i, pid) != pid:
+                self.worker_restarts += 1
+            self._pids[i] = pid
+        return self.worker_restarts
 
     def close(self) -> None:
         for a in [*self.tailers, *self.workers]:
@@ -186,8 +230,12 @@ def run(
     hooks_factory: Any = None,
     progress_out: TextIO | None = None,
     exit_when_finished: bool = False,
+    metrics: Any = None,
 ) -> list[dict[str, Any]]:
-    """Run analyze (watch=False) or watch on Ray; returns per-run summaries."""
+    """Run analyze (watch=False) or watch on Ray; returns per-run summaries.
+
+    `metrics` (watch only; a `rlstream.fleet.prometheus.MetricsExporter`) is told
+    about every poll and commit."""
     if hooks_factory is None:
         from rlstream.pipeline.verdicts import health_hooks
 
@@ -195,25 +243,35 @@ def run(
     started = connect(rt.ray)
     _sigterm_as_interrupt()
     fleet = None
-    progress = Progress(progress_out or sys.stderr, enabled=progress_out is not None or watch)
+    progress = Progress(progress_out or sys.stderr, enabled=progress_out is not None)
     try:
         fleet = Fleet(roots, out, cfg, rt, hooks_factory)
-        fleet.discover()
         if not watch:
-            progress.update(len(fleet.owned), fleet.poll(final=True))
-            fleet.commit()
-            return fleet.summaries()
+            return fleet.analyze(progress)
+        fleet.discover()
         last_commit = last_discover = time.monotonic()
         try:
             while not (stop and stop()):
-                t0 = time.monotonic()
-                progress.update(len(fleet.owned), fleet.poll())
+                t0, wall = time.monotonic(), time.time()
+                fleet.poll()
+                totals = fleet.totals()
+                progress.show(totals, len(fleet.owned))
+                if metrics is not None:
+                    metrics.on_poll(totals, wall, time.monotonic() - t0)
                 if t0 - last_discover >= rt.discover_every_seconds:
                     fleet.discover()
                     last_discover = t0
                 if t0 - last_commit >= cfg.commit_seconds:
                     fleet.commit()
                     last_commit = t0
+                    if metrics is not None:
+                        metrics.on_commit(
+                            fleet.summaries(),
+                            time.time(),
+                            len(fleet.workers),
+                            fleet.check_workers(),
+                            fleet.tailer_restarts,
+                        )
                     if exit_when_finished and fleet.all_finished():
                         break
                 time.sleep(max(0.0, cfg.poll_seconds - (time.monotonic() - t0)))

@@ -45,9 +45,9 @@ def test_killed_worker_is_restarted_and_nothing_counted_twice(ray_session, tmp_p
     while ray.get(victim.info.remote())["done"] < 5:
         pass
     os.kill(pid_before, signal.SIGKILL)
-    stats = ray.get(poll)
+    rows = ray.get(poll)
     fleet.commit()
-    assert stats["rows"] == 32
+    assert rows == 32
     assert ray.get(victim.info.remote())["pid"] != pid_before  # restarted by Ray
     summaries = fleet.summaries()
     fleet.close()

@@ -1,0 +1,185 @@
+"""`rlstream status`: every run of OUT in one table, worst first.
+
+`status_rows(latest, now)` turns `run_health/latest` rows (see `read.read_latest`) into
+plain dicts with JSON-ready values; `render_table(rows)` lays them out for a terminal;
+`follow(...)` redraws the table in place until interrupted. Order: status severity
+(critical, stalled, warning, healthy, finished), then more firing findings first, then
+run_id. Only OUT is read, never the runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+STATUS_ORDER = {"critical": 0, "stalled": 1, "warning": 2, "healthy": 3, "finished": 4}
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def _epoch(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=dt.UTC)
+        return v.timestamp()
+    return float(v)
+
+
+def firing(findings: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The firing findings, most severe first, then by code."""
+    out = [f for f in findings or [] if f.get("state") == "firing"]
+    return sorted(out, key=lambda f: (SEVERITY_ORDER.get(f.get("severity"), 9), f.get("code")))
+
+
+def sort_key(row: dict[str, Any]) -> tuple[int, int, str]:
+    return (STATUS_ORDER.get(row.get("status") or "", 9), -len(row["firing"]), row["run_id"])
+
+
+def status_rows(latest: list[dict[str, Any]], now: float | None = None) -> list[dict[str, Any]]:
+    """One JSON-ready dict per run, worst first."""
+    now = time.time() if now is None else now
+    rows = []
+    for r in latest:
+        activity = _epoch(r.get("last_activity"))
+        as_of = _epoch(r.get("as_of"))
+        rows.append(
+            {
+                "run_id": r["run_id"],
+                "run_uri": r.get("run_uri"),
+                "status": r.get("status"),
+                "last_step": r.get("last_step"),
+                "last_activity": activity,
+                "seconds_since_update": None if activity is None else round(now - activity, 1),
+                "as_of": as_of,
+                "seconds_since_commit": None if as_of is None else round(now - as_of, 1),
+                "reward_mean": r.get("reward_mean"),
+                "reward_trend": r.get("reward_trend"),
+                "mismatch_kl": r.get("mismatch_kl"),
+                "mismatch_ess": r.get("mismatch_ess"),
+                "entropy_estimate": r.get("entropy_estimate"),
+                "truncated_frac": r.get("truncated_frac"),
+                "firing": [
+                    {k: f.get(k) for k in ("code", "severity", "since_step", "message")}
+                    for f in firing(r.get("findings"))
+                ],
+                "quarantined": r.get("quarantined"),
+            }
+        )
+    rows.sort(key=sort_key)
+    return rows
+
+
+def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Runs per status, in STATUS_ORDER."""
+    out = dict.fromkeys(STATUS_ORDER, 0)
+    for r in rows:
+        out[r.get("status") or "unknown"] = out.get(r.get("status") or "unknown", 0) + 1
+    return out
+
+
+def fmt_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = max(seconds, 0.0)
+    if s < 120:
+        return f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.0f}m"
+    if s < 172800:
+        return f"{s / 3600:.0f}h"
+    return f"{s / 86400:.0f}d"
+
+
+def fmt_num(v: float | None, spec: str = ".3g") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def trend_arrow(slope: float | None) -> str:
+    """Reward change per 100 steps, as an arrow and a signed number."""
+    if slope is None:
+        return ""
+    per100 = slope * 100
+    arrow = "↑" if per100 > 0.02 else ("↓" if per100 < -0.02 else "→")
+    return f"{arrow}{per100:+.2f}"
+
+
+HEADS = ("run", "status", "step", "updated", "reward", "trend/100", "kl", "ess", "entropy")
+HEADS += ("trunc", "findings")
+
+
+def table_cells(r: dict[str, Any]) -> list[str]:
+    return [
+        r["run_id"],
+        r.get("status") or "-",
+        fmt_num(r.get("last_step"), "d"),
+        fmt_age(r.get("seconds_since_update")),
+        fmt_num(r.get("reward_mean"), ".3f"),
+        trend_arrow(r.get("reward_trend")) or "-",
+        fmt_num(r.get("mismatch_kl"), ".2e"),
+        fmt_num(r.get("mismatch_ess"), ".3f"),
+        fmt_num(r.get("entropy_estimate"), ".3f"),
+        fmt_num(r.get("truncated_frac"), ".2f"),
+        ",".join(f["code"] for f in r["firing"]) or "-",
+    ]
+
+
+def _printable(s: str) -> str:
+    """Run ids come from run data: control characters (a terminal escape sequence in a
+    run_id) are shown escaped, never sent to the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
+
+def render_table(rows: list[dict[str, Any]], color: bool = False) -> str:
+    """The table as text, one line per run, with a status count line on top."""
+    cells = [[_printable(c) for c in table_cells(r)] for r in rows]
+    widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(HEADS)]
+    c = counts(rows)
+    top = f"{len(rows)} runs: " + ", ".join(f"{n} {s}" for s, n in c.items() if n)
+    lines = [top, "  ".join(h.ljust(w) for h, w in zip(HEADS, widths, strict=True)).rstrip()]
+    for r, row in zip(rows, cells, strict=True):
+        line = "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+        if color:
+            code = {"critical": "31", "stalled": "35", "warning": "33"}.get(r.get("status"))
+            if code:
+                line = f"\x1b[{code}m{line}\x1b[0m"
+        lines.append(line)
+    if not rows:
+        lines.append("(no runs yet: nothing under run_health/latest)")
+    return "\n".join(lines) + "\n"
+
+
+def follow(
+    load: Callable[[], list[dict[str, Any]]],
+    out: TextIO,
+    interval: float = 2.0,
+    count: int | None = None,
+    as_json: bool = False,
+    pretty: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Redraw every `interval` seconds (in place on a terminal) `count` times, or until
+    Ctrl-C. With `as_json`, one JSON document per refresh: on one line each (for
+    scripts reading a stream), or indented with `pretty`."""
+    tty = out.isatty()
+    n = 0
+    while count is None or n < count:
+        if n:
+            sleep(interval)
+        now = time.time()
+        rows = status_rows(load(), now)
+        if as_json:
+            doc = {"as_of": now, "counts": counts(rows), "runs": rows}
+            out.write(json.dumps(doc, indent=1 if pretty else None) + "\n")
+        else:
+            stamp = time.strftime("%H:%M:%S", time.localtime(now))
+            text = f"rlstream status  {stamp}  (Ctrl-C to stop)\n" + render_table(rows, tty)
+            if tty:
+                out.write("\x1b[H\x1b[2J" + text)
+            else:
+                out.write(text + "\n")
+        out.flush()
+        n += 1

@@ -1,0 +1,165 @@
+"""Inline SVG line charts for the HTML report: no JavaScript, no network.
+
+`line_chart(series, markers, ...)` draws series of (step, value) points, with gaps
+where a value is missing, axes with a few ticks, a legend, and vertical markers at
+findings' `since_step` carrying the finding's message as a tooltip. Every text that
+may come from run data (series labels, marker codes and messages) is escaped here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from html import escape
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
+SEVERITY_COLOR = {"critical": "#c0392b", "warning": "#d68910", "info": "#2e86c1"}
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    steps: list[int]
+    values: list[float | None]
+    dashed: bool = False
+
+
+@dataclass(frozen=True)
+class Marker:
+    step: int
+    code: str
+    severity: str
+    message: str
+    number: int = 0
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    series: list[Series]
+    markers: list[Marker] = field(default_factory=list)
+    log_y: bool = False
+
+
+def _finite(v: float | None) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    out = []
+    v = first
+    while v <= hi + step * 1e-9:
+        out.append(round(v, 12))
+        v += step
+    return out
+
+
+def _fmt(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 1e4 or abs(v) < 1e-2:
+        return f"{v:.1e}"
+    return f"{v:.3g}"
+
+
+def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
+    """The chart as an `<svg>` element (a string of escaped markup)."""
+    left, right, top, bottom = 58, 12, 26, 58
+    pw, ph = width - left - right, height - top - bottom
+    xs = [s for ser in chart.series for s, v in zip(ser.steps, ser.values, strict=True)]
+    ys = [v for ser in chart.series for v in ser.values if _finite(v)]
+    if chart.log_y:
+        ys = [v for v in ys if v > 0]
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" class="chart">',
+        f"<title>{escape(chart.title)}</title>",
+        f'<text x="{left}" y="15" class="ct">{escape(chart.title)}</text>',
+    ]
+    if not xs or not ys:
+        parts.append(
+            f'<text x="{left + 10}" y="{top + ph / 2}" class="empty">no data for this figure</text>'
+        )
+        parts.append("</svg>")
+        return "".join(parts)
+    x0, x1 = min(xs), max(xs)
+    for m in chart.markers:
+        x0, x1 = min(x0, m.step), max(x1, m.step)
+    if x1 == x0:
+        x1 = x0 + 1
+    tf = (lambda v: math.log10(v)) if chart.log_y else (lambda v: v)
+    y0, y1 = tf(min(ys)), tf(max(ys))
+    if y1 - y0 < 1e-12:
+        pad = abs(y0) * 0.1 or 1.0
+        y0, y1 = y0 - pad, y1 + pad
+    else:
+        pad = (y1 - y0) * 0.06
+        y0, y1 = y0 - pad, y1 + pad
+
+    def px(s: float) -> float:
+        return left + (s - x0) / (x1 - x0) * pw
+
+    def py(v: float) -> float:
+        return top + ph - (tf(v) - y0) / (y1 - y0) * ph
+
+    parts.append(
+        f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>'
+    )
+    yt = [10**t for t in _ticks(y0, y1)] if chart.log_y else _ticks(y0, y1)
+    for v in yt:
+        y = py(v)
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
+        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" class="yt">{escape(_fmt(v))}</text>')
+    for s in _ticks(x0, x1, 5):
+        if s != int(s):
+            continue
+        x = px(s)
+        parts.append(f'<text x="{x:.1f}" y="{top + ph + 14}" class="xt">{int(s)}</text>')
+    parts.append(f'<text x="{left - 4}" y="{top + ph + 14}" class="xl">step</text>')
+    lx, ly = float(left), float(top + ph + 26)
+    for i, ser in enumerate(chart.series):
+        color = PALETTE[i % len(PALETTE)]
+        dash = ' stroke-dasharray="5 3"' if ser.dashed else ""
+        segs: list[list[str]] = [[]]
+        for s, v in zip(ser.steps, ser.values, strict=True):
+            if _finite(v) and (not chart.log_y or v > 0):
+                segs[-1].append(f"{px(s):.1f},{py(v):.1f}")
+            elif segs[-1]:
+                segs.append([])
+        for seg in segs:
+            if len(seg) == 1:
+                x, y = seg[0].split(",")
+                parts.append(f'<circle cx="{x}" cy="{y}" r="2" fill="{color}"/>')
+            elif seg:
+                parts.append(
+                    f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" '
+                    f'stroke-width="1.6"{dash}/>'
+                )
+        label = escape(ser.label)
+        if lx + 22 + 6.5 * len(ser.label) > width and lx > left:
+            lx, ly = left, ly + 13
+        parts.append(
+            f'<line x1="{lx:.0f}" x2="{lx + 14:.0f}" y1="{ly - 4}" y2="{ly - 4}" '
+            f'stroke="{color}" stroke-width="2"{dash}/>'
+            f'<text x="{lx + 18:.0f}" y="{ly}" class="lg">{label}</text>'
+        )
+        lx += 30 + 6.5 * len(ser.label)
+    for m in chart.markers:
+        x = px(m.step)
+        color = SEVERITY_COLOR.get(m.severity, "#555")
+        tip = escape(f"{m.code} (since step {m.step}): {m.message}")
+        parts.append(
+            f'<g class="marker"><title>{tip}</title>'
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + ph}" stroke="{color}" '
+            f'stroke-width="1.5" stroke-dasharray="3 2"/>'
+            f'<circle cx="{x:.1f}" cy="{top + 8}" r="7" fill="{color}"/>'
+            f'<text x="{x:.1f}" y="{top + 11}" class="mk">{m.number}</text></g>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
