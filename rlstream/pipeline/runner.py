@@ -129,9 +129,13 @@ class RunGroup:
             return None, stat, "has a config that is not an object"
         version = obj.get("format_version", FORMAT_VERSION)
         if not isinstance(version, int) or version > FORMAT_VERSION:
-            return None, stat, (
-                f"has format_version {version!r}; this rlstream reads version {FORMAT_VERSION}: "
-                "upgrade rlstream"
+            return (
+                None,
+                stat,
+                (
+                    f"has format_version {version!r}; this rlstream reads version {FORMAT_VERSION}: "
+                    "upgrade rlstream"
+                ),
             )
         return obj, stat, ""
 

@@ -157,42 +157,38 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
 def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
     res = UnitResult(unit.run_id, TRANSCRIPTS_DIR, names=unit.names)
     folder = Storage.join(unit.run_url, TRANSCRIPTS_DIR)
-    blobs: list[tuple[str, bytes]] = []
+    blobs: list[tuple[str, bytes | None]] = []
     for name in unit.names:
         try:
             data = storage.read(Storage.join(folder, name))
         except FileNotFoundError:
-            res.quarantine.append(
-                QuarantineRow(
-                    unit.run_id,
-                    f"{TRANSCRIPTS_DIR}/{name}",
-                    None,
-                    "vanished",
-                    "listed but gone when read",
-                )
-            )
-            continue
+            data = None
         blobs.append((name, data))
-        res.bytes += len(data)
-        res.records += 1
-    vanished = list(res.quarantine)
+        if data is not None:
+            res.bytes += len(data)
+            res.records += 1
     try:
         _parse_transcripts(unit, blobs, res, strict=False)
     except NeedsStrictParse:
         # A value the batched conversion rejects: redo the unit file by file, which
         # quarantines the file at fault with its exact reason.
-        res.quarantine = list(vanished)
-        res.late = 0
         _parse_transcripts(unit, blobs, res, strict=True)
     return res
 
 
 def _parse_transcripts(
-    unit: TranscriptsUnit, blobs: list[tuple[str, bytes]], res: UnitResult, strict: bool
+    unit: TranscriptsUnit, blobs: list[tuple[str, bytes | None]], res: UnitResult, strict: bool
 ) -> None:
     parser = TranscriptParser(strict=strict)
+    res.quarantine = []
+    res.late = 0
     for name, data in blobs:
         file = f"{TRANSCRIPTS_DIR}/{name}"
+        if data is None:
+            res.quarantine.append(
+                QuarantineRow(unit.run_id, file, None, "vanished", "listed but gone when read")
+            )
+            continue
         step, reason = parser.add(data, name.removesuffix(".json"), unit.final_through)
         if reason is not None:
             if reason == "late":

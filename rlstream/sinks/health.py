@@ -11,6 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from rlstream.pipeline.state import HEADLINE_KEYS
+
 FINDING = pa.struct(
     [
         pa.field("code", pa.string()),
@@ -21,18 +23,8 @@ FINDING = pa.struct(
     ]
 )
 
-HEADLINE = (
-    "reward_mean",
-    "reward_mean_with_unusable",
-    "reward_group_std_mean",
-    "reward_trend",
-    "mismatch_kl",
-    "mismatch_ess",
-    "entropy_estimate",
-    "truncated_frac",
-    "completion_len_mean",
-    "lag_mean",
-)
+HEADLINE = (*HEADLINE_KEYS, "reward_trend")
+"""Headline figures of a run: the latest value of these steps columns, and the trend."""
 
 RUN_HEALTH_SCHEMA = pa.schema(
     [

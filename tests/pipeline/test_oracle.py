@@ -71,14 +71,18 @@ def _oracle(run: Path) -> dict[int, dict[str, float]]:
     return out
 
 
-@pytest.mark.parametrize("scenario", ["healthy", "mismatch_kl_rising", "low_ess", "entropy_collapse"])
+@pytest.mark.parametrize(
+    "scenario", ["healthy", "mismatch_kl_rising", "low_ess", "entropy_collapse"]
+)
 def test_columns_match_an_independent_recomputation(tmp_path, scenario):
     labels = simulate(
         tmp_path / "runs", SimConfig(runs=1, steps=6, scenarios=(scenario,), seed=9, mode="async")
     )
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
     want = _oracle(tmp_path / "runs" / labels[0].run)
-    rel = duckdb.sql(f"select * from read_parquet('{tmp_path}/out/steps/*/*.parquet') order by step")
+    rel = duckdb.sql(
+        f"select * from read_parquet('{tmp_path}/out/steps/*/*.parquet') order by step"
+    )
     rows = {r[1]: dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()}
     assert sorted(rows) == sorted(want) == list(range(6))
     checked = 0

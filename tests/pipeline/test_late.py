@@ -1,0 +1,52 @@
+"""Data for a step whose row is already final is late: counted, quarantined with reason
+`late`, and never merged into the row (which stays as it was written)."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+
+from rlstream.config import PipelineConfig
+from rlstream.pipeline.local import build_group, local_executor
+from tests.pipeline.runfiles import write_run
+
+
+def test_late_rollout_and_transcript(tmp_path):
+    run = write_run(tmp_path / "runs", steps=3, finished=False)
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"]["training"]["max_steps"] = 10  # still running
+    (run / "run.json").write_text(json.dumps(meta))
+    group = build_group([str(tmp_path / "runs")], str(tmp_path / "out"), PipelineConfig())
+    execute = local_executor(group.storage)
+    group.poll(execute, now=0.0)  # steps 0..2 seen: 0 and 1 final (lag 1), 2 pending
+    group.commit(now=0.0)
+    state = next(iter(group.states()))
+    assert state.final_through == 1
+    rec = json.loads((run / "rollouts.jsonl").read_text().splitlines()[0])
+    late_offset = (run / "rollouts.jsonl").stat().st_size
+    with open(run / "rollouts.jsonl", "a") as f:
+        f.write(json.dumps({**rec, "attempt_id": "late-1", "step": 0, "reward": 1.0}) + "\n")
+        f.write(json.dumps({**rec, "attempt_id": "ok-2", "step": 2, "reward": 1.0}) + "\n")
+    t = json.loads((run / "transcripts" / "a00000000.json").read_text())
+    (run / "transcripts" / "late-2.json").write_text(json.dumps({**t, "attempt_id": "late-2"}))
+    group.poll(execute, now=1.0, final=True)
+    group.commit(now=1.0)
+    out = tmp_path / "out"
+    q = duckdb.sql(
+        f"select file, \"offset\", reason, step from read_parquet('{out}/quarantine/*/*.parquet') "
+        "order by file"
+    ).fetchall()
+    assert q == [
+        ("rollouts.jsonl", late_offset, "late", None),
+        ("transcripts/late-2.json", None, "late", 0),
+    ]
+    assert state.counters["late"] == 2
+    rows = duckdb.sql(
+        f"select step, attempts from read_parquet('{out}/steps/*/*.parquet') order by step"
+    ).fetchall()
+    assert rows == [(0, 4), (1, 4), (2, 5)]  # step 0 unchanged; step 2 got its new attempt
+    late = duckdb.sql(
+        f"select late from read_parquet('{out}/run_health/latest/*.parquet')"
+    ).fetchall()
+    assert late == [(2,)]
