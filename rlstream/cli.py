@@ -11,6 +11,7 @@ rlstream demo                       simulate live runs, watch them, write the re
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -125,14 +126,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rlstream.fleet.status import follow
 
     opts = _storage_options(args.storage_options)
-    follow(
-        lambda: read_latest(args.out, opts),
-        sys.stdout,
-        interval=args.interval,
-        count=args.count if args.follow else 1,
-        as_json=args.json,
-        pretty=not args.follow,
-    )
+    with contextlib.suppress(BrokenPipeError):  # `rlstream status OUT | head`
+        follow(
+            lambda: read_latest(args.out, opts),
+            sys.stdout,
+            interval=args.interval,
+            count=args.count if args.follow else 1,
+            as_json=args.json,
+            pretty=not args.follow,
+        )
     return 0
 
 

@@ -72,6 +72,11 @@ class _LiveTable:
         from rlstream.fleet.read import read_latest
         from rlstream.fleet.status import render_table, status_rows
 
+        if not self.writer.is_alive() and self.writer.done_at is None:
+            # First call: Ray and the actor pools are up; start writing the runs now,
+            # so the watch sees them from their first line.
+            self.writer.start()
+            self.start = time.monotonic()
         if self.writer.error is not None:
             return True
         now = time.monotonic()
@@ -121,23 +126,27 @@ def run_demo(args: argparse.Namespace) -> int:
         f"rlstream demo: writing {args.runs} live runs x {args.steps} steps (a step every "
         f"~{args.interval:g}s) under {runs}\n"
         f"  scenarios: {', '.join(sorted(set(scen)))}\n"
-        "  starting a local Ray and watching them; the table below is refreshed from the "
-        "tables under OUT\n",
+        "  starting a local Ray and the watch first; the table below is refreshed from "
+        "the tables under OUT\n",
         flush=True,
     )
-    logging.getLogger("rlstream").setLevel(logging.WARNING)
+    logger = logging.getLogger("rlstream")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # the live table is the demo's output
     writer = _Writer(runs, config, args.interval)
-    writer.start()
     live = _LiveTable(out, writer, args.steps, sys.stdout)
     t0 = time.monotonic()
-    run(
-        [str(runs)],
-        str(out),
-        PipelineConfig(poll_seconds=0.5, commit_seconds=1.0),
-        RuntimeConfig(discover_every_seconds=2.0),
-        watch=True,
-        stop=live,
-    )
+    try:
+        run(
+            [str(runs)],
+            str(out),
+            PipelineConfig(poll_seconds=0.5, commit_seconds=1.0),
+            RuntimeConfig(discover_every_seconds=2.0),
+            watch=True,
+            stop=live,
+        )
+    finally:
+        logger.setLevel(level)
     if writer.error is not None:
         raise RlstreamError(f"the demo's run writer failed: {writer.error}")
     rows = status_rows(read_latest(str(out)))
@@ -146,7 +155,8 @@ def run_demo(args: argparse.Namespace) -> int:
     steps_glob = f"{out}/steps/*/*.parquet"
     health_glob = f"{out}/run_health/latest/*.parquet"
     print(
-        f"\nwatched {len(rows)} runs on a local Ray in {time.monotonic() - t0:.0f}s; "
+        f"\nwatched {len(rows)} runs on a local Ray for {time.monotonic() - live.start:.0f}s "
+        f"({time.monotonic() - t0:.0f}s with start-up); "
         f"tables under {out}\n\n" + render_table(rows, color=sys.stdout.isatty())
     )
     print(
@@ -156,10 +166,10 @@ def run_demo(args: argparse.Namespace) -> int:
         f"  rlstream status {out}            (add --follow while a watch runs, --json for scripts)\n"
         f"  rlstream report {out} -o report.html\n\n"
         "Query the Parquet tables with DuckDB (installed with the dev extra):\n"
-        f"  python -c \"import duckdb; duckdb.sql(\\\"select run_id, step, reward_mean, "
+        f'  python -c "import duckdb; duckdb.sql(\\"select run_id, step, reward_mean, '
         f"mismatch_kl, entropy_estimate from read_parquet('{steps_glob}') "
         f'order by run_id, step\\").show()"\n'
-        f"  python -c \"import duckdb; duckdb.sql(\\\"select run_id, status, findings from "
+        f'  python -c "import duckdb; duckdb.sql(\\"select run_id, status, findings from '
         f"read_parquet('{health_glob}')\\\").show()\""
     )
     return 0

@@ -1,2 +1,29 @@
-"""Shared fixtures: a hand-written run builder. Ray and S3 fixtures live beside the
-tests that need them (tests/runtime/conftest.py)."""
+"""Shared fixtures: the session-scoped local Ray
+(`ray_session`) that tests/runtime and tests/fleet share: one cluster per session,
+stopped at its end; nothing else on the machine is touched (no `ray stop`). The moto
+S3 server lives in tests/runtime/conftest.py."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    tmp = tempfile.mkdtemp(prefix="rlt", dir="/tmp")
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        _temp_dir=tmp,
+        log_to_driver=False,
+    )
+    yield ray
+    ray.shutdown()

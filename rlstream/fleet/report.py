@@ -257,12 +257,16 @@ def run_charts(cols: dict[str, list[Any]], findings: list[dict[str, Any]]) -> li
             continue
         key = CHART_OF.get(f.get("code"), "reward")
         markers[key].append(
-            Marker(f["since_step"], str(f.get("code")), str(f.get("severity")),
-                   str(f.get("message") or ""), n)
+            Marker(
+                f["since_step"],
+                str(f.get("code")),
+                str(f.get("severity")),
+                str(f.get("message") or ""),
+                n,
+            )
         )
     return [
-        Chart(title, series, markers[key], log_y)
-        for key, (title, series, log_y) in charts.items()
+        Chart(title, series, markers[key], log_y) for key, (title, series, log_y) in charts.items()
     ]
 
 
@@ -283,14 +287,19 @@ def _examples(run: dict[str, Any], storage_options: dict[str, Any] | None) -> st
     wanted = [f for f in run.get("findings") or [] if f.get("code") in EXAMPLE_CODES]
     if not wanted or not run.get("run_uri"):
         return ""
-    since = min(f["since_step"] for f in wanted if f.get("since_step") is not None) if any(
-        f.get("since_step") is not None for f in wanted
-    ) else None
+    since = (
+        min(f["since_step"] for f in wanted if f.get("since_step") is not None)
+        if any(f.get("since_step") is not None for f in wanted)
+        else None
+    )
     ex = example_completions(run["run_uri"], since, storage_options)
     codes = ", ".join(sorted({f["code"] for f in wanted}))
     head = f"<h3>Example completions ({_e(codes)}; newest transcripts from step {_e(since)})</h3>"
     if not ex:
-        return head + '<p class="sub">No completion text found (samples traces, or the run folder is unreachable).</p>'
+        return (
+            head
+            + '<p class="sub">No completion text found (samples traces, or the run folder is unreachable).</p>'
+        )
     body = "".join(
         f'<div class="sub">step {_e(e["step"])}, task {_e(e["task_id"])}, attempt '
         f"{_e(e['attempt_id'])}: seen {e['count']}× among the newest transcripts</div>"
@@ -365,7 +374,7 @@ def render_report(
         f"script-src 'sha256-{_sha256_b64(SORT_SCRIPT)}'"
     )
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
         "<title>rlstream fleet report</title>"
         f"<style>{STYLE}</style></head><body>"
@@ -379,9 +388,7 @@ def render_report(
     )
 
 
-def write_report(
-    out: str, path: str, storage_options: dict[str, Any] | None = None
-) -> int:
+def write_report(out: str, path: str, storage_options: dict[str, Any] | None = None) -> int:
     """Write the report to `path` (a local file); returns the number of runs."""
     html = render_report(out, storage_options)
     with open(path, "w", encoding="utf-8") as f:

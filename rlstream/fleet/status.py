@@ -176,8 +176,9 @@ def follow(
             out.write(json.dumps(doc, indent=1 if pretty else None) + "\n")
         else:
             stamp = time.strftime("%H:%M:%S", time.localtime(now))
-            text = f"rlstream status  {stamp}  (Ctrl-C to stop)\n" + render_table(rows, tty)
-            if tty:
+            head = f"rlstream status  {stamp}  (Ctrl-C to stop)\n" if count != 1 else ""
+            text = head + render_table(rows, tty)
+            if tty and count != 1:
                 out.write("\x1b[H\x1b[2J" + text)
             else:
                 out.write(text + "\n")

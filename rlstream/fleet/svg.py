@@ -108,9 +108,7 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     def py(v: float) -> float:
         return top + ph - (tf(v) - y0) / (y1 - y0) * ph
 
-    parts.append(
-        f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>'
-    )
+    parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>')
     yt = [10**t for t in _ticks(y0, y1)] if chart.log_y else _ticks(y0, y1)
     for v in yt:
         y = py(v)

@@ -237,7 +237,8 @@ class DegenerateOutputs(RuleConfig):
     """Or recent top_completion_task_share at or above this whatever the baseline (a
     hack present from the first step has no clean baseline)..."""
     min_groups: float = 4.0
-    """...when the steps have at least this many groups (tasks) to share an answer; or"""
+    """...when the steps have at least this many groups (tasks) to share an answer.
+    Without task ids (no task share):"""
     distinct_max: float = 0.4
     """recent distinct_completions at or below this..."""
     distinct_ratio: float = 0.5
@@ -296,11 +297,16 @@ class NoisyReward(RuleConfig):
 
     for_steps: int = 8
     clear_steps: int = 8
-    k_expected: float = 3.0
-    """Step-to-step noise at or above this many times the sampling noise expected from
-    the step's attempt count, sqrt(p(1-p)/n)..."""
-    ratio: float = 2.0
-    """...and this many times the baseline noise."""
+    steps: int = 40
+    """Steps over which the reward's step-to-step noise is measured."""
+    base_steps: int = 40
+    """The run's early noise is measured over this many rows after baseline_skip."""
+    k_expected: float = 2.0
+    """Step-to-step noise at or above this many times the sampling error the steps' own
+    spread explains (median over the steps of sqrt(between-group variance / groups +
+    within-group variance / attempts); without group figures sqrt(p(1-p)/attempts))..."""
+    ratio: float = 1.5
+    """...and this many times the run's early noise."""
 
 
 @dataclass(frozen=True)
@@ -394,6 +400,13 @@ class RulesConfig:
             raise ConfigError(
                 f"[history] window ({h.window}) must be >= trend_steps ({h.trend_steps}) "
                 f"and recent_steps ({h.recent_steps})"
+            )
+
+        n = self.noisy_reward
+        if not 3 <= n.steps <= h.window or not 3 <= n.base_steps <= h.window:
+            raise ConfigError(
+                f"[noisy_reward] steps ({n.steps}) and base_steps ({n.base_steps}) must be "
+                f"between 3 and [history] window ({h.window})"
             )
 
     def rule(self, code: str) -> RuleConfig:

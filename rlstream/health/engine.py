@@ -160,6 +160,12 @@ def fold_step(
         s.step_times.append(t)
         s.last_step_time = t
     _update_streak(s, figs)
+    nb = cfg.noisy_reward.base_steps
+    if s.n_rows == h.baseline_skip + nb and "reward_all" not in s.early_noise:
+        early = [f["reward_all"] for _, f in list(s.rows)[-nb:] if "reward_all" in f]
+        noise = stats.step_noise(early) if len(early) >= nb // 2 else None
+        if noise is not None:
+            s.early_noise["reward_all"] = noise
 
     view = _view(s, cfg)
     evals = as_dict(row.get("reported_eval"))

@@ -62,6 +62,23 @@ def _share(count: float | None, total: float | None) -> float | None:
     return count / total
 
 
+def _mean_se(
+    p: float | None, group_std: float | None, groups: float | None, attempts: float | None
+) -> float | None:
+    """Sampling error of the step's mean reward, from the step's own spread.
+
+    Attempts of one group share a task, so the step mean varies with the batch's task
+    mix as well as with each attempt's luck: between-group variance (the reward's total
+    variance, at most p(1-p) for rewards in [0, 1], minus the within-group variance)
+    over the groups, plus within-group variance over the attempts.
+    """
+    if p is None or group_std is None or not groups or not attempts or groups <= 0:
+        return None
+    within = group_std * group_std
+    between = max(p * (1.0 - p) - within, 0.0)
+    return math.sqrt(between / groups + within / attempts)
+
+
 def extract(row: dict[str, Any]) -> dict[str, float]:
     """The row's figures; see the module docstring."""
     g = row.get
@@ -95,6 +112,7 @@ def extract(row: dict[str, Any]) -> dict[str, float]:
     else:
         f["unusable"] = None if nv is None else nv + (small or 0.0)
     f["no_variance_frac"] = _share(nv, groups)
+    f["reward_se"] = _mean_se(f["reward_all"], f["group_std"], groups, attempts)
 
     rf = _first(g("discard_rollout_failed"), _sum_prefix(other, ROLLOUT_FAILED))
     gf = _first(g("discard_grading_failed"), _sum_prefix(other, GRADING_FAILED))

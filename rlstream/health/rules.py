@@ -404,32 +404,41 @@ def degenerate_outputs(
     top, top_base = v.recent("top_share"), v.base("top_share")
     dist, dist_base = v.recent("distinct"), v.base("distinct")
     groups = v.recent("groups")
-    by_top = top is not None and (
-        (
-            top_base is not None
-            and ge(top, max(c.top_share_min, c.top_share_ratio * top_base), active, ctx)
-        )
-        or (groups is not None and groups >= c.min_groups and ge(top, c.top_share_abs, active, ctx))
-    )
-    by_distinct = (
-        dist is not None
-        and dist_base is not None
-        and le(dist, min(c.distinct_max, c.distinct_ratio * dist_base), active, ctx)
-    )
-    if top is None and (dist is None or dist_base is None):
-        return None
-    parts = []
     if top is not None:
+        by_rel = top_base is not None and ge(
+            top, max(c.top_share_min, c.top_share_ratio * top_base), active, ctx
+        )
+        # A hack present from the first step has no clean baseline.
+        by_abs = (
+            groups is not None and groups >= c.min_groups and ge(top, c.top_share_abs, active, ctx)
+        )
+        # Constant answers that differ between tasks (a literal per task) show as
+        # completions repeating within tasks while the task share stays moderate.
+        by_dist = (
+            dist is not None
+            and dist_base is not None
+            and le(dist, min(c.distinct_max, c.distinct_ratio * dist_base), active, ctx)
+        )
         base_s = f" (baseline {top_base:.0%})" if top_base is not None else ""
-        parts.append(f"one completion answers {top:.0%} of a step's tasks{base_s}")
-    if dist is not None:
-        base_s = f" (baseline {dist_base:.0%})" if dist_base is not None else ""
-        parts.append(f"distinct completions {dist:.0%} of the step's completions{base_s}")
-    return Verdict(
-        by_top or by_distinct,
-        "; ".join(parts) + ": outputs collapsed onto a few answers, as when the policy "
-        "emits a hard-coded answer or a grader exploit; inspect transcripts",
-    )
+        dist_s = (
+            f"; distinct completions {dist:.0%} (baseline {dist_base:.0%})"
+            if dist is not None and dist_base is not None
+            else ""
+        )
+        return Verdict(
+            by_rel or by_abs or by_dist,
+            f"one completion answers {top:.0%} of a step's tasks over the last "
+            f"{v.recent_steps} steps{base_s}{dist_s}: the policy emits a constant answer that "
+            "fits many tasks; inspect transcripts for a hard-coded answer or grader exploit",
+        )
+    if dist is not None and dist_base is not None:
+        holds = le(dist, min(c.distinct_max, c.distinct_ratio * dist_base), active, ctx)
+        return Verdict(
+            holds,
+            f"distinct completions {dist:.0%} of the step's completions (baseline "
+            f"{dist_base:.0%}): outputs collapsed onto a few answers; inspect transcripts",
+        )
+    return None
 
 
 def entropy_collapse(
@@ -528,14 +537,24 @@ def length_collapse(
 
 
 def noisy_reward(v: View, c: C.NoisyReward, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
-    ys = v.values("reward_all", ctx.trend_steps)
-    base_vals = v.base_values("reward_all")
-    noise, base_noise = stats.step_noise(ys), stats.step_noise(base_vals)
-    n = v.recent("attempts") or v.recent("trained_attempts")
-    if len(ys) < 10 or _none(noise, base_noise, n) or n <= 0 or len(base_vals) < 5:
+    ys = v.values("reward_all", c.steps)
+    noise = stats.step_noise(ys)
+    base_noise = v.state.early_noise.get("reward_all")
+    if base_noise is None:  # short runs: the early baseline's values
+        base_vals = v.base_values("reward_all")
+        base_noise = stats.step_noise(base_vals) if len(base_vals) >= 5 else None
+    if len(ys) < min(c.steps, 10) or _none(noise, base_noise):
         return None
-    p = min(max(stats.median(ys), 0.05), 0.95)
-    expected = math.sqrt(p * (1 - p) / n)
+    ses = v.values("reward_se", c.steps)
+    n = v.recent("attempts") or v.recent("trained_attempts")
+    if len(ses) >= len(ys) // 2:
+        expected, basis = stats.median(ses), "the spread of rewards within its steps"
+    elif n is not None and n > 0:
+        p = min(max(stats.median(ys), 0.05), 0.95)
+        expected, basis = math.sqrt(p * (1 - p) / n), f"{n:.0f} attempts per step"
+    else:
+        return None
+    expected = max(expected, 1e-3)
     holds = ge(noise, c.k_expected * expected, active, ctx) and ge(
         noise, c.ratio * max(base_noise, 1e-3), active, ctx
     )
@@ -543,7 +562,7 @@ def noisy_reward(v: View, c: C.NoisyReward, ctx: Ctx, active: bool, row: dict) -
         holds,
         f"reward moves {noise:.3f} step to step around its trend over the last "
         f"{len(ys)} steps, {noise / expected:.1f}x the {expected:.3f} expected from "
-        f"{n:.0f} attempts per step and {noise / max(base_noise, 1e-3):.1f}x its early noise: "
+        f"{basis} and {noise / max(base_noise, 1e-3):.1f}x its early noise: "
         "check the grader for nondeterminism and the batch for mixing task sources",
     )
 

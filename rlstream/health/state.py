@@ -89,6 +89,8 @@ class HealthState:
     evals: dict = field(default_factory=dict)
     """eval name -> deque of (step, eval value, training reward then)."""
     unusable_streak: float = 0.0
+    early_noise: dict = field(default_factory=dict)
+    """figure -> step noise over the run's first ``noisy_reward.base_steps`` rows."""
     alerts: dict = field(default_factory=dict)
     """code -> AlertState."""
 
@@ -109,6 +111,7 @@ class HealthState:
             step_times=deque(self.step_times, maxlen=self.window),
             evals={k: deque(v, maxlen=self.window) for k, v in self.evals.items()},
             unusable_streak=self.unusable_streak,
+            early_noise=dict(self.early_noise),
             alerts={k: AlertState(**vars(a)) for k, a in self.alerts.items()},
         )
 

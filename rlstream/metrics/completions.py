@@ -51,10 +51,13 @@ _BLOCK_BITS = 8  # generations are deduplicated in blocks of 2**8 = 256
 
 def _mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64 finaliser over a uint64 array (wrapping arithmetic)."""
-    x = x + _GOLDEN
-    x = (x ^ (x >> np.uint64(30))) * _M1
-    x = (x ^ (x >> np.uint64(27))) * _M2
-    return x ^ (x >> np.uint64(31))
+    x = x + _GOLDEN  # a new array; the rest works in place on it
+    x ^= x >> np.uint64(30)
+    x *= _M1
+    x ^= x >> np.uint64(27)
+    x *= _M2
+    x ^= x >> np.uint64(31)
+    return x
 
 
 def ngram_hashes(

@@ -20,7 +20,6 @@ from typing import Any, Literal
 from rlstream.formats.loops import (
     BadRecord,
     Heartbeat,
-    NeedsStrictParse,
     StepRecord,
     TranscriptParser,
     parse_json,
@@ -156,39 +155,19 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
 
 def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
     res = UnitResult(unit.run_id, TRANSCRIPTS_DIR, names=unit.names)
+    parser = TranscriptParser()
     folder = Storage.join(unit.run_url, TRANSCRIPTS_DIR)
-    blobs: list[tuple[str, bytes | None]] = []
     for name in unit.names:
+        file = f"{TRANSCRIPTS_DIR}/{name}"
         try:
             data = storage.read(Storage.join(folder, name))
         except FileNotFoundError:
-            data = None
-        blobs.append((name, data))
-        if data is not None:
-            res.bytes += len(data)
-            res.records += 1
-    try:
-        _parse_transcripts(unit, blobs, res, strict=False)
-    except NeedsStrictParse:
-        # A value the batched conversion rejects: redo the unit file by file, which
-        # quarantines the file at fault with its exact reason.
-        _parse_transcripts(unit, blobs, res, strict=True)
-    return res
-
-
-def _parse_transcripts(
-    unit: TranscriptsUnit, blobs: list[tuple[str, bytes | None]], res: UnitResult, strict: bool
-) -> None:
-    parser = TranscriptParser(strict=strict)
-    res.quarantine = []
-    res.late = 0
-    for name, data in blobs:
-        file = f"{TRANSCRIPTS_DIR}/{name}"
-        if data is None:
             res.quarantine.append(
                 QuarantineRow(unit.run_id, file, None, "vanished", "listed but gone when read")
             )
             continue
+        res.bytes += len(data)
+        res.records += 1
         step, reason = parser.add(data, name.removesuffix(".json"), unit.final_through)
         if reason is not None:
             if reason == "late":
@@ -198,3 +177,4 @@ def _parse_transcripts(
                 res.quarantine[-1] = replace(res.quarantine[-1], step=step)
     res.partials = parser.aggregates()
     res.tokens = parser.tokens
+    return res

@@ -6,7 +6,7 @@ import pytest
 from health_synth import CTX, PATHOLOGIES, fold_all, rows
 
 from rlstream.health import CODES, RunContext, check_time, findings, run_status
-from rlstream.health.state import FIRING
+from rlstream.health.state import FIRING, AlertState
 
 ONSET = 60
 # Steps the rule may take after onset to start (pending); codes present from the
@@ -15,7 +15,7 @@ SINCE_RANGE = {code: (ONSET, ONSET + 25) for code in PATHOLOGIES}
 SINCE_RANGE["tasks_too_hard"] = (0, 15)
 SINCE_RANGE["tasks_too_easy"] = (0, 15)
 SINCE_RANGE["heldout_gap"] = (ONSET, ONSET + 40)  # evals only every 10 steps
-SINCE_RANGE["noisy_reward"] = (ONSET, ONSET + 30)  # MAD over 30 steps: half must be noisy
+SINCE_RANGE["noisy_reward"] = (ONSET, ONSET + 40)  # MAD over 40 steps: half must be noisy
 
 
 def _firing(state, code):
@@ -136,6 +136,8 @@ def test_run_status_precedence():
     assert run_status(crit, done) == "critical"
     info, _ = fold_all(rows(130, "tasks_mastered", onset=ONSET))
     assert [f.severity for f in findings(info) if f.code == "tasks_mastered"] == ["info"]
+    info, _ = fold_all(rows(130))  # healthy, plus one firing info finding
+    info.alerts["tasks_mastered"] = AlertState(FIRING, 100, "info", "mastered")
     assert run_status(info, CTX) == "healthy"
     assert run_status(info, done) == "finished"
     # A warning outranks stalled; stalled outranks healthy.

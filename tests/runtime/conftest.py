@@ -1,6 +1,7 @@
-"""Services for runtime tests: one session-scoped local Ray and one moto S3 server.
+"""Services for runtime tests: one moto S3 server (the session-scoped local Ray,
+`ray_session`, lives in tests/conftest.py so tests/fleet shares it).
 
-Both are started here and stopped at the end of the session; nothing else on the
+It is started here and stopped at the end of the session; nothing else on the
 machine is touched (no `ray stop`).
 """
 
@@ -8,27 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
-import tempfile
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def ray_session():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    import ray
-
-    tmp = tempfile.mkdtemp(prefix="rlt", dir="/tmp")
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        _temp_dir=tmp,
-        log_to_driver=False,
-    )
-    yield ray
-    ray.shutdown()
 
 
 def _free_port() -> int:

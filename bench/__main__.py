@@ -1,0 +1,61 @@
+"""Speed benchmarks of rlstream, one entry point.
+
+    python -m bench batch [--quick] [--reps N] [--work DIR] [--json FILE]
+    python -m bench live  [--quick] [--work DIR] [--json FILE]
+    python -m bench all   [--quick]
+
+`batch`: rlstream analyze vs DuckDB vs a plain script on the same simulated
+transcripts, worker scaling, memory against archive size (bench/batch.py).
+`live`: 10/50/100 live simulated runs under `rlstream watch`: keeping up, freshness,
+CPU; the idle cost of 100 unchanging runs; S3 requests per idle run per poll against
+a moto server (bench/live.py). `--quick` shrinks everything to about a minute for CI
+(which checks that it runs, never a speed). Results and commands: bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import machine
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("what", choices=("batch", "live", "all"))
+    p.add_argument("--quick", action="store_true", help="CI-sized: about a minute")
+    p.add_argument("--reps", type=int, help="timed rounds (default 3, quick 1)")
+    p.add_argument("--work", help="scratch folder (default: a temp dir, removed after)")
+    p.add_argument("--json", help="also write the results as JSON here")
+    a = p.parse_args(argv)
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="rlbench", dir="/tmp"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {machine()}")
+    print(f"command: python -m bench {' '.join(argv if argv is not None else sys.argv[1:])}")
+    t0 = time.perf_counter()
+    results: dict = {"machine": machine()}
+    try:
+        if a.what in ("batch", "all"):
+            from bench import batch
+
+            results["batch"] = batch.main(a.quick, a.reps, work)
+        if a.what in ("live", "all"):
+            from bench import live
+
+            results["live"] = live.main(a.quick, work)
+    finally:
+        if not a.work:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"done in {time.perf_counter() - t0:.0f} s")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""Batch benchmark: `rlstream analyze` against DuckDB and a plain script, same files.
+
+1. Simulate transcripts (sizes printed in tokens and bytes).
+2. Time `reps` rounds (files read once before, so the page cache is warm for all);
+   each round runs every contender once, in a rotated order, each
+   as its own process on the same files: `rlstream analyze` end to end (CLI, private
+   Ray started and stopped, Parquet written), DuckDB (read_json + unnest + GROUP BY,
+   all threads), the plain script (json + numpy, one process). Medians are reported:
+   wall seconds, tokens/s, MB/s, peak RSS of the process tree, CPU seconds.
+3. The first round's results of the three are checked to agree on the per-(run,
+   step) token aggregates (bench.contenders.COLUMNS, relative 1e-9).
+4. Worker-stage scaling: in this process, one local Ray (2 CPUs); `driver.run` with
+   1 and with 2 workers, interleaved; the time of the worker stage (`Fleet.analyze`,
+   or the batch `Fleet.poll`) is taken by wrapping that method from here.
+5. Memory against archive size: peak RSS of `rlstream analyze` on the data set and on
+   one 10 times larger (runs x10).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import dir_bytes, median, ray_env, rlstream_cmd, run_measured
+from bench.contenders import compare
+
+
+@dataclass(frozen=True)
+class BatchSize:
+    runs: int
+    steps: int
+    groups: int
+    group_size: int
+    tokens: float
+
+
+FULL = BatchSize(runs=8, steps=40, groups=8, group_size=8, tokens=512)
+QUICK = BatchSize(runs=2, steps=8, groups=4, group_size=4, tokens=256)
+MEM_FULL = BatchSize(runs=2, steps=10, groups=4, group_size=8, tokens=256)
+MEM_QUICK = BatchSize(runs=1, steps=6, groups=2, group_size=4, tokens=128)
+
+
+def simulate_root(root: Path, size: BatchSize, seed: int = 7) -> dict[str, float]:
+    from rlstream.simulate import SimConfig, simulate
+
+    simulate(
+        root,
+        SimConfig(
+            runs=size.runs,
+            steps=size.steps,
+            groups=size.groups,
+            group_size=size.group_size,
+            tokens=size.tokens,
+            seed=seed,
+        ),
+    )
+    tokens = 0
+    files = 0
+    for p in root.glob("*/transcripts/*.json"):
+        obj = json.loads(p.read_bytes())
+        files += 1
+        tokens += sum(
+            g["completion_len"] for g in obj["generations"] if obj.get("trace") != "samples"
+        )
+    return {
+        "tokens": tokens,
+        "transcript_files": files,
+        "transcript_bytes": dir_bytes(root, "*/transcripts/*.json"),
+        "all_bytes": dir_bytes(root, "**/*"),
+    }
+
+
+def _contender_cmd(name: str, root: Path, work: Path, i: int) -> tuple[list[str], Path]:
+    out_json = work / f"{name}-{i}.json"
+    py = [sys.executable, "-m", "bench.contenders"]
+    if name == "rlstream":
+        out = work / f"rls-out-{i}"
+        return [*rlstream_cmd(), "analyze", str(root), "--out", str(out)], out
+    if name == "duckdb":
+        return [*py, "duckdb", str(root), str(out_json)], out_json
+    return [*py, "plain", str(root), str(out_json)], out_json
+
+
+def _results(name: str, out: Path, root: Path, work: Path) -> dict:
+    if name == "rlstream":
+        tmp = work / "rls.json"
+        run_measured(
+            [
+                sys.executable,
+                "-m",
+                "bench.contenders",
+                "rlstream-out",
+                str(out),
+                str(tmp),
+                "--runs-root",
+                str(root),
+            ]
+        )
+        out = tmp
+    return json.loads(out.read_text())
+
+
+CONTENDERS = ("rlstream", "duckdb", "plain")
+
+
+def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) -> dict:
+    env = {**ray_env(), "PYTHONPATH": _pythonpath()}
+    for p in root.glob("**/*"):  # warm the page cache for every contender alike
+        if p.is_file():
+            p.read_bytes()
+    timings: dict[str, list] = {n: [] for n in CONTENDERS}
+    results = {}
+    for rep in range(reps):
+        order = CONTENDERS[rep % 3 :] + CONTENDERS[: rep % 3]
+        for name in order:
+            cmd, out = _contender_cmd(name, root, work, rep + 1)
+            t = run_measured(cmd, env)
+            timings[name].append(t)
+            if rep == 0:
+                results[name] = _results(name, out, root, work)
+            if name == "rlstream":
+                shutil.rmtree(out, ignore_errors=True)
+            print(
+                f"  rep {rep + 1} {name:9s} {t.wall:7.2f} s wall  {t.cpu:7.2f} s CPU  "
+                f"peak RSS {t.peak_rss / 2**20:7.0f} MiB",
+                flush=True,
+            )
+    # Every contender's numbers from the first round, checked against rlstream's.
+    agree = {other: compare(results["rlstream"], results[other]) for other in ("duckdb", "plain")}
+    for other, problems in agree.items():
+        status = "agree" if not problems else f"DISAGREE ({len(problems)}): {problems[:3]}"
+        print(f"  rlstream vs {other}: {len(results['rlstream'])} (run, step) rows {status}")
+    table = {}
+    for name in CONTENDERS:
+        wall = median([t.wall for t in timings[name]])
+        table[name] = {
+            "wall_s": wall,
+            "cpu_s": median([t.cpu for t in timings[name]]),
+            "tokens_per_s": stats["tokens"] / wall,
+            "mb_per_s": stats["transcript_bytes"] / 1e6 / wall,
+            "peak_rss_mib": median([t.peak_rss for t in timings[name]]) / 2**20,
+            "walls": [round(t.wall, 2) for t in timings[name]],
+        }
+    print()
+    print(
+        f"  {'contender':10s} {'wall s':>8s} {'CPU s':>8s} {'Mtok/s':>8s} {'MB/s':>8s} "
+        f"{'peak RSS MiB':>13s}  walls"
+    )
+    for name, r in table.items():
+        print(
+            f"  {name:10s} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {r['tokens_per_s'] / 1e6:8.2f} "
+            f"{r['mb_per_s']:8.1f} {r['peak_rss_mib']:13.0f}  {r['walls']}"
+        )
+    ratio_d = table["rlstream"]["tokens_per_s"] / table["duckdb"]["tokens_per_s"]
+    ratio_p = table["rlstream"]["tokens_per_s"] / table["plain"]["tokens_per_s"]
+    print(
+        f"  rlstream / DuckDB tokens/s: {ratio_d:.2f}x (target >= 1.5x); "
+        f"rlstream / plain: {ratio_p:.2f}x"
+    )
+    return {"agree": agree, "table": table, "ratio_vs_duckdb": ratio_d, "ratio_vs_plain": ratio_p}
+
+
+def _pythonpath() -> str:
+    here = str(Path(__file__).resolve().parent.parent)
+    old = os.environ.get("PYTHONPATH")
+    return here if not old else f"{here}:{old}"
+
+
+def worker_scaling(root: Path, work: Path, tokens: float, reps: int) -> dict:
+    """Worker-stage time with 1 and 2 workers on one local Ray, interleaved."""
+    os.environ.update(ray_env())
+    import ray
+
+    from rlstream.config import PipelineConfig
+    from rlstream.runtime import driver
+
+    tmp = tempfile.mkdtemp(prefix="rlb", dir="/tmp")
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, _temp_dir=tmp, log_to_driver=False
+    )
+    stage = "analyze" if hasattr(driver.Fleet, "analyze") else "poll"
+    orig = getattr(driver.Fleet, stage)
+    spans: list[float] = []
+
+    def timed(self, *a, **k):
+        t0 = time.perf_counter()
+        try:
+            return orig(self, *a, **k)
+        finally:
+            spans.append(time.perf_counter() - t0)
+
+    setattr(driver.Fleet, stage, timed)
+    res: dict[int, list[float]] = {1: [], 2: []}
+    totals: dict[int, list[float]] = {1: [], 2: []}
+    try:
+        for rep in range(reps):
+            for w in (1, 2) if rep % 2 == 0 else (2, 1):
+                out = work / f"scale-{w}-{rep}"
+                spans.clear()
+                t0 = time.perf_counter()
+                driver.run([str(root)], str(out), PipelineConfig(), driver.RuntimeConfig(workers=w))
+                totals[w].append(time.perf_counter() - t0)
+                res[w].append(sum(spans))
+                shutil.rmtree(out, ignore_errors=True)
+                print(
+                    f"  rep {rep + 1} workers={w}: worker stage {res[w][-1]:6.2f} s "
+                    f"(run() total {totals[w][-1]:6.2f} s)",
+                    flush=True,
+                )
+    finally:
+        setattr(driver.Fleet, stage, orig)
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+    m1, m2 = median(res[1]), median(res[2])
+    print(
+        f"  worker stage ({stage}): 1 worker {m1:.2f} s ({tokens / m1 / 1e6:.2f} Mtok/s), "
+        f"2 workers {m2:.2f} s ({tokens / m2 / 1e6:.2f} Mtok/s): speed-up {m1 / m2:.2f}x "
+        "(target >= 1.7x)"
+    )
+    return {"stage": stage, "one": m1, "two": m2, "speedup": m1 / m2}
+
+
+def memory_growth(work: Path, size: BatchSize) -> dict:
+    """Peak RSS of `rlstream analyze` on an archive and on one 10 times larger."""
+    env = ray_env()
+    out = {}
+    for factor in (1, 10):
+        root = work / f"mem-x{factor}"
+        big = BatchSize(size.runs * factor, size.steps, size.groups, size.group_size, size.tokens)
+        st = simulate_root(root, big, seed=11)
+        t = run_measured(
+            [*rlstream_cmd(), "analyze", str(root), "--out", str(work / f"mo{factor}")], env
+        )
+        out[factor] = {
+            "bytes": st["all_bytes"],
+            "tokens": st["tokens"],
+            "peak_rss": t.peak_rss,
+            "wall": t.wall,
+        }
+        print(
+            f"  archive x{factor:<2d} {st['all_bytes'] / 1e6:8.1f} MB {st['tokens']:>11,} tokens: "
+            f"peak RSS {t.peak_rss / 2**20:6.0f} MiB, {t.wall:6.1f} s",
+            flush=True,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(work / f"mo{factor}", ignore_errors=True)
+    growth = out[10]["peak_rss"] / out[1]["peak_rss"] - 1
+    print(f"  peak memory growth for a 10x archive: {growth * 100:+.1f}% (target < 20%)")
+    return {"x1": out[1], "x10": out[10], "growth": growth}
+
+
+def main(quick: bool, reps: int | None, work: Path) -> dict:
+    size = QUICK if quick else FULL
+    reps = reps or (1 if quick else 3)
+    root = work / "batch"
+    print(f"batch: simulating {size} ...", flush=True)
+    st = simulate_root(root, size)
+    print(
+        f"  {st['transcript_files']:,} transcripts, {st['tokens']:,} tokens, "
+        f"{st['transcript_bytes'] / 1e6:.1f} MB of transcripts "
+        f"({st['all_bytes'] / 1e6:.1f} MB with steps/rollouts)",
+        flush=True,
+    )
+    print("batch: contenders (timed rounds, order rotated; then agreement)", flush=True)
+    result = {"size": size.__dict__, "data": st}
+    result["compare"] = batch_compare(root, work, st, reps)
+    print("batch: worker-stage scaling, 1 vs 2 workers", flush=True)
+    result["scaling"] = worker_scaling(root, work, st["tokens"], max(1, reps))
+    shutil.rmtree(root, ignore_errors=True)
+    print("batch: peak memory against archive size", flush=True)
+    result["memory"] = memory_growth(work, MEM_QUICK if quick else MEM_FULL)
+    return result

@@ -1,0 +1,179 @@
+"""Shared helpers of the speed benchmarks: process-tree sampling, medians, machine facts.
+
+Memory and CPU are read from /proc (Linux), summed over a process and all its
+descendants, because `rlstream analyze` and `watch` start a private Ray whose raylet,
+GCS and worker actors are grandchildren of the command: `getrusage(RUSAGE_CHILDREN)`
+would miss most of them.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and all its descendants alive now."""
+    kids = _children_map()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def _proc_cpu_rss(pid: int) -> tuple[float, int]:
+    """(user + system CPU seconds, resident bytes) of one process; (0, 0) if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0, 0
+    # after the command: state(0) ppid(1) ... utime(11) stime(12) ... rss(21)
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK, int(fields[21]) * PAGE
+
+
+@dataclass
+class TreeSampler:
+    """Samples a process tree every `interval` s: peak summed RSS, CPU seconds used.
+
+    CPU of processes that exit between samples is lost; the benchmark's processes
+    live for the whole measurement, so the error is one sampling interval at most.
+    """
+
+    pid: int
+    interval: float = 0.05
+    peak_rss: int = 0
+    cpu: dict[int, float] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        rss = 0
+        for p in tree(self.pid):
+            c, r = _proc_cpu_rss(p)
+            rss += r
+            if c:
+                self.cpu[p] = max(self.cpu.get(p, 0.0), c)
+        self.peak_rss = max(self.peak_rss, rss)
+
+    def cpu_seconds(self) -> float:
+        return sum(self.cpu.values())
+
+    def start(self) -> TreeSampler:
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.sample()
+                self._stop.wait(self.interval)
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+@dataclass
+class Timed:
+    """One measured command: wall seconds, peak tree RSS, tree CPU seconds."""
+
+    wall: float
+    peak_rss: int
+    cpu: float
+    stdout: str
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> Timed:
+    """Run a command to completion, sampling its process tree."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+        text=True,
+    )
+    sampler = TreeSampler(proc.pid).start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        sampler.stop()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{err[-3000:]}")
+    return Timed(wall, sampler.peak_rss, sampler.cpu_seconds(), out)
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PHYS_PAGES") * PAGE / 2**30
+    load = os.getloadavg()
+    return (
+        f"{os.cpu_count()} CPUs ({model}), {mem:.0f} GiB RAM, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}; load average at start "
+        f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+    )
+
+
+def rlstream_cmd() -> list[str]:
+    """The `rlstream` console script of this interpreter's environment."""
+    script = Path(sys.executable).with_name("rlstream")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "rlstream.cli"]
+
+
+def dir_bytes(root: Path, pattern: str) -> int:
+    return sum(p.stat().st_size for p in root.glob(pattern))
+
+
+def ray_env() -> dict[str, str]:
+    return {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}

@@ -1,0 +1,364 @@
+"""Live benchmark: `rlstream watch` over live, idle and S3-hosted simulated runs.
+
+Measured from outside the pipeline (no hook in the driver):
+
+- **Live fleets** (10, 50, 100 runs; quick: 10). `simulate_live` writes every run in
+  real time, a step about every `interval` s, each steps.jsonl line carrying the wall
+  time it was written (`time`). `rlstream watch --poll P --commit-every C` runs as a
+  subprocess. A monitor thread polls OUT/run_health/latest/run_id=*.parquet every
+  0.1 s and notes when each run's `last_step` first reaches each step. Freshness of
+  step s = that moment - the `time` of step s's line. Steps written before every run
+  had its first latest row (start-up: Ray, discovery) are left out. "Keeps up":
+  every step written was seen, and the last one within the freshness bound
+  (2 P + C) after the writer stopped. CPU: process-tree CPU seconds of the watch
+  command over the measured window, as % of one core.
+- **Idle cost**: 100 runs written once and left unfinished (no `finished_at`,
+  max_steps far away), watched; after every run has its latest row, CPU of the
+  watch process tree over a window, as % of one core.
+- **S3 requests per idle run per poll**: idle runs uploaded to moto's S3 server on
+  127.0.0.1 (run in this process, every HTTP request counted by a WSGI wrapper);
+  `rlstream watch s3://...` with `--poll P`; requests over a window / runs / polls
+  (polls = window / P, an upper bound on the polls made, so the figure is a lower
+  bound only by the few polls skipped when a commit overran).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from bench.common import TreeSampler, median, percentile, ray_env, rlstream_cmd
+
+POLL = 1.0
+COMMIT = 2.0
+
+
+def _latest_steps(out: Path) -> dict[str, int]:
+    import pyarrow.parquet as pq
+
+    res = {}
+    for p in (out / "run_health" / "latest").glob("run_id=*.parquet"):
+        try:
+            t = pq.read_table(p, columns=["run_id", "last_step"]).to_pylist()
+        except Exception:  # replaced while read: next round
+            continue
+        for row in t:
+            res[row["run_id"]] = -1 if row["last_step"] is None else row["last_step"]
+    return res
+
+
+class LatestMonitor:
+    """Notes when each run's last_step first reaches each value."""
+
+    def __init__(self, out: Path, interval: float = 0.1) -> None:
+        self.out = out
+        self.interval = interval
+        self.seen: dict[tuple[str, int], float] = {}
+        self.last: dict[str, int] = {}
+        self.mtimes: dict[Path, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        import pyarrow.parquet as pq
+
+        folder = self.out / "run_health" / "latest"
+        while not self._stop.is_set():
+            now = time.time()
+            for p in list(folder.glob("run_id=*.parquet")) if folder.exists() else []:
+                try:
+                    m = p.stat().st_mtime
+                    if self.mtimes.get(p) == m:
+                        continue
+                    rows = pq.read_table(p, columns=["run_id", "last_step"]).to_pylist()
+                except Exception:
+                    continue
+                self.mtimes[p] = m
+                for row in rows:
+                    rid, step = row["run_id"], row["last_step"]
+                    step = -1 if step is None else step
+                    prev = self.last.get(rid, -1)
+                    for s in range(prev + 1, step + 1):
+                        self.seen.setdefault((rid, s), now)
+                    self.last[rid] = max(prev, step)
+            self._stop.wait(self.interval)
+
+    def start(self) -> LatestMonitor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _watch(root: str, out: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    cmd = [
+        *rlstream_cmd(),
+        "watch",
+        root,
+        "--out",
+        str(out),
+        "--poll",
+        str(POLL),
+        "--commit-every",
+        str(COMMIT),
+    ]
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **ray_env(), **(env or {})},
+        text=True,
+    )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _wait(cond, timeout: float, proc: subprocess.Popen | None = None) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"watch exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.2)
+    return False
+
+
+def _run_ids(root: Path) -> dict[str, Path]:
+    return {
+        json.loads((d / "run.json").read_bytes())["run_id"]: d
+        for d in root.iterdir()
+        if (d / "run.json").exists()
+    }
+
+
+def live_fleet(n: int, steps: int, work: Path, interval: float = 1.0) -> dict:
+    from rlstream.simulate import SimConfig, simulate_live
+
+    root, out = work / f"live{n}", work / f"live{n}-out"
+    cfg = SimConfig(runs=n, steps=steps, groups=2, group_size=4, tokens=64, seed=n)
+    writer = threading.Thread(target=simulate_live, args=(root, cfg, interval), daemon=True)
+    writer.start()
+    _wait(lambda: root.exists() and len(list(root.glob("*/run.json"))) >= n, 60)
+    proc = _watch(str(root), out)
+    sampler = TreeSampler(proc.pid, interval=0.5).start()
+    mon = LatestMonitor(out).start()
+    try:
+        ready = _wait(lambda: len(mon.last) >= n, 300, proc)
+        t_ready = time.time()
+        cpu0 = sampler.cpu_seconds()
+        writer.join()
+        t_written = time.time()
+        ids = _run_ids(root)
+        last_of = {}
+        for rid, d in ids.items():
+            lines = [json.loads(x) for x in (d / "steps.jsonl").read_bytes().splitlines() if x]
+            last_of[rid] = {r["step"]: r["time"] for r in lines if "step" in r}
+        bound = 2 * POLL + COMMIT
+        _wait(
+            lambda: all(mon.last.get(r, -1) >= max(s) for r, s in last_of.items() if s),
+            bound + 30,
+            proc,
+        )
+        t_end = time.time()
+        cpu = sampler.cpu_seconds() - cpu0
+    finally:
+        mon.stop()
+        sampler.stop()
+        _stop(proc)
+    fresh, missing = [], 0
+    for rid, times in last_of.items():
+        for s, t in times.items():
+            if t < t_ready:
+                continue
+            seen = mon.seen.get((rid, s))
+            if seen is None:
+                missing += 1
+            else:
+                fresh.append(seen - t)
+    caught_up = (
+        max((mon.seen.get((r, max(s)), float("inf")) for r, s in last_of.items() if s), default=0)
+        - t_written
+    )
+    res = {
+        "runs": n,
+        "ready": ready,
+        "steps_measured": len(fresh),
+        "missing": missing,
+        "p50": percentile(fresh, 0.5),
+        "p99": percentile(fresh, 0.99),
+        "max": max(fresh) if fresh else float("nan"),
+        "bound": bound,
+        "caught_up_after_writer_s": caught_up,
+        "cpu_core_pct": 100 * cpu / max(t_end - t_ready, 1e-9),
+        "window_s": t_end - t_ready,
+    }
+    res["keeps_up"] = bool(ready and not missing and caught_up <= bound + interval)
+    print(
+        f"  {n:3d} live runs: freshness p50 {res['p50']:.2f} s, p99 {res['p99']:.2f} s, "
+        f"max {res['max']:.2f} s over {len(fresh)} step lines (bound {bound:.0f} s); "
+        f"missing {missing}; last line seen {caught_up:.2f} s after the writer stopped; "
+        f"CPU {res['cpu_core_pct']:.0f}% of one core; keeps up: {res['keeps_up']}",
+        flush=True,
+    )
+    return res
+
+
+def idle_runs(root: Path, n: int, steps: int = 3) -> None:
+    """n runs written once and left unfinished: they stay watched and never change."""
+    from rlstream.simulate import SimConfig, simulate
+
+    simulate(root, SimConfig(runs=n, steps=steps, groups=2, group_size=2, tokens=16, seed=3))
+    for rj in root.glob("*/run.json"):
+        meta = json.loads(rj.read_bytes())
+        meta.pop("finished_at", None)
+        meta.setdefault("config", {}).setdefault("training", {})["max_steps"] = 10**6
+        rj.write_text(json.dumps(meta))
+
+
+def idle_cost(n: int, window: float, work: Path) -> dict:
+    root, out = work / f"idle{n}", work / f"idle{n}-out"
+    idle_runs(root, n)
+    proc = _watch(str(root), out)
+    sampler = TreeSampler(proc.pid, interval=0.5).start()
+    try:
+        ready = _wait(lambda: len(_latest_steps(out)) >= n, 300, proc)
+        time.sleep(2 * COMMIT)  # the first commits of caught-up runs are done
+        sampler.sample()
+        c0, t0 = sampler.cpu_seconds(), time.monotonic()
+        time.sleep(window)
+        sampler.sample()
+        cpu, dt = sampler.cpu_seconds() - c0, time.monotonic() - t0
+    finally:
+        sampler.stop()
+        _stop(proc)
+    pct = 100 * cpu / dt
+    print(
+        f"  {n} idle runs watched: {pct:.1f}% of one core over {dt:.0f} s "
+        f"(target < 5%); ready: {ready}",
+        flush=True,
+    )
+    return {"runs": n, "cpu_core_pct": pct, "window_s": dt, "ready": ready}
+
+
+class CountingMoto:
+    """moto's S3 server on 127.0.0.1, counting every request it serves."""
+
+    def __init__(self) -> None:
+        from moto.server import DomainDispatcherApplication, create_backend_app
+        from werkzeug.serving import make_server
+
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.lock = threading.Lock()
+        app = DomainDispatcherApplication(create_backend_app)
+
+        def counted(environ, start_response):
+            q = environ.get("QUERY_STRING", "")
+            kind = (
+                "list"
+                if "list-type" in q
+                or (environ["REQUEST_METHOD"] == "GET" and environ["PATH_INFO"].count("/") <= 1)
+                else environ["REQUEST_METHOD"]
+            )
+            with self.lock:
+                self.counts[kind] += 1
+            return app(environ, start_response)
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.server = make_server("127.0.0.1", self.port, counted, threaded=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+
+    def snapshot(self) -> collections.Counter[str]:
+        with self.lock:
+            return collections.Counter(self.counts)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+def s3_requests(n: int, window: float, work: Path) -> dict:
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    moto = CountingMoto()
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": moto.endpoint,
+    }
+    os.environ.update(env)
+    try:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(
+            skip_instance_cache=True, use_listings_cache=False, endpoint_url=moto.endpoint
+        )
+        fs.mkdir("rlbench")
+        local = work / f"s3idle{n}"
+        idle_runs(local, n)
+        fs.put(str(local), "rlbench/runs", recursive=True)
+        out = work / f"s3idle{n}-out"
+        proc = _watch("s3://rlbench/runs", out, env)
+        try:
+            ready = _wait(lambda: len(_latest_steps(out)) >= n, 300, proc)
+            time.sleep(2 * COMMIT)
+            c0, t0 = moto.snapshot(), time.monotonic()
+            time.sleep(window)
+            c1, dt = moto.snapshot(), time.monotonic() - t0
+        finally:
+            _stop(proc)
+    finally:
+        moto.stop()
+    diff = c1 - c0
+    polls = dt / POLL
+    per = sum(diff.values()) / n / polls
+    print(
+        f"  S3: {n} idle runs, {sum(diff.values())} requests in {dt:.0f} s (~{polls:.0f} polls): "
+        f"{per:.2f} requests per run per poll {dict(diff)}; ready: {ready}",
+        flush=True,
+    )
+    return {
+        "runs": n,
+        "requests": dict(diff),
+        "window_s": dt,
+        "per_run_per_poll": per,
+        "ready": ready,
+    }
+
+
+def main(quick: bool, work: Path) -> dict:
+    res: dict = {"poll_s": POLL, "commit_s": COMMIT}
+    print(f"live: fleets of live runs (watch --poll {POLL} --commit-every {COMMIT})", flush=True)
+    sizes = (10,) if quick else (10, 50, 100)
+    # Writers run longer than the watch takes to start (Ray, discovery): only steps
+    # written after every run has its first latest row are measured.
+    res["fleets"] = [
+        live_fleet(n, 40 if quick else 60, work, interval=0.5 if quick else 1.0) for n in sizes
+    ]
+    print("live: idle cost", flush=True)
+    res["idle"] = idle_cost(20 if quick else 100, 5 if quick else 30, work)
+    print("live: S3 requests per idle run per poll (moto server)", flush=True)
+    res["s3"] = s3_requests(5 if quick else 20, 5 if quick else 20, work)
+    res["p99_median"] = median([f["p99"] for f in res["fleets"]])
+    return res

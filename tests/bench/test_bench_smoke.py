@@ -1,0 +1,71 @@
+"""Smoke test of the speed benchmark (`python -m bench`): it runs and prints results.
+
+CI-sized and never a speed assertion: only that every part ran, the three batch
+contenders agree on the numbers, and the figures were printed. The full `--quick`
+run (about a minute on an idle machine, more under load) is the command in
+bench/README.md; here its parts run on the smallest data.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_contenders_agree_on_tiny_transcripts(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT))
+    from bench.batch import BatchSize, simulate_root
+    from bench.contenders import compare, run_duckdb, run_plain
+
+    stats = simulate_root(tmp_path / "runs", BatchSize(1, 3, 2, 4, 32))
+    assert stats["tokens"] > 0 and stats["transcript_files"] == 3 * 2 * 4
+    duck = run_duckdb(str(tmp_path / "runs"), 1)
+    plain = run_plain(str(tmp_path / "runs"))
+    assert len(duck) == 3
+    assert compare(duck, plain) == []
+    key = next(iter(duck))
+    assert duck[key]["sampled_tokens"] > 0
+
+
+@pytest.mark.ray
+def test_bench_batch_quick_runs_and_prints(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "batch", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
+    assert "rlstream vs duckdb" in text and "agree" in text and "DISAGREE" not in text
+    assert "rlstream / DuckDB tokens/s" in text
+    assert "speed-up" in text and "peak memory growth" in text
+    res = json.loads(out.read_text())["batch"]
+    assert set(res["compare"]["table"]) == {"rlstream", "duckdb", "plain"}
+    assert res["compare"]["table"]["rlstream"]["tokens_per_s"] > 0
+
+
+@pytest.mark.ray
+@pytest.mark.s3
+def test_bench_live_quick_runs_and_prints(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "live", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "live runs: freshness" in proc.stdout and "idle runs watched" in proc.stdout
+    res = json.loads(out.read_text())["live"]
+    assert res["fleets"][0]["steps_measured"] > 0
+    assert res["s3"]["requests"]  # requests were counted

@@ -1,0 +1,102 @@
+"""The HTML report: content, escaping of run data, charts and findings markers."""
+
+from __future__ import annotations
+
+import re
+
+from rlstream.cli import main
+from rlstream.fleet.read import example_completions, read_latest
+from rlstream.fleet.report import SORT_SCRIPT, render_report, run_charts
+from rlstream.fleet.svg import Chart, Marker, Series, line_chart
+from tests.fleet.conftest import HOSTILE_ID, HOSTILE_LABEL, HOSTILE_REASON, HOSTILE_TEXT
+
+
+def test_report_escapes_every_string_from_run_data(fleet_out, tmp_path):
+    path = tmp_path / "report.html"
+    assert main(["report", str(fleet_out.out), "-o", str(path)]) == 0
+    html = path.read_text()
+    # exactly one script element: ours, after every section
+    assert html.count("<script") == 1
+    assert html.rindex("<script>") > html.rindex('<section class="run"')
+    assert "data-pwned" not in html.split("<script>")[1]
+    for raw in (HOSTILE_ID, HOSTILE_TEXT, HOSTILE_LABEL, HOSTILE_REASON):
+        assert raw not in html
+    assert (
+        "&lt;script&gt;document.body.setAttribute(&quot;data-pwned&quot;, &quot;id&quot;)" in html
+    )
+    assert "&lt;/pre&gt;&lt;script&gt;" in html  # completion text, as text
+    assert "termination_reason/&lt;script&gt;" in html  # metadata label
+    assert "rollout_failed/&lt;svg onload=" in html  # discard reason in a legend
+    assert "onerror=" not in html.replace("onerror=&#x27;", "")
+    # CSP allows only our script, by hash
+    assert "script-src 'sha256-" in html and "unsafe-inline'; img-src" in html
+    assert SORT_SCRIPT in html
+
+
+def test_report_overview_and_sections(fleet_out):
+    html = render_report(str(fleet_out.out), now=2e9)
+    rows = re.findall(r'<tr><td data-v="([^"]*)"><a href="#run-(\d+)">', html)
+    assert len(rows) == 4
+    # worst first: the two critical runs lead
+    latest = {r["run_id"]: r for r in read_latest(str(fleet_out.out))}
+    statuses = [latest[_unescape(v)]["status"] for v, _ in rows]
+    assert statuses == sorted(
+        statuses, key=["critical", "stalled", "warning", "healthy", "finished"].index
+    )
+    assert html.count('<section class="run"') == 4
+    assert '<span class="s-critical">2 critical</span>' in html
+    # every run has its eight charts
+    assert html.count('<svg xmlns="http://www.w3.org/2000/svg"') == 4 * 8
+    # example completions only for runs with degenerate_outputs / entropy_collapse
+    assert html.count("<h3>Example completions") == 2
+    assert html.count('<pre class="completion">') >= 2
+
+
+def test_findings_marked_on_their_chart_at_since_step(fleet_out):
+    latest = {r["run_id"]: r for r in read_latest(str(fleet_out.out))}
+    run = latest[fleet_out.run_ids["mismatch_kl_rising"]]
+    findings = run["findings"]
+    kl = next(f for f in findings if f["code"] == "mismatch_kl_rising")
+    from rlstream.fleet.read import read_steps
+    from rlstream.fleet.report import STEP_COLUMNS
+
+    cols = read_steps(str(fleet_out.out), run["run_id"], STEP_COLUMNS)
+    assert cols["step"] == list(range(40))
+    charts = {c.title.split(" ")[0]: c for c in run_charts(cols, findings)}
+    marker = next(m for m in charts["sampler/trainer"].markers if m.code == "mismatch_kl_rising")
+    assert marker.step == kl["since_step"] and marker.message == kl["message"]
+    svg = line_chart(charts["sampler/trainer"])
+    assert f"mismatch_kl_rising (since step {kl['since_step']})" in svg
+    assert "reported" in svg and "recomputed" in svg
+
+
+def test_line_chart_positions_and_gaps():
+    chart = Chart(
+        "t",
+        [Series("a", [0, 1, 2, 3, 4], [0.0, 1.0, None, 3.0, 4.0])],
+        [Marker(2, "c<", "warning", "m&", 1)],
+    )
+    svg = line_chart(chart, width=160, height=120)
+    # a gap at step 2 splits the line in two
+    assert svg.count("<polyline") == 2
+    # plot area x from 58 to 148: step 2 of 0..4 is at x=103
+    assert 'x1="103.0" x2="103.0"' in svg
+    assert "c&lt; (since step 2): m&amp;" in svg
+    empty = line_chart(Chart("none", [Series("a", [0, 1], [None, None])]))
+    assert "no data for this figure" in empty
+
+
+def test_example_completions_count_repeats(fleet_out):
+    run = fleet_out.root / "run-003-degenerate_outputs"
+    ex = example_completions(str(run), since_step=30, limit=3)
+    assert 1 <= len(ex) <= 3
+    assert all(e["step"] >= 30 and e["text"].startswith(HOSTILE_TEXT) for e in ex)
+    counts = [e["count"] for e in ex]
+    assert counts == sorted(counts, reverse=True)
+    assert example_completions(str(fleet_out.root / "missing"), None) == []
+
+
+def _unescape(s: str) -> str:
+    import html
+
+    return html.unescape(s)

@@ -1,0 +1,124 @@
+"""`rlstream status`: order, figures, JSON, follow; it reads only OUT."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+from rlstream.cli import main
+from rlstream.fleet.read import read_latest
+from rlstream.fleet.status import follow, render_table, status_rows, trend_arrow
+from tests.fleet.conftest import HOSTILE_ID
+
+
+def _row(run_id, status, firing=(), **kw):
+    return {
+        "run_id": run_id,
+        "status": status,
+        "findings": [
+            {"code": c, "severity": s, "state": "firing", "since_step": 3, "message": "m"}
+            for c, s in firing
+        ]
+        + [{"code": "noisy_reward", "severity": "warning", "state": "pending", "since_step": 1}],
+        "last_activity": kw.pop("last_activity", 100.0),
+        **kw,
+    }
+
+
+def test_worst_first_then_more_findings_then_id():
+    rows = status_rows(
+        [
+            _row("b", "healthy"),
+            _row("a", "finished"),
+            _row("c", "warning", [("low_ess", "warning")]),
+            _row("d", "critical", [("degenerate_outputs", "critical")]),
+            _row("e", "warning", [("low_ess", "warning"), ("tasks_mastered", "info")]),
+            _row("f", "stalled", [("stalled", "warning")]),
+        ],
+        now=160.0,
+    )
+    assert [r["run_id"] for r in rows] == ["d", "f", "e", "c", "b", "a"]
+    e = rows[2]
+    # pending findings are not "firing"; severity orders the list
+    assert [f["code"] for f in e["firing"]] == ["low_ess", "tasks_mastered"]
+    assert e["seconds_since_update"] == 60.0
+
+
+def test_table_shows_figures_and_trend():
+    rows = status_rows(
+        [
+            _row(
+                "r1",
+                "warning",
+                [("entropy_collapse", "warning")],
+                last_step=41,
+                reward_mean=0.4567,
+                reward_trend=-0.004,
+                mismatch_kl=0.00123,
+                mismatch_ess=0.98765,
+                entropy_estimate=0.1234,
+                truncated_frac=0.25,
+            )
+        ],
+        now=100.0 + 3 * 3600,
+    )
+    text = render_table(rows)
+    lines = text.splitlines()
+    assert lines[0] == "1 runs: 1 warning"
+    assert lines[1].split() == [
+        "run", "status", "step", "updated", "reward", "trend/100", "kl", "ess", "entropy",
+        "trunc", "findings",
+    ]  # fmt: skip
+    assert lines[2].split() == [
+        "r1", "warning", "41", "3h", "0.457", "↓-0.40", "1.23e-03", "0.988", "0.123", "0.25",
+        "entropy_collapse",
+    ]  # fmt: skip
+    assert trend_arrow(0.0001) == "→+0.01"
+
+
+def test_control_characters_in_run_ids_are_not_sent_to_the_terminal():
+    text = render_table(status_rows([_row("x\x1b[2Jy", "healthy")], now=100.0))
+    assert "\x1b" not in text
+    assert "x\\x1b[2Jy" in text
+
+
+def test_status_cli_json_matches_out(fleet_out, capsys, tmp_path):
+    # A copy of OUT alone (no runs next to it) gives the same answer: only OUT is read.
+    out = tmp_path / "out-copy"
+    shutil.copytree(fleet_out.out, out)
+    assert main(["status", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_id = {r["run_id"]: r for r in doc["runs"]}
+    assert set(by_id) == set(fleet_out.run_ids.values())
+    assert sum(doc["counts"].values()) == 4
+    hostile = by_id[HOSTILE_ID]
+    assert hostile["status"] == "critical"
+    assert "degenerate_outputs" in [f["code"] for f in hostile["firing"]]
+    assert doc["runs"][0]["status"] == "critical"
+    healthy = by_id[fleet_out.run_ids["healthy"]]
+    assert healthy["last_step"] == 39 and healthy["firing"] == []
+    latest = {r["run_id"]: r for r in read_latest(str(fleet_out.out))}
+    assert healthy["reward_mean"] == latest[healthy["run_id"]]["reward_mean"]
+    assert main(["status", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].startswith("4 runs: ")
+    assert fleet_out.run_ids["entropy_collapse"] in table
+
+
+def test_follow_redraws_count_times():
+    calls = []
+    buf = io.StringIO()
+    follow(
+        lambda: calls.append(1) or [_row("r", "healthy")],
+        buf,
+        interval=5,
+        count=3,
+        sleep=lambda s: calls.append(s),
+    )
+    assert calls == [1, 5, 1, 5, 1]
+    assert buf.getvalue().count("1 runs: 1 healthy") == 3
+    buf = io.StringIO()
+    follow(lambda: [_row("r", "healthy")], buf, count=2, as_json=True, sleep=lambda s: None)
+    docs = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert [d["runs"][0]["run_id"] for d in docs] == ["r", "r"]
