@@ -72,11 +72,6 @@ class _LiveTable:
         from rlstream.fleet.read import read_latest
         from rlstream.fleet.status import render_table, status_rows
 
-        if not self.writer.is_alive() and self.writer.done_at is None:
-            # First call: Ray and the actor pools are up; start writing the runs now,
-            # so the watch sees them from their first line.
-            self.writer.start()
-            self.start = time.monotonic()
         if self.writer.error is not None:
             return True
         now = time.monotonic()
@@ -115,6 +110,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from rlstream.fleet.read import read_latest
     from rlstream.fleet.report import write_report
     from rlstream.fleet.status import render_table, status_rows
+    from rlstream.runtime.cluster import RayConfig, connect
     from rlstream.runtime.driver import RuntimeConfig, run
     from rlstream.simulate import SimConfig
 
@@ -126,16 +122,19 @@ def run_demo(args: argparse.Namespace) -> int:
         f"rlstream demo: writing {args.runs} live runs x {args.steps} steps (a step every "
         f"~{args.interval:g}s) under {runs}\n"
         f"  scenarios: {', '.join(sorted(set(scen)))}\n"
-        "  starting a local Ray and the watch first; the table below is refreshed from "
-        "the tables under OUT\n",
+        "  on a local Ray; the table below is refreshed from the tables under OUT\n",
         flush=True,
     )
     logger = logging.getLogger("rlstream")
     level = logger.level
     logger.setLevel(logging.WARNING)  # the live table is the demo's output
     writer = _Writer(runs, config, args.interval)
-    live = _LiveTable(out, writer, args.steps, sys.stdout)
     t0 = time.monotonic()
+    # Ray first (the slow part of start-up), then the writers, then the watch: the
+    # runs' run.json files exist when the watch first looks, and no step is missed live.
+    started = connect(RayConfig())
+    writer.start()
+    live = _LiveTable(out, writer, args.steps, sys.stdout)
     try:
         run(
             [str(runs)],
@@ -147,6 +146,10 @@ def run_demo(args: argparse.Namespace) -> int:
         )
     finally:
         logger.setLevel(level)
+        if started:
+            import ray
+
+            ray.shutdown()
     if writer.error is not None:
         raise RlstreamError(f"the demo's run writer failed: {writer.error}")
     rows = status_rows(read_latest(str(out)))
@@ -154,6 +157,7 @@ def run_demo(args: argparse.Namespace) -> int:
     write_report(str(out), str(report))
     steps_glob = f"{out}/steps/*/*.parquet"
     health_glob = f"{out}/run_health/latest/*.parquet"
+    py = sys.executable
     print(
         f"\nwatched {len(rows)} runs on a local Ray for {time.monotonic() - live.start:.0f}s "
         f"({time.monotonic() - t0:.0f}s with start-up); "
@@ -166,10 +170,10 @@ def run_demo(args: argparse.Namespace) -> int:
         f"  rlstream status {out}            (add --follow while a watch runs, --json for scripts)\n"
         f"  rlstream report {out} -o report.html\n\n"
         "Query the Parquet tables with DuckDB (installed with the dev extra):\n"
-        f'  python -c "import duckdb; duckdb.sql(\\"select run_id, step, reward_mean, '
+        f'  {py} -c "import duckdb; duckdb.sql(\\"select run_id, step, reward_mean, '
         f"mismatch_kl, entropy_estimate from read_parquet('{steps_glob}') "
         f'order by run_id, step\\").show()"\n'
-        f'  python -c "import duckdb; duckdb.sql(\\"select run_id, status, findings from '
+        f'  {py} -c "import duckdb; duckdb.sql(\\"select run_id, status, findings from '
         f"read_parquet('{health_glob}')\\\").show()\""
     )
     return 0

@@ -237,12 +237,15 @@ class DegenerateOutputs(RuleConfig):
     """Or recent top_completion_task_share at or above this whatever the baseline (a
     hack present from the first step has no clean baseline)..."""
     min_groups: float = 4.0
-    """...when the steps have at least this many groups (tasks) to share an answer.
-    Without task ids (no task share):"""
+    """...when the steps have at least this many groups (tasks) to share an answer."""
     distinct_max: float = 0.4
-    """recent distinct_completions at or below this..."""
+    """Or recent distinct_completions at or below this..."""
     distinct_ratio: float = 0.5
-    """...and this share of its baseline or less."""
+    """...and this share of its baseline or less (without task ids, alone; with them,
+    also the task share above 1/groups and at least ``top_share_rise`` times where it
+    started: literal answers repeated within tasks and shared by some)."""
+    top_share_rise: float = 2.0
+    """See ``distinct_ratio``."""
 
 
 @dataclass(frozen=True)

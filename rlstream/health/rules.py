@@ -412,11 +412,18 @@ def degenerate_outputs(
         by_abs = (
             groups is not None and groups >= c.min_groups and ge(top, c.top_share_abs, active, ctx)
         )
-        # Constant answers that differ between tasks (a literal per task) show as
-        # completions repeating within tasks while the task share stays moderate.
+        # Literal answers (one per task, some shared) show as completions repeating
+        # within tasks while the task share rises only moderately above where it
+        # started. Mode collapse alone (entropy_collapse) repeats within tasks but
+        # shares nothing across them, so the task share must have risen too.
+        start = _from_start(v, "top_share")
+        floor = 1.0 / groups if groups else 0.0
         by_dist = (
             dist is not None
             and dist_base is not None
+            and start is not None
+            and top > floor + 1e-9
+            and ge(top, c.top_share_rise * start, active, ctx)
             and le(dist, min(c.distinct_max, c.distinct_ratio * dist_base), active, ctx)
         )
         base_s = f" (baseline {top_base:.0%})" if top_base is not None else ""
@@ -539,6 +546,7 @@ def length_collapse(
 def noisy_reward(v: View, c: C.NoisyReward, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
     ys = v.values("reward_all", c.steps)
     noise = stats.step_noise(ys)
+    n = v.recent("attempts") or v.recent("trained_attempts")
     base_noise = v.state.early_noise.get("reward_all")
     if base_noise is None:  # short runs: the early baseline's values
         base_vals = v.base_values("reward_all")
@@ -546,15 +554,18 @@ def noisy_reward(v: View, c: C.NoisyReward, ctx: Ctx, active: bool, row: dict) -
     if len(ys) < min(c.steps, 10) or _none(noise, base_noise):
         return None
     ses = v.values("reward_se", c.steps)
-    n = v.recent("attempts") or v.recent("trained_attempts")
+    if n is None or n <= 0:
+        return None
+    p = min(max(stats.median(ys), 0.05), 0.95)
+    binomial = math.sqrt(p * (1 - p) / n)
+    # Never expect less than a 5 % pass rate's binomial noise: near 0 or 1 a few
+    # lucky attempts are not chaos.
+    floor = math.sqrt(0.05 * 0.95 / n)
     if len(ses) >= len(ys) // 2:
         expected, basis = stats.median(ses), "the spread of rewards within its steps"
-    elif n is not None and n > 0:
-        p = min(max(stats.median(ys), 0.05), 0.95)
-        expected, basis = math.sqrt(p * (1 - p) / n), f"{n:.0f} attempts per step"
     else:
-        return None
-    expected = max(expected, 1e-3)
+        expected, basis = binomial, f"{n:.0f} attempts per step"
+    expected = max(expected, floor, 1e-3)
     holds = ge(noise, c.k_expected * expected, active, ctx) and ge(
         noise, c.ratio * max(base_noise, 1e-3), active, ctx
     )

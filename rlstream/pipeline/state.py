@@ -208,6 +208,7 @@ def summary(state: RunState) -> dict[str, Any]:
         "quarantined": c["quarantined"],
         "late": c["late"],
         "bytes": c["bytes"],
+        "records": c["records"],
         "tokens": c["tokens"],
         "transcripts": c["transcripts"],
     }

@@ -92,7 +92,10 @@ def test_job_runs_on_both_nodes_and_equals_local(cluster, fleet):
     assert job.status == "SUCCEEDED"
     for node in cluster.nodes:
         lines = node.log_lines(MARK, job.job_id)
-        assert lines, f"no worker ran a unit on node {node.name} ({node.ip})"
+        assert lines, (
+            f"no worker of job {job.job_id} ran a unit on node {node.name} ({node.ip}); "
+            f"its worker logs: {sorted(f.name for f in node.logs().glob('worker-*'))}\n{text}"
+        )
         assert all(f"({node.ip})" in ln for ln in lines)
     assert_same_rows(local, read_steps(base / "out1"))
 
