@@ -9,6 +9,7 @@ every such process seen while it ran (in case one was orphaned). It never calls
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -205,10 +206,8 @@ class LocalCluster:
             table = _proc_table()
             alive = [p for p, t in self.seen.items() if p in table and table[p][1] == t]
             for p in alive:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(p, sig)
-                except ProcessLookupError:
-                    pass
             deadline = time.monotonic() + wait
             while alive and time.monotonic() < deadline:
                 table = _proc_table()
