@@ -242,8 +242,9 @@ class DegenerateOutputs(RuleConfig):
     """Or recent distinct_completions at or below this..."""
     distinct_ratio: float = 0.5
     """...and this share of its baseline or less (without task ids, alone; with them,
-    also the task share above 1/groups and at least ``top_share_rise`` times where it
-    started: literal answers repeated within tasks and shared by some)."""
+    also the task share above 1/groups and at least ``top_share_rise`` times its median
+    over the first three baseline steps: literal answers repeated within tasks and
+    shared by some)."""
     top_share_rise: float = 2.0
     """See ``distinct_ratio``."""
 

@@ -416,7 +416,8 @@ def degenerate_outputs(
         # within tasks while the task share rises only moderately above where it
         # started. Mode collapse alone (entropy_collapse) repeats within tasks but
         # shares nothing across them, so the task share must have risen too.
-        start = _from_start(v, "top_share")
+        first = v.base_values("top_share")[:3]
+        start = stats.median(first) if len(first) == 3 else None
         floor = 1.0 / groups if groups else 0.0
         by_dist = (
             dist is not None

@@ -26,15 +26,10 @@ from rlstream.sinks.parquet import ParquetSink
 log = logging.getLogger("rlstream")
 
 
-@ray.remote(max_restarts=-1, max_task_retries=3, scheduling_strategy="SPREAD")
+@ray.remote(max_restarts=-1, max_task_retries=3)
 class Worker:
-    """Reads the bytes of a unit itself, parses and aggregates them.
-
-    SPREAD places the pool across every node with a free CPU instead of packing it
-    onto the driver's node (an actor holds no CPU once placed, so the default policy
-    would put them all there); a worker restarted after its node died goes to a
-    node that is alive.
-    """
+    """Reads the bytes of a unit itself, parses and aggregates them. Placed one per
+    CPU across the nodes (`_RoundRobinNodes` below)."""
 
     def __init__(self, storage: Storage) -> None:
         logging.basicConfig(level=logging.INFO)
@@ -146,3 +141,64 @@ class Tailer:
 
     def all_finished(self) -> bool:
         return self.group.all_finished()
+
+
+class _Placed:
+    """An actor class whose instances are placed by `where()` unless the caller says
+    otherwise; used like the class: `X.options(...).remote(...)` or `X.remote(...)`."""
+
+    def __init__(self, actor_class: Any, where: Any) -> None:
+        self.actor_class = actor_class
+        self.where = where
+
+    def options(self, **kwargs: Any) -> Any:
+        if "scheduling_strategy" not in kwargs:
+            kwargs["scheduling_strategy"] = self.where()
+        return self.actor_class.options(**kwargs)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.options().remote(*args, **kwargs)
+
+
+def _on_this_node() -> Any:
+    """A tailer holds no CPU, so Ray would place it on any node, and one on a worker
+    node dies with that node. Next to the driver it lives as long as the driver does."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    return NodeAffinitySchedulingStrategy(node_id=here, soft=False)
+
+
+class _RoundRobinNodes:
+    """Workers go to the nodes with CPUs in turn, each node as often as it has CPUs
+    (interleaved), so a pool of N workers lands on N CPUs spread over every node.
+    Ray's own SPREAD is best effort: with actors that hold no CPU once placed it can
+    put a whole pool on one node. The affinity is soft: a worker restarted after its
+    node died goes to a node that is alive."""
+
+    def __init__(self) -> None:
+        self.placed = 0
+
+    def __call__(self) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        cpus = {
+            n["NodeID"]: int(n["Resources"].get("CPU", 0))
+            for n in ray.nodes()
+            if n["Alive"] and n["Resources"].get("CPU", 0) >= 1
+        }
+        slots = [
+            nid
+            for k in range(max(cpus.values(), default=0))
+            for nid in sorted(cpus)
+            if cpus[nid] > k
+        ]
+        if not slots:
+            return "SPREAD"
+        node = slots[self.placed % len(slots)]
+        self.placed += 1
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+
+
+Tailer = _Placed(Tailer, _on_this_node)
+Worker = _Placed(Worker, _RoundRobinNodes())

@@ -148,3 +148,27 @@ def test_run_status_precedence():
     assert _firing(crit_stalled, "stalled") and run_status(crit_stalled, CTX) == "critical"
     info_stalled, _ = check_time(info, last + 1e5, None, CTX)
     assert run_status(info_stalled, CTX) == "stalled"
+
+
+def test_reward_recovering_from_a_dip_is_not_too_fast():
+    # Every environment of a real run dipped together for ~16 steps (an outage) and
+    # came back to where it was: a return to an earlier level is not a climb.
+    rs = rows(200)
+    for r in rs[100:116]:
+        r["reward_mean"] = r["reward_mean_with_unusable"] = 0.25
+    _, transitions = fold_all(rs)
+    assert not [t for t in transitions if t.code == "reward_too_fast"]
+
+
+def test_degenerate_outputs_fires_on_a_hack_present_from_the_first_step():
+    # No clean baseline: one completion answers every task from step 0.
+    rs = rows(60)
+    for r in rs:
+        r["top_completion_task_share"] = 1.0
+    state, _ = fold_all(rs)
+    assert _firing(state, "degenerate_outputs")
+    few = rows(60)
+    for r in few:  # two tasks per step: sharing one answer is weak evidence
+        r["top_completion_task_share"], r["groups"] = 1.0, 2
+    state, _ = fold_all(few)
+    assert not _firing(state, "degenerate_outputs")
