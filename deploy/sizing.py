@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -75,6 +76,7 @@ def main() -> None:
         print(json.dumps({"checkpoint_bytes_per_run": round(per_run)}))
     finally:
         ray.shutdown()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
