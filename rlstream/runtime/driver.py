@@ -158,7 +158,21 @@ class Fleet:
                 progress.show(self.totals(), total)
         if progress is not None:
             progress.show(self.totals(), total)
-        return sorted((s for got in ray.get(refs) for s in got), key=lambda s: s["run_id"])
+        out: list[dict[str, Any]] = []
+        for i, ref in enumerate(refs):
+            for attempt in range(3):
+                try:
+                    out.extend(ray.get(ref))
+                    break
+                except ray.exceptions.RayError as e:
+                    if attempt == 2:
+                        raise
+                    # Runs already committed resume from their checkpoints: only what
+                    # the dead tailer had not committed is read again.
+                    log.warning("tailer %d failed (%s); analysing its shard again", i, e)
+                    ray.get(self.tailers[i].set_workers.remote(self.workers))
+                    ref = self.tailers[i].analyze.remote(shards[i])
+        return sorted(out, key=lambda s: s["run_id"])
 
     def totals(self) -> dict[str, int]:
         out: dict[str, int] = {}
