@@ -166,10 +166,12 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     elif name == "stale_rollouts":
         k.lag_scale = k.lag_scale + (plan.max_steps_off_policy + 0.5 - k.lag_scale) * r
     elif name == "reward_too_fast":
-        # Reward has levelled off mid-way (the tasks sit about at the model's level)
-        # when the policy abruptly finds a shortcut: ability jumps 3 logits in about
-        # 4 steps, so reward leaps from about 0.45 to about 0.9.
-        k.diff_mean[:] = k.skill[onset] + 0.2
+        # Learning has been slow, so reward is still mid-way (ability reaches the
+        # tasks' level at onset), when the policy abruptly finds a shortcut: ability
+        # jumps 3 logits in about 4 steps and reward leaps from about 0.45 to about 0.9.
+        gain = k.skill[onset] - s0
+        if gain > 0:
+            k.skill = s0 + (k.skill - s0) * min(1.0, max(-s0, 0.1) / gain)
         k.skill = k.skill + 3.0 * _ramp(steps, onset, 4)
     elif name == "degenerate_outputs":
         k.degen = 0.75 * r
