@@ -51,7 +51,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)",
     )
     p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
-    p.add_argument("--tailers", type=int, help="tailer actors owning shards of runs (default 1)")
+    p.add_argument("--tailers", type=int, help="tailer actors owning shards of runs (default: as many as workers, at most 4)")
 
 
 def _runtime_config(args: argparse.Namespace):

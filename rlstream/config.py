@@ -28,6 +28,11 @@ class PipelineConfig:
     """Work units in flight at once per tailer (backpressure)."""
     full_relist_every: int = 30
     """Polls between full relists of a run's transcripts (names may arrive unsorted)."""
+    fsync: bool = True
+    """fsync every output file and checkpoint on local disk before its rename, so a
+    commit survives power loss. Off: still atomic across process crashes (kill -9)."""
+    commit_threads: int = 8
+    """Threads writing runs' outputs and checkpoints in parallel at a commit."""
     analyze_chunk_runs: int = 8
     """`analyze` reads this many runs of a tailer's shard at a time, commits them and
     drops their state, so memory is bounded by the chunk, not by the archive."""

@@ -305,10 +305,11 @@ class NoisyReward(RuleConfig):
     """Steps over which the reward's step-to-step noise is measured."""
     base_steps: int = 40
     """The run's early noise is measured over this many rows after baseline_skip."""
-    k_expected: float = 2.0
+    k_expected: float = 1.8
     """Step-to-step noise at or above this many times the sampling error the steps' own
-    spread explains (median over the steps of sqrt(between-group variance / groups +
-    within-group variance / attempts); without group figures sqrt(p(1-p)/attempts))..."""
+    spread explains (root mean square over the steps of sqrt(between-group variance /
+    groups + within-group variance / attempts); without group figures
+    sqrt(p(1-p)/attempts); never below a 5 % pass rate's binomial noise)..."""
     ratio: float = 1.5
     """...and this many times the run's early noise."""
 

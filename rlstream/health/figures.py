@@ -69,13 +69,14 @@ def _mean_se(
 
     Attempts of one group share a task, so the step mean varies with the batch's task
     mix as well as with each attempt's luck: between-group variance (the reward's total
-    variance, at most p(1-p) for rewards in [0, 1], minus the within-group variance)
-    over the groups, plus within-group variance over the attempts.
+    variance, at most p(1-p) for rewards in [0, 1], minus the within-group variance,
+    times G/(G-1)) over the groups, plus within-group variance over the attempts.
     """
     if p is None or group_std is None or not groups or not attempts or groups <= 0:
         return None
     within = group_std * group_std
-    between = max(p * (1.0 - p) - within, 0.0)
+    # Between-group variance; the step's own p makes it biased low by (G - 1) / G.
+    between = max(p * (1.0 - p) - within, 0.0) * groups / max(groups - 1.0, 1.0)
     return math.sqrt(between / groups + within / attempts)
 
 

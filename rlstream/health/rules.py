@@ -563,7 +563,10 @@ def noisy_reward(v: View, c: C.NoisyReward, ctx: Ctx, active: bool, row: dict) -
     # lucky attempts are not chaos.
     floor = math.sqrt(0.05 * 0.95 / n)
     if len(ses) >= len(ys) // 2:
-        expected, basis = stats.median(ses), "the spread of rewards within its steps"
+        # Root mean square: steps whose groups all agreed (p = 0 or 1) have no spread
+        # of their own, and a median would let them hide the others' noise.
+        rms = math.sqrt(sum(x * x for x in ses) / len(ses))
+        expected, basis = rms, "the spread of rewards within its steps"
     else:
         expected, basis = binomial, f"{n:.0f} attempts per step"
     expected = max(expected, floor, 1e-3)

@@ -217,21 +217,26 @@ class Storage:
         )
 
     # -- writing -------------------------------------------------------------------
-    def write_atomic(self, url: str, data: bytes) -> None:
+    def write_atomic(self, url: str, data: bytes, fsync: bool = True) -> None:
         """Write a whole file so readers see the old or the new bytes, never a mix.
 
-        Local: temp file in the same folder, fsync, rename. Object stores: one PUT.
+        Local: temp file in the same folder, fsync (unless `fsync=False`: then atomic
+        across process crashes but not power loss), rename. Object stores: one PUT.
         """
         path = self.strip(url)
         if self.is_local:
             folder = os.path.dirname(path) or "."
-            os.makedirs(folder, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+            except FileNotFoundError:
+                os.makedirs(folder, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
                     f.flush()
-                    os.fsync(f.fileno())
+                    if fsync:
+                        os.fsync(f.fileno())
                 os.replace(tmp, path)
             except BaseException:
                 if os.path.exists(tmp):

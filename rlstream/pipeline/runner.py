@@ -18,6 +18,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlstream.config import PipelineConfig
@@ -44,7 +45,7 @@ from rlstream.pipeline.work import (
     UnitResult,
 )
 from rlstream.sinks.health import alerts_table, health_row, run_health_table
-from rlstream.sinks.parquet import ParquetSink
+from rlstream.sinks.parquet import ParquetSink, table_bytes
 
 log = logging.getLogger("rlstream")
 
@@ -267,37 +268,43 @@ class RunGroup:
 
     # -- committing ----------------------------------------------------------------
     def commit(self, now: float | None = None, force: bool = False) -> int:
-        """Write every changed run's outputs, then its checkpoint. Returns runs written."""
+        """Write every changed run's outputs, then its checkpoint. Returns runs written.
+
+        Runs are independent (own files, own checkpoint), so they are written by a pool
+        of `commit_threads` threads: Parquet encoding, fsync and object-store PUTs all
+        release the GIL. Within a run the order is data files, latest, checkpoint."""
         now = time.time() if now is None else now
-        written = 0
         if REJECTED in self.dirty:
             # Runs whose run.json cannot be read have no run_id: one file lists them all.
             rows = sorted(self.rejected.values(), key=lambda r: r.file)
             self.sink.write_part("quarantine", REJECTED, 0, self.sink.quarantine_table(rows, 0))
             self.dirty.discard(REJECTED)
-        targets = self.runs.values() if force else [self.runs[u] for u in sorted(self.dirty)]
-        for state in targets:
-            state.seq += 1
-            seq = state.seq
-            self.sink.write_part("steps", state.run_id, seq, steps_table(state.out_rows))
-            self.sink.write_part(
-                "quarantine",
-                state.run_id,
-                seq,
-                self.sink.quarantine_table(state.out_quarantine, seq),
-            )
-            health = run_health_table([health_row(state, now)])
-            self.sink.write_part("run_health/snapshots", state.run_id, seq, health)
-            self.sink.write_latest("run_health/latest", state.run_id, health)
-            if state.out_alerts:
-                self.sink.write_part("alerts", state.run_id, seq, alerts_table(state.out_alerts))
-            state.out_rows = []
-            state.out_quarantine = []
-            state.out_alerts = []
-            self.sink.save_checkpoint(state.run_id, state)
-            written += 1
+        targets = list(self.runs.values()) if force else [self.runs[u] for u in sorted(self.dirty)]
+        if len(targets) > 1 and self.cfg.commit_threads > 1:
+            with ThreadPoolExecutor(min(self.cfg.commit_threads, len(targets))) as pool:
+                list(pool.map(lambda st: self._commit_run(st, now), targets))
+        else:
+            for state in targets:
+                self._commit_run(state, now)
         self.dirty.clear()
-        return written
+        return len(targets)
+
+    def _commit_run(self, state: RunState, now: float) -> None:
+        state.seq += 1
+        seq, sink = state.seq, self.sink
+        sink.write_part("steps", state.run_id, seq, steps_table(state.out_rows))
+        sink.write_part(
+            "quarantine", state.run_id, seq, sink.quarantine_table(state.out_quarantine, seq)
+        )
+        health = table_bytes(run_health_table([health_row(state, now)]))  # encoded once
+        sink.write_part("run_health/snapshots", state.run_id, seq, health)
+        sink.write_latest("run_health/latest", state.run_id, health)
+        if state.out_alerts:
+            sink.write_part("alerts", state.run_id, seq, alerts_table(state.out_alerts))
+        state.out_rows = []
+        state.out_quarantine = []
+        state.out_alerts = []
+        sink.save_checkpoint(state.run_id, state)
 
     def analyze(self, urls: list[str], execute: Executor) -> Iterator[RunState]:
         """Batch mode: read runs to the end of what exists, `analyze_chunk_runs` at a

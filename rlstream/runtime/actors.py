@@ -103,7 +103,7 @@ class Tailer:
     ) -> None:
         logging.basicConfig(level=logging.INFO)
         hooks = hooks_factory() if hooks_factory is not None else {}
-        self.group = RunGroup(storage, ParquetSink(out_url, out_storage), cfg, **hooks)
+        self.group = RunGroup(storage, ParquetSink(out_url, out_storage, cfg.fsync), cfg, **hooks)
         self.execute = ray_executor([], cfg.max_inflight_units)
 
     def set_workers(self, workers: list[Any]) -> None:

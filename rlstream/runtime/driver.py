@@ -36,7 +36,8 @@ class RuntimeConfig:
     workers: int | None = None
     """Worker actors; default: the cluster's CPUs."""
     tailers: int | None = None
-    """Tailer actors; default: one per 50 runs, at least 1, at most the workers."""
+    """Tailer actors; default: as many as workers, at most 4 (polls and commits of
+    different shards then run in parallel)."""
     discover_every_seconds: float = 10.0
     ray: RayConfig = field(default_factory=RayConfig)
 
@@ -92,7 +93,7 @@ class Fleet:
         # AWS_* of this process go to every actor, wherever it runs.
         env = {"runtime_env": {"env_vars": forwarded_env()}} if forwarded_env() else {}
         self.workers = [Worker.options(**env).remote(self.storage) for _ in range(n_workers)]
-        self.n_tailers = rt.tailers or 1
+        self.n_tailers = rt.tailers or min(4, n_workers)
         self.tailers = [
             Tailer.options(**env).remote(self.storage, out_url, out_storage, cfg, hooks_factory)
             for _ in range(self.n_tailers)

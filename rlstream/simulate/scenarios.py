@@ -194,10 +194,11 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     elif name == "noisy_reward":
         # The grader becomes inconsistent from batch to batch (a reward model or judge
         # whose calibration swings between steps, a flaky test harness): each step's
-        # pass logits get a random shift of sd up to 3.5, so the reward curve jumps
-        # around a flat trend far beyond the sampling noise of its attempts.
+        # pass logits get a random shift whose sd ramps up to 5, so each step's pass
+        # rate is close to a coin toss and the reward curve jumps around a flat trend
+        # far beyond the sampling noise of its attempts.
         k.skill = _freeze_after(k.skill, r, onset)
-        k.shift_sd = k.shift_sd + 3.5 * r
+        k.shift_sd = k.shift_sd + 5.0 * r
     elif name == "heldout_gap":
         k.heldout_skill = _freeze_after(k.heldout_skill, r, onset) - 0.8 * r
         k.skill = k.skill + 2.0 * r

@@ -53,29 +53,48 @@ def partition(run_id: str) -> str:
     return "run_id=" + quote(run_id, safe="-_.")
 
 
+_KEYS = ("run_id", "step", "time", "as_of", "commit_seq", "code", "reason")
+
+
 def table_bytes(table: pa.Table) -> bytes:
+    """zstd Parquet. Statistics and dictionaries only for the key columns: files are
+    small and many (one per run per commit), and per-column statistics and dictionary
+    pages of ~60 metric columns cost more to write than they save (measured: 5.3 ms
+    -> 2.6 ms per steps file); min/max on run_id and step still prune scans."""
+    keys = [c for c in _KEYS if c in table.column_names]
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
+    pq.write_table(
+        table,
+        buf,
+        compression="zstd",
+        write_statistics=keys,
+        use_dictionary=[c for c in keys if pa.types.is_string(table.schema.field(c).type)],
+    )
     return buf.getvalue()
 
 
 class ParquetSink:
     """Writes one run's outputs for one commit. Pickle-safe (holds a `Storage`)."""
 
-    def __init__(self, out_url: str, storage: Storage) -> None:
+    def __init__(self, out_url: str, storage: Storage, fsync: bool = True) -> None:
         self.out = out_url.rstrip("/")
         self.storage = storage
+        self.fsync = fsync
+
+    def _write(self, url: str, data: bytes) -> None:
+        self.storage.write_atomic(url, data, fsync=self.fsync)
 
     def part_url(self, table: str, run_id: str, seq: int) -> str:
         return Storage.join(self.out, table, partition(run_id), f"part-{seq:08d}.parquet")
 
-    def write_part(self, table: str, run_id: str, seq: int, data: pa.Table) -> None:
-        if data.num_rows:
-            self.storage.write_atomic(self.part_url(table, run_id, seq), table_bytes(data))
+    def write_part(self, table: str, run_id: str, seq: int, data: pa.Table | bytes) -> None:
+        if isinstance(data, bytes) or data.num_rows:
+            body = data if isinstance(data, bytes) else table_bytes(data)
+            self._write(self.part_url(table, run_id, seq), body)
 
-    def write_latest(self, table: str, run_id: str, data: pa.Table) -> None:
+    def write_latest(self, table: str, run_id: str, data: pa.Table | bytes) -> None:
         url = Storage.join(self.out, table, f"{partition(run_id)}.parquet")
-        self.storage.write_atomic(url, table_bytes(data))
+        self._write(url, data if isinstance(data, bytes) else table_bytes(data))
 
     def quarantine_table(self, rows: list[QuarantineRow], seq: int) -> pa.Table:
         return pa.Table.from_pylist(
@@ -99,7 +118,7 @@ class ParquetSink:
         return Storage.join(self.out, "_checkpoints", f"{partition(run_id)}.ckpt")
 
     def save_checkpoint(self, run_id: str, state: Any) -> None:
-        self.storage.write_atomic(
+        self._write(
             self.checkpoint_url(run_id), pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         )
 

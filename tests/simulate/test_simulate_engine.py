@@ -86,7 +86,7 @@ def test_heldout_gap_knobs_diverge() -> None:
 def test_noisy_reward_and_stalled_knobs() -> None:
     plan, k = _knobs("noisy_reward")
     # Batch-level grader inconsistency: each step's pass logits shift at random.
-    assert k.shift_sd[: plan.onset].max() <= 0.15 + 1e-9 and k.shift_sd[-1] > 3.0
+    assert k.shift_sd[: plan.onset].max() <= 0.15 + 1e-9 and k.shift_sd[-1] > 4.5
     assert abs(k.skill[-1] - k.skill[plan.onset]) < 0.5  # learning stops: a flat trend
     plan, k = _knobs("stalled")
     assert k.stop == plan.onset
