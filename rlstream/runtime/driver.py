@@ -221,18 +221,19 @@ class Fleet:
             ray.kill(a)
 
 
-def _sigterm_as_interrupt() -> None:
-    """SIGTERM (Kubernetes, `timeout`, systemd) stops like Ctrl-C: after a final commit."""
+def _sigterm_as_interrupt() -> Any:
+    """SIGTERM (Kubernetes, `timeout`, systemd) stops like Ctrl-C: after a final commit.
+    Returns the previous handler (None off the main thread, where none is installed)."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
-        return
+        return None
 
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def run(
@@ -256,7 +257,7 @@ def run(
 
         hooks_factory = health_hooks
     started = connect(rt.ray)
-    _sigterm_as_interrupt()
+    previous_sigterm = _sigterm_as_interrupt()
     fleet = None
     progress = Progress(progress_out or sys.stderr, enabled=progress_out is not None)
     try:
@@ -301,3 +302,7 @@ def run(
             fleet.close()
         if started:
             ray.shutdown()
+        if previous_sigterm is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous_sigterm)

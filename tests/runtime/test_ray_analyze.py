@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import ray
 
@@ -36,14 +37,18 @@ def test_killed_worker_is_restarted_and_nothing_counted_twice(ray_session, tmp_p
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
     # One transcript per unit, so the batch has hundreds of units in flight.
     cfg = PipelineConfig(transcripts_per_unit=1, max_inflight_units=4)
-    fleet = Fleet([str(tmp_path / "runs")], str(tmp_path / "ray"), cfg, RuntimeConfig(workers=2))
+    fleet = Fleet(
+        [str(tmp_path / "runs")], str(tmp_path / "ray"), cfg, RuntimeConfig(workers=2, tailers=1)
+    )
     fleet.discover()
     victim = fleet.workers[0]
     pid_before = ray.get(victim.info.remote())["pid"]
     poll = fleet.tailers[0].poll.remote(True)
     # Wait until the victim has done some units, then SIGKILL its process mid-batch.
+    deadline = time.monotonic() + 120
     while ray.get(victim.info.remote())["done"] < 5:
-        pass
+        assert not ray.wait([poll], timeout=0)[0], "the batch ended before the kill"
+        assert time.monotonic() < deadline, "the victim worker got no units"
     os.kill(pid_before, signal.SIGKILL)
     rows = ray.get(poll)
     fleet.commit()
