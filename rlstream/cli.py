@@ -51,7 +51,11 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)",
     )
     p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
-    p.add_argument("--tailers", type=int, help="tailer actors owning shards of runs (default: as many as workers, at most 4)")
+    p.add_argument(
+        "--tailers",
+        type=int,
+        help="tailer actors owning shards of runs (default: as many as workers, at most 4)",
+    )
 
 
 def _runtime_config(args: argparse.Namespace):
@@ -63,16 +67,20 @@ def _runtime_config(args: argparse.Namespace):
     )
 
 
-def cmd_analyze(args: argparse.Namespace) -> int:
-    from rlstream.report import print_summaries
+def _print_fleet(out: str, opts: dict) -> None:
+    """The same table as `rlstream status OUT`: one table implementation for the CLI."""
+    from rlstream.fleet.read import read_latest
+    from rlstream.fleet.status import render_table, status_rows
 
+    print(render_table(status_rows(read_latest(out, opts))))
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
     cfg = _pipeline_config(args)
     if args.in_process:
         from rlstream.pipeline.local import analyze_local
-        from rlstream.pipeline.state import RunState, state_summary
 
-        states: list[RunState] = analyze_local(args.roots, args.out, cfg)
-        summaries = [state_summary(s) for s in states]
+        summaries = analyze_local(args.roots, args.out, cfg)
     else:
         from rlstream.runtime.driver import run
 
@@ -80,12 +88,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             args.roots, args.out, cfg, _runtime_config(args), watch=False, progress_out=sys.stderr
         )
     print(f"analyzed {len(summaries)} runs; tables under {args.out}")
-    print_summaries(summaries, sys.stdout)
+    _print_fleet(args.out, cfg.storage_options)
     return 0
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from rlstream.report import print_summaries
     from rlstream.runtime.driver import run
 
     cfg = _pipeline_config(args)
@@ -117,7 +124,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.close()
     print(f"\nwatched {len(summaries)} runs; tables under {args.out}")
-    print_summaries(summaries, sys.stdout)
+    _print_fleet(args.out, cfg.storage_options)
     return 0
 
 

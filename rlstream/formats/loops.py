@@ -46,6 +46,8 @@ def parse_json(data: bytes) -> Any:
         json.loads(data, parse_constant=_reject_constant)
     except _NonFinite as e:
         raise BadRecord("non_finite_value") from e
+    except RecursionError as e:
+        raise BadRecord("too_deeply_nested") from e
     except ValueError as e:
         raise BadRecord("malformed_json") from e
     raise BadRecord("malformed_json")  # pragma: no cover - orjson stricter than json
@@ -87,6 +89,7 @@ class StepRecord:
     time: float | None
     metrics: dict[str, float]
     text: dict[str, str]
+    offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +122,10 @@ def step_record(obj: Any) -> StepRecord | Heartbeat:
     if not _is_int(step) or step < 0:
         raise BadRecord("invalid_field:step")
     flat: dict[str, Any] = {}
-    _flatten("", {k: v for k, v in obj.items() if k not in ("step", "time")}, flat)
+    try:
+        _flatten("", {k: v for k, v in obj.items() if k not in ("step", "time")}, flat)
+    except RecursionError as e:
+        raise BadRecord("too_deeply_nested") from e
     metrics: dict[str, float] = {}
     text: dict[str, str] = {}
     for k, v in flat.items():
@@ -183,9 +189,15 @@ def rollout_record(obj: Any) -> dict[str, Any]:
 # -- transcripts/<attempt_id>.json ---------------------------------------------------
 
 
+_FLOAT_TYPES = frozenset({float, int, type(None)})
+_INT_TYPES = frozenset({int})
+
+
 def _float_array(v: Any, n: int, name: str) -> np.ndarray:
     if not isinstance(v, list) or len(v) != n:
         raise BadRecord(f"length_mismatch:{name}")
+    if not _FLOAT_TYPES.issuperset(map(type, v)):  # numpy would turn "-2" into -2.0
+        raise BadRecord(f"invalid_field:{name}")
     try:
         arr = np.asarray(v, dtype=np.float64) if n else np.empty(0, np.float64)
     except (TypeError, ValueError) as e:
@@ -292,6 +304,8 @@ def transcript(obj: Any, name: str) -> Transcript:
         toks = g.get("completion_tokens")
         if not isinstance(toks, list) or len(toks) != n:
             raise BadRecord(f"length_mismatch:generations[{i}].completion_tokens")
+        if not _INT_TYPES.issuperset(map(type, toks)):  # numpy would truncate 2.7 to 2
+            raise BadRecord(f"invalid_field:generations[{i}].completion_tokens")
         try:
             tokens.append(np.asarray(toks, dtype=np.int64) if n else np.empty(0, np.int64))
         except (TypeError, ValueError, OverflowError) as e:

@@ -238,6 +238,12 @@ class Storage:
                     if fsync:
                         os.fsync(f.fileno())
                 os.replace(tmp, path)
+                if fsync:  # the rename itself must reach the disk too
+                    dfd = os.open(folder, os.O_RDONLY)
+                    try:
+                        os.fsync(dfd)
+                    finally:
+                        os.close(dfd)
             except BaseException:
                 if os.path.exists(tmp):
                     os.unlink(tmp)

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlstream.config import PipelineConfig
+from rlstream.errors import CheckpointError
 from rlstream.formats.loops import FORMAT_VERSION, BadRecord, parse_json
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
@@ -29,6 +30,7 @@ from rlstream.io.tail import FileCursor
 from rlstream.pipeline.discover import RUN_JSON
 from rlstream.pipeline.rows import steps_table
 from rlstream.pipeline.state import (
+    CHECKPOINT_VERSION,
     RunState,
     finalize,
     fold,
@@ -57,6 +59,9 @@ HealthHook = Callable[[RunState, list[dict[str, Any]], float], list[dict[str, An
 firing codes and findings, and returns alert events. Called for every run each poll."""
 
 
+MTIME_SLACK = 2.0
+"""Seconds after which a folder's unchanged mtime proves no file was added."""
+
 REJECTED = "_rejected"
 """Pseudo run_id of the quarantine partition listing runs that could not be read."""
 
@@ -84,6 +89,7 @@ class RunGroup:
         self.totals: Counter[str] = Counter()
         """Running totals for progress displays: bytes, tokens, units, rows, runs_done."""
         self.rejected: dict[str, QuarantineRow] = {}
+        self.rejected_files: set[str] = set()
         self.dirty: set[str] = set()
 
     # -- runs ----------------------------------------------------------------------
@@ -98,9 +104,16 @@ class RunGroup:
                 self.rejected[run_url] = QuarantineRow(REJECTED, run_url, None, "bad_run_json", bad)
                 self.dirty.add(REJECTED)
             return None
-        self.rejected.pop(run_url, None)
+        if self.rejected.pop(run_url, None) is not None:
+            self.dirty.add(REJECTED)
         run_id = meta["run_id"]
         state = self.sink.load_checkpoint(run_id)
+        if state is not None and getattr(state, "version", None) != CHECKPOINT_VERSION:
+            raise CheckpointError(
+                f"checkpoint of run {run_id} under {self.sink.out} was written by another "
+                f"rlstream version (checkpoint format {getattr(state, 'version', '?')}, this "
+                f"one reads {CHECKPOINT_VERSION}); delete it to reprocess the run"
+            )
         if state is not None:
             if state.run_url != run_url:
                 log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
@@ -109,6 +122,8 @@ class RunGroup:
             if removed:
                 log.info("%s: removed %d files of an uncommitted commit", run_id, removed)
         else:
+            # A crash during a run's first commit leaves parts but no checkpoint.
+            self.sink.remove_orphans(run_id, 0)
             state = RunState(run_id=run_id, run_url=run_url)
         self._apply_run_json(state, meta, stat)
         self.runs[run_url] = state
@@ -119,7 +134,10 @@ class RunGroup:
         stat = self.storage.stat(url)
         if stat is None:
             return None, None, "is missing"
-        data = self.storage.read(url)
+        try:
+            data = self.storage.read(url)
+        except FileNotFoundError:
+            return None, None, "vanished while being read"
         try:
             obj = parse_json(data)
         except BadRecord as e:
@@ -156,6 +174,8 @@ class RunGroup:
         ):
             return
         meta, stat, bad = self._read_run_json(state.run_url)
+        if stat is None:
+            return  # gone between stat and read (being replaced): look again next poll
         if meta is None:
             state.out_quarantine.append(
                 QuarantineRow(state.run_id, RUN_JSON, None, "bad_run_json", bad)
@@ -198,7 +218,11 @@ class RunGroup:
         if self.storage.is_local:
             st = self.storage.stat(folder + "/.")
             mark = st.mtime if st is not None else None
-            if mark is not None and mark == state.transcripts_mark and not full:
+            # A folder's mtime has the kernel's tick as resolution: a file created in the
+            # same tick as the last listing leaves it unchanged. Trust an unchanged mark
+            # only once it is older than MTIME_SLACK seconds.
+            settled = mark is not None and time.time() - mark > MTIME_SLACK
+            if settled and mark == state.transcripts_mark and not full:
                 return []
             names = self.storage.list_names(folder)
         else:
@@ -267,6 +291,10 @@ class RunGroup:
                 self.dirty.add(state.run_url)
 
     # -- committing ----------------------------------------------------------------
+    def _rejected_url(self, run_url: str) -> str:
+        name = f"rejected-{run_key(run_url)[:16]}.parquet"
+        return Storage.join(self.sink.out, "quarantine", f"run_id={REJECTED}", name)
+
     def commit(self, now: float | None = None, force: bool = False) -> int:
         """Write every changed run's outputs, then its checkpoint. Returns runs written.
 
@@ -275,21 +303,41 @@ class RunGroup:
         release the GIL. Within a run the order is data files, latest, checkpoint."""
         now = time.time() if now is None else now
         if REJECTED in self.dirty:
-            # Runs whose run.json cannot be read have no run_id: one file lists them all.
-            rows = sorted(self.rejected.values(), key=lambda r: r.file)
-            self.sink.write_part("quarantine", REJECTED, 0, self.sink.quarantine_table(rows, 0))
+            # Runs whose run.json cannot be read have no run_id: one file per run URL
+            # under the `_rejected` partition, removed once the run can be read.
+            for url in self.rejected_files - self.rejected.keys():
+                self.sink.storage.remove(self._rejected_url(url))
+            for url, row in self.rejected.items():
+                table = self.sink.quarantine_table([row], 0)
+                self.sink.storage.write_atomic(self._rejected_url(url), table_bytes(table))
+            self.rejected_files = set(self.rejected)
             self.dirty.discard(REJECTED)
         targets = list(self.runs.values()) if force else [self.runs[u] for u in sorted(self.dirty)]
         if len(targets) > 1 and self.cfg.commit_threads > 1:
             with ThreadPoolExecutor(min(self.cfg.commit_threads, len(targets))) as pool:
-                list(pool.map(lambda st: self._commit_run(st, now), targets))
+                ok = list(pool.map(lambda st: self._commit_run(st, now), targets))
         else:
-            for state in targets:
-                self._commit_run(state, now)
-        self.dirty.clear()
-        return len(targets)
+            ok = [self._commit_run(state, now) for state in targets]
+        # Runs whose commit failed stay dirty: the next commit retries them.
+        self.dirty = {st.run_url for st, done in zip(targets, ok, strict=True) if not done}
+        return sum(ok)
 
-    def _commit_run(self, state: RunState, now: float) -> None:
+    def _commit_run(self, state: RunState, now: float) -> bool:
+        """One run's commit; on a write error, undo it (remove its parts, keep the rows
+        pending) so the retry neither loses nor duplicates anything."""
+        try:
+            self._write_commit(state, now)
+            return True
+        except Exception:
+            log.exception("%s: commit %d failed; it will be retried", state.run_id, state.seq)
+            state.seq -= 1
+            try:
+                self.sink.remove_orphans(state.run_id, state.seq)
+            except Exception:
+                log.exception("%s: could not remove the failed commit's files", state.run_id)
+            return False
+
+    def _write_commit(self, state: RunState, now: float) -> None:
         state.seq += 1
         seq, sink = state.seq, self.sink
         sink.write_part("steps", state.run_id, seq, steps_table(state.out_rows))
@@ -301,15 +349,19 @@ class RunGroup:
         sink.write_latest("run_health/latest", state.run_id, health)
         if state.out_alerts:
             sink.write_part("alerts", state.run_id, seq, alerts_table(state.out_alerts))
-        state.out_rows = []
-        state.out_quarantine = []
-        state.out_alerts = []
-        sink.save_checkpoint(state.run_id, state)
+        rows, quarantined, alerts = state.out_rows, state.out_quarantine, state.out_alerts
+        state.out_rows, state.out_quarantine, state.out_alerts = [], [], []
+        try:
+            sink.save_checkpoint(state.run_id, state)
+        except Exception:
+            state.out_rows, state.out_quarantine, state.out_alerts = rows, quarantined, alerts
+            raise
 
     def analyze(self, urls: list[str], execute: Executor) -> Iterator[RunState]:
         """Batch mode: read runs to the end of what exists, `analyze_chunk_runs` at a
         time; commit each chunk and drop its state, yielding the dropped states."""
         step = max(1, self.cfg.analyze_chunk_runs)
+        urls = list(dict.fromkeys(urls))  # overlapping ROOTs name a run twice
         for i in range(0, len(urls), step):
             chunk = [u for u in urls[i : i + step] if self.add_run(u) is not None]
             self.poll(execute, final=True)

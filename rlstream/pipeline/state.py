@@ -12,7 +12,6 @@ restarted process continues from it with nothing lost or counted twice.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,7 +106,7 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
             c["duplicate_steps"] += 1
             c["quarantined"] += 1
             state.out_quarantine.append(
-                QuarantineRow(state.run_id, STEPS_FILE, None, "duplicate_step", "", rec.step)
+                QuarantineRow(state.run_id, STEPS_FILE, rec.offset, "duplicate_step", "", rec.step)
             )
             continue
         state.reported[rec.step] = rec
@@ -212,10 +211,6 @@ def summary(state: RunState) -> dict[str, Any]:
         "tokens": c["tokens"],
         "transcripts": c["transcripts"],
     }
-
-
-def finite_or_none(v: Any) -> Any:
-    return v if not isinstance(v, float) or math.isfinite(v) else None
 
 
 def state_summary(s: RunState) -> dict[str, Any]:

@@ -128,6 +128,10 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
         except BadRecord as e:
             res.quarantine.append(quarantine(unit.run_id, unit.file, offset, str(e), line))
             continue
+        except Exception as e:  # a reader bug must cost one record, not the file
+            reason = f"internal_error:{type(e).__name__}"
+            res.quarantine.append(quarantine(unit.run_id, unit.file, offset, reason, line))
+            continue
         if isinstance(rec, Heartbeat):
             if rec.time is not None:
                 res.heartbeat = max(res.heartbeat or rec.time, rec.time)
@@ -144,7 +148,7 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
             continue
         max_step = max(max_step, step)
         if isinstance(rec, StepRecord):
-            res.steps.append(rec)
+            res.steps.append(replace(rec, offset=offset))
         else:
             by_step[step].append(rec)
     for step, recs in by_step.items():
@@ -168,7 +172,10 @@ def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
             continue
         res.bytes += len(data)
         res.records += 1
-        step, reason = parser.add(data, name.removesuffix(".json"), unit.final_through)
+        try:
+            step, reason = parser.add(data, name.removesuffix(".json"), unit.final_through)
+        except Exception as e:  # a reader bug must cost one file, not the unit
+            step, reason = None, f"internal_error:{type(e).__name__}"
         if reason is not None:
             if reason == "late":
                 res.late += 1

@@ -89,7 +89,7 @@ def ray_executor(workers: list[Any], max_inflight: int):
     return run
 
 
-@ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=2)
+@ray.remote(num_cpus=0, max_restarts=-1, concurrency_groups={"progress": 1})
 class Tailer:
     """Owns the runs whose key hashes to it: cursors, pending aggregates, commits."""
 
@@ -129,9 +129,12 @@ class Tailer:
         """One poll of every owned run; returns the number of new final rows."""
         return self.group.poll(self.execute, final=final)
 
+    @ray.method(concurrency_group="progress")
     def progress(self) -> dict[str, int]:
-        """Running totals; callable while `analyze` runs (the actor has 2 threads)."""
-        return {**self.group.totals, "runs": len(self.group.runs)}
+        """Running totals, answered while `analyze` or `poll` runs: its own concurrency
+        group, so it never overlaps anything but reads of two counters. Every other
+        method runs one at a time, so no poll or commit ever overlaps another."""
+        return {"runs": len(self.group.runs), **dict(self.group.totals)}
 
     def commit(self) -> int:
         return self.group.commit()

@@ -31,6 +31,20 @@ def forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_FORWARD_PREFIXES)}
 
 
+_TEMP_DIRS: list[str] = []
+
+
+def disconnect() -> None:
+    """Shut down the Ray this process started and remove its temp dir."""
+    import shutil
+
+    import ray
+
+    ray.shutdown()
+    while _TEMP_DIRS:
+        shutil.rmtree(_TEMP_DIRS.pop(), ignore_errors=True)
+
+
 def connect(cfg: RayConfig) -> bool:
     """Initialise Ray unless already initialised; returns True if this call started it."""
     import ray
@@ -46,6 +60,7 @@ def connect(cfg: RayConfig) -> bool:
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
     else:
         tmp = tempfile.mkdtemp(prefix="rls", dir="/tmp")
+        _TEMP_DIRS.append(tmp)
         log.info("starting a private local Ray (temp dir %s)", tmp)
         ray.init(
             address="local",

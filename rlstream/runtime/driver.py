@@ -9,6 +9,7 @@ cleanly after a final commit on Ctrl-C (or when `stop()` returns True).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -24,7 +25,13 @@ from rlstream.pipeline.discover import find_runs, normalize_root
 from rlstream.pipeline.local import input_storage
 from rlstream.pipeline.runner import run_key
 from rlstream.runtime.actors import Tailer, Worker
-from rlstream.runtime.cluster import RayConfig, cluster_cpus, connect, forwarded_env
+from rlstream.runtime.cluster import (
+    RayConfig,
+    cluster_cpus,
+    connect,
+    disconnect,
+    forwarded_env,
+)
 
 log = logging.getLogger("rlstream")
 
@@ -155,10 +162,8 @@ class Fleet:
         refs = [t.analyze.remote(urls) for t, urls in zip(self.tailers, shards, strict=True)]
         total = sum(len(s) for s in shards)
         while len(ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
-            if progress is not None:
-                progress.show(self.totals(), total)
-        if progress is not None:
-            progress.show(self.totals(), total)
+            self._show(progress, total)
+        self._show(progress, total)
         out: list[dict[str, Any]] = []
         for i, ref in enumerate(refs):
             for attempt in range(3):
@@ -174,6 +179,13 @@ class Fleet:
                     ray.get(self.tailers[i].set_workers.remote(self.workers))
                     ref = self.tailers[i].analyze.remote(shards[i])
         return sorted(out, key=lambda s: s["run_id"])
+
+    def _show(self, progress: Progress | None, runs: int) -> None:
+        if progress is None:
+            return
+        # A tailer that died answers nothing: `analyze` retries its shard.
+        with contextlib.suppress(ray.exceptions.RayError):
+            progress.show(self.totals(), runs)
 
     def totals(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -301,7 +313,7 @@ def run(
         if fleet is not None:
             fleet.close()
         if started:
-            ray.shutdown()
+            disconnect()
         if previous_sigterm is not None:
             import signal
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -104,8 +105,11 @@ def test_metrics_scraped_while_watch_runs(ray_session, tmp_path):
     url = f"http://{host}:{port}/metrics"
     scraped: list[str] = []
 
+    deadline = time.monotonic() + 300
+
     def stop() -> bool:
         # Scrape from the watch loop once a commit has written every run's health.
+        assert time.monotonic() < deadline, "no commit with both runs within 300 s"
         if exporter.pipeline.get("last_commit") is None:
             return False
         text = _scrape(url)

@@ -4,6 +4,7 @@ finished runs, and picks up runs that appear while it runs."""
 from __future__ import annotations
 
 import threading
+import time
 
 from rlstream.config import PipelineConfig
 from rlstream.pipeline.local import analyze_local
@@ -25,7 +26,10 @@ def test_live_watch_equals_batch_and_discovers_new_runs(ray_session, tmp_path):
     writers[0].start()
     out = tmp_path / "out"
 
+    deadline = time.monotonic() + 300
+
     def stop() -> bool:
+        assert time.monotonic() < deadline, "the watch did not reach the batch tables in time"
         # Once the watch has committed rows of the first batch, start a second batch
         # of runs in a new folder: the watch must discover them.
         if len(writers) == 1 and (out / "steps").exists():
