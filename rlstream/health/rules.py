@@ -109,7 +109,11 @@ def _from_start(v: View, name: str) -> float | None:
     return stats.median(vals) if len(vals) >= 3 else None
 
 
-def tasks_too_hard(v: View, c: C.TasksTooHard, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
+def _no_variance_from_start(
+    v: View, no_variance_min: float, reward_ok: Callable[[float], bool], active: bool, ctx: Ctx
+) -> tuple[bool, str] | None:
+    """Shared by tasks_too_hard / tasks_too_easy: most groups discarded as no_variance
+    from the start and now, with reward at one end (`reward_ok`)."""
     start, nv, r = (
         _from_start(v, "no_variance_frac"),
         v.recent("no_variance_frac"),
@@ -117,37 +121,35 @@ def tasks_too_hard(v: View, c: C.TasksTooHard, ctx: Ctx, active: bool, row: dict
     )
     if _none(start, nv, r):
         return None
-    holds = (
-        start >= c.no_variance_min
-        and ge(nv, c.no_variance_min, active, ctx)
-        and le(r, c.reward_max, active, ctx)
-    )
-    return Verdict(
-        holds,
+    holds = start >= no_variance_min and ge(nv, no_variance_min, active, ctx) and reward_ok(r)
+    evidence = (
         f"{nv:.0%} of groups discarded as no_variance (from the start: {start:.0%}) with "
-        f"reward_mean_with_unusable {r:.3f}; almost every attempt fails, so nothing is "
-        "learned: use easier tasks, a curriculum or a stronger initial policy",
+        f"reward_mean_with_unusable {r:.3f}"
+    )
+    return holds, evidence
+
+
+def tasks_too_hard(v: View, c: C.TasksTooHard, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
+    got = _no_variance_from_start(
+        v, c.no_variance_min, lambda r: le(r, c.reward_max, active, ctx), active, ctx
+    )
+    if got is None:
+        return None
+    return Verdict(
+        got[0],
+        f"{got[1]}; almost every attempt fails, so nothing is learned: use easier tasks, "
+        "a curriculum or a stronger initial policy",
     )
 
 
 def tasks_too_easy(v: View, c: C.TasksTooEasy, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
-    start, nv, r = (
-        _from_start(v, "no_variance_frac"),
-        v.recent("no_variance_frac"),
-        v.recent("reward_all"),
+    got = _no_variance_from_start(
+        v, c.no_variance_min, lambda r: ge(r, c.reward_min, active, ctx), active, ctx
     )
-    if _none(start, nv, r):
+    if got is None:
         return None
-    holds = (
-        start >= c.no_variance_min
-        and ge(nv, c.no_variance_min, active, ctx)
-        and ge(r, c.reward_min, active, ctx)
-    )
     return Verdict(
-        holds,
-        f"{nv:.0%} of groups discarded as no_variance (from the start: {start:.0%}) with "
-        f"reward_mean_with_unusable {r:.3f}; almost every attempt succeeds, so nothing is "
-        "learned: use harder tasks",
+        got[0], f"{got[1]}; almost every attempt succeeds, so nothing is learned: use harder tasks"
     )
 
 
