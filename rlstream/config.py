@@ -22,6 +22,10 @@ class PipelineConfig:
     """A step's row is final once the line of a step this much later has been read."""
     idle_final_seconds: float = 600.0
     """A run with no new bytes for this long has all its pending steps finalized."""
+    idle_backoff_seconds: float = 30.0
+    """A run with no new bytes for this long is polled less often (`idle_poll_every`)."""
+    idle_poll_every: int = 5
+    """An idle run is polled once every this many polls (staggered across runs)."""
     transcripts_per_unit: int = 64
     """Transcript files per work unit handed to a worker."""
     max_inflight_units: int = 16

@@ -86,6 +86,7 @@ class RunGroup:
         self.cfg = cfg
         self.health = health
         self.runs: dict[str, RunState] = {}
+        self.polls = 0
         self.totals: Counter[str] = Counter()
         """Running totals for progress displays: bytes, tokens, units, rows, runs_done."""
         self.rejected: dict[str, QuarantineRow] = {}
@@ -235,12 +236,14 @@ class RunGroup:
         return new
 
     def poll(self, execute: Executor, now: float | None = None, final: bool = False) -> int:
-        """One poll of every run; returns the number of new final rows."""
-        units: list[Unit] = []
-        for state in self.runs.values():
-            units.extend(self.plan(state))
-        by_id = {s.run_id: s for s in self.runs.values()}
+        """One poll of every run that is due; returns the number of new final rows."""
         now = time.time() if now is None else now
+        self.polls += 1
+        due = [s for s in self.runs.values() if final or self._due(s, now)]
+        units: list[Unit] = []
+        for state in due:
+            units.extend(self.plan(state))
+        by_id = {s.run_id: s for s in due}
         if units:
             for res in execute(units):
                 state = by_id[res.run_id]
@@ -250,7 +253,7 @@ class RunGroup:
                 fold(state, res, now)
                 self.dirty.add(state.run_url)
         new_rows = 0
-        for state in self.runs.values():
+        for state in due:
             if final:
                 self._note_leftovers(state)
             rows = finalize(state, watermark(state, now, self.cfg, final))
@@ -264,6 +267,15 @@ class RunGroup:
                     state.out_alerts.extend(events)
                     self.dirty.add(state.run_url)
         return new_rows
+
+    def _due(self, state: RunState, now: float) -> bool:
+        """Runs with no new bytes for `idle_backoff_seconds` are polled only every
+        `idle_poll_every` polls (staggered by run), so a quiet fleet costs little; a
+        run that wakes up is seen within that many polls."""
+        if state.last_change is None or now - state.last_change < self.cfg.idle_backoff_seconds:
+            return True
+        every = max(1, self.cfg.idle_poll_every)
+        return (self.polls + int(run_key(state.run_url)[:8], 16)) % every == 0
 
     def _note_leftovers(self, state: RunState) -> None:
         """At the end of a batch pass, say what could not be read (once each)."""
