@@ -59,8 +59,8 @@ _KEYS = ("run_id", "step", "time", "as_of", "commit_seq", "code", "reason")
 def table_bytes(table: pa.Table) -> bytes:
     """zstd Parquet. Statistics and dictionaries only for the key columns: files are
     small and many (one per run per commit), and per-column statistics and dictionary
-    pages of ~60 metric columns cost more to write than they save (measured once on a 5-row steps file: 5.3 ms
-    -> 2.6 ms per steps file); min/max on run_id and step still prune scans."""
+    pages of ~60 metric columns cost more to write than they save (measured once on a
+    5-row steps file: 5.3 ms -> 2.6 ms); min/max on run_id and step still prune scans."""
     keys = [c for c in _KEYS if c in table.column_names]
     buf = io.BytesIO()
     pq.write_table(
