@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlstream.config import PipelineConfig
-from rlstream.errors import CheckpointError
+from rlstream.errors import CheckpointError, RlstreamError
 from rlstream.formats.loops import FORMAT_VERSION, BadRecord, parse_json
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
@@ -44,6 +44,7 @@ from rlstream.pipeline.work import (
     LinesUnit,
     TranscriptsUnit,
     Unit,
+    UnitFailure,
     UnitResult,
 )
 from rlstream.sinks.health import alerts_table, health_row, run_health_table
@@ -51,13 +52,17 @@ from rlstream.sinks.parquet import ParquetSink, table_bytes
 
 log = logging.getLogger("rlstream")
 
-Executor = Callable[[list[Unit]], Iterator[UnitResult]]
-"""Runs units and yields their results in any order."""
+Executor = Callable[[list[Unit]], Iterator[UnitResult | UnitFailure]]
+"""Runs units and yields their results in any order (a `UnitFailure` for a unit that
+could not be run)."""
 
 HealthHook = Callable[[RunState, list[dict[str, Any]], float], list[dict[str, Any]]]
 """Folds new final rows (maybe none) into the run's health state, sets its status,
 firing codes and findings, and returns alert events. Called for every run each poll."""
 
+
+UNIT_RETRIES = 3
+"""Extra rounds for failed units in batch mode before `analyze` gives up loudly."""
 
 MTIME_SLACK = 2.0
 """Seconds after which a folder's unchanged mtime proves no file was added."""
@@ -244,14 +249,20 @@ class RunGroup:
         for state in due:
             units.extend(self.plan(state))
         by_id = {s.run_id: s for s in due}
-        if units:
-            for res in execute(units):
-                state = by_id[res.run_id]
-                self.totals["bytes"] += res.bytes
-                self.totals["tokens"] += res.tokens
-                self.totals["units"] += 1
-                fold(state, res, now)
-                self.dirty.add(state.run_url)
+        failed = self._run_units(execute, units, by_id, now)
+        # Batch mode finalizes everything it has, so a unit whose worker kept dying
+        # (its node was lost) must be run again, never skipped. In watch mode the
+        # run's cursors and listings have not moved: the next poll plans it again.
+        for _ in range(UNIT_RETRIES if final else 0):
+            if not failed:
+                break
+            log.warning("retrying %d failed work units", len(failed))
+            failed = self._run_units(execute, failed, by_id, now)
+        if failed and final:
+            raise RlstreamError(
+                f"{len(failed)} work units failed {UNIT_RETRIES + 1} times (last: {failed[0]!r}); "
+                "nothing was finalized from them: rerun to resume from the checkpoints"
+            )
         new_rows = 0
         for state in due:
             if final:
@@ -267,6 +278,26 @@ class RunGroup:
                     state.out_alerts.extend(events)
                     self.dirty.add(state.run_url)
         return new_rows
+
+    def _run_units(
+        self, execute: Executor, units: list[Unit], by_id: dict[str, RunState], now: float
+    ) -> list[Unit]:
+        """Run units, fold each result once; returns the units that failed."""
+        failed: list[Unit] = []
+        if not units:
+            return failed
+        for res in execute(units):
+            if isinstance(res, UnitFailure):
+                failed.append(res.unit)
+                self.totals["failed_units"] += 1
+                continue
+            state = by_id[res.run_id]
+            self.totals["bytes"] += res.bytes
+            self.totals["tokens"] += res.tokens
+            self.totals["units"] += 1
+            fold(state, res, now)
+            self.dirty.add(state.run_url)
+        return failed
 
     def _due(self, state: RunState, now: float) -> bool:
         """Runs with no new bytes for `idle_backoff_seconds` are polled only every

@@ -63,6 +63,14 @@ class TranscriptsUnit:
 Unit = LinesUnit | TranscriptsUnit
 
 
+@dataclass(frozen=True, slots=True)
+class UnitFailure:
+    """An executor's report that a unit could not be run (its worker kept dying)."""
+
+    unit: Unit
+    error: str
+
+
 @dataclass(slots=True)
 class UnitResult:
     """What a unit produced. Small: aggregates, not records (steps lines aside)."""

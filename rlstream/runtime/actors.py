@@ -20,7 +20,7 @@ from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
 from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import state_summary
-from rlstream.pipeline.work import Unit, UnitResult, execute
+from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
 from rlstream.sinks.parquet import ParquetSink
 
 log = logging.getLogger("rlstream")
@@ -60,7 +60,7 @@ def ray_executor(workers: list[Any], max_inflight: int):
     """An executor that spreads units over `workers`, at most `max_inflight` at once,
     least-loaded first, and yields results as they complete."""
 
-    def run(units: list[Unit]) -> Iterator[UnitResult]:
+    def run(units: list[Unit]) -> Iterator[UnitResult | UnitFailure]:
         load = [0] * len(workers)
         inflight: dict[Any, tuple[Unit, int]] = {}
         todo = iter(units)
@@ -83,8 +83,10 @@ def ray_executor(workers: list[Any], max_inflight: int):
                 try:
                     yield ray.get(ref)
                 except ray.exceptions.RayError as e:
-                    # Not folded: the run's cursors stay put and the next poll retries.
+                    # Not folded: RunGroup.poll retries it (analyze) or leaves the run's
+                    # cursors where they are for the next poll (watch).
                     log.error("unit for run %s failed after retries: %s", unit.run_id, e)
+                    yield UnitFailure(unit, repr(e))
 
     return run
 

@@ -47,3 +47,28 @@ def test_rejected_run_file_is_removed_once_the_run_reads(tmp_path):
     assert group.add_run(str(run)) is not None
     group.commit()
     assert not rejected[0].exists()
+
+
+def test_failed_units_are_run_again_in_batch_mode(tmp_path):
+    from rlstream.pipeline.work import UnitFailure, execute
+
+    write_run(tmp_path / "runs", steps=3)
+    group = build_group([str(tmp_path / "runs")], str(tmp_path / "out"), PipelineConfig())
+    seen: list[object] = []
+
+    def flaky(units):  # every unit fails the first time it is run, as on a lost node
+        for u in units:
+            if u in seen:
+                yield execute(u, group.storage)
+            else:
+                seen.append(u)
+                yield UnitFailure(u, "worker died")
+
+    group.poll(flaky, final=True)
+    group.commit()
+    rows = duckdb.sql(
+        f"select step, attempts, transcripts from read_parquet('{tmp_path}/out/steps/*/*.parquet') "
+        "order by step"
+    ).fetchall()
+    assert rows == [(0, 4, 4), (1, 4, 4), (2, 4, 4)]
+    assert group.totals["failed_units"] == len(seen)
