@@ -50,6 +50,9 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--ray-address",
         help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)",
     )
+    p.add_argument(
+        "--rules", metavar="FILE", help="TOML file overriding health rule settings (docs/health.md)"
+    )
     p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
     p.add_argument(
         "--tailers",
@@ -75,17 +78,35 @@ def _print_fleet(out: str, opts: dict) -> None:
     print(render_table(status_rows(read_latest(out, opts))))
 
 
+def _health_hooks(args: argparse.Namespace):
+    """A picklable factory of the health hook with the `--rules` file applied."""
+    import functools
+
+    from rlstream.health import DEFAULT_RULES, load_rules
+    from rlstream.pipeline.verdicts import health_hooks
+
+    rules = load_rules(args.rules) if args.rules else DEFAULT_RULES
+    return functools.partial(health_hooks, rules)
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     cfg = _pipeline_config(args)
+    hooks = _health_hooks(args)
     if args.in_process:
         from rlstream.pipeline.local import analyze_local
 
-        summaries = analyze_local(args.roots, args.out, cfg)
+        summaries = analyze_local(args.roots, args.out, cfg, **hooks())
     else:
         from rlstream.runtime.driver import run
 
         summaries = run(
-            args.roots, args.out, cfg, _runtime_config(args), watch=False, progress_out=sys.stderr
+            args.roots,
+            args.out,
+            cfg,
+            _runtime_config(args),
+            watch=False,
+            progress_out=sys.stderr,
+            hooks_factory=hooks,
         )
     print(f"analyzed {len(summaries)} runs; tables under {args.out}")
     _print_fleet(args.out, cfg.storage_options)
@@ -119,6 +140,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             progress_out=sys.stderr,
             exit_when_finished=args.exit_when_finished,
             metrics=metrics,
+            hooks_factory=_health_hooks(args),
         )
     finally:
         if metrics is not None:
