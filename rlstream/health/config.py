@@ -68,11 +68,17 @@ class NoLearningSignal(RuleConfig):
 
     spread_abs: float = 0.02
     """Recent within-group reward std at or below this counts as no spread."""
-    spread_rel: float = 0.25
-    """...or at or below this share of the baseline spread."""
+    spread_rel: float = 0.2
+    """...or at or below this share of the spread the run had (the higher of its early
+    baseline and its highest ``baseline_steps``-row median since)."""
     baseline_spread_min: float = 0.05
-    """The baseline spread must have been at least this (the spread *fell*; runs that
+    """The spread it had must have been at least this (the spread *fell*; runs that
     never had spread are tasks_too_hard / tasks_too_easy)."""
+    no_variance_min: float = 0.9
+    """Or: at least this share of groups without reward variance now..."""
+    no_variance_had_max: float = 0.5
+    """...in a run whose share was at most this (early baseline, or its lowest
+    ``baseline_steps``-row median since)."""
     reward_max: float = 0.6
     """Reward (with unusable groups) must be below this: at high reward it is mastery."""
 
@@ -213,8 +219,12 @@ class RewardTooFast(RuleConfig):
     """...with the median of this many steps before it."""
     rise_min: float = 0.15
     """The rise beyond the earlier trend must reach this..."""
-    z: float = 4.5
-    """...and this many standard errors (from the reward's step noise, MAD)."""
+    z: float = 5.5
+    """...and this many standard errors (Hodges-Lehmann shift; step noise by MAD, of
+    the recent steps and of the steps before, apart)."""
+    recent_noise_floor: float = 0.3
+    """The recent steps' noise is taken as at least this share of the earlier noise
+    (ten steps give a rough estimate; a low one must not inflate the rise)."""
     min_rows: int = 60
     """Rows of history needed first: early learning is legitimately fast."""
     best_margin: float = 0.1

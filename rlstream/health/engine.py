@@ -34,6 +34,7 @@ from rlstream.health.rules import RULES, Ctx, Verdict
 from rlstream.health.state import (
     FIRING,
     INACTIVE,
+    LEVEL_FIGURES,
     PENDING,
     RESOLVED,
     SEVERITY_RANK,
@@ -62,6 +63,20 @@ def new_state(cfg: RulesConfig = DEFAULT_RULES, run_id: str | None = None) -> He
 
 def _view(state: HealthState, cfg: RulesConfig) -> View:
     return View(state, cfg.history.recent_steps, cfg.history.baseline_steps)
+
+
+def _update_levels(state: HealthState, skip: int, n: int) -> None:
+    """Track the lowest and highest ``n``-row median of each LEVEL_FIGURES figure."""
+    if state.n_rows < skip + n:
+        return
+    rows = list(state.rows)[-n:]
+    for name in LEVEL_FIGURES:
+        vals = [f[name] for _, f in rows if name in f]
+        if len(vals) * 2 <= n:
+            continue
+        m = stats.median(vals)
+        lo, hi = state.levels.get(name, (m, m))
+        state.levels[name] = (min(lo, m), max(hi, m))
 
 
 def _update_streak(state: HealthState, figs: dict[str, float]) -> None:
@@ -160,6 +175,7 @@ def fold_step(
         s.step_times.append(t)
         s.last_step_time = t
     _update_streak(s, figs)
+    _update_levels(s, h.baseline_skip, h.baseline_steps)
     nb = cfg.noisy_reward.base_steps
     if s.n_rows == h.baseline_skip + nb and "reward_all" not in s.early_noise:
         early = [f["reward_all"] for _, f in list(s.rows)[-nb:] if "reward_all" in f]

@@ -75,33 +75,50 @@ def _none(*xs: Any) -> bool:
 def no_learning_signal(
     v: View, c: C.NoLearningSignal, ctx: Ctx, active: bool, row: dict
 ) -> Verdict | None:
-    spread, base, r = v.recent("group_std"), v.base("group_std"), v.recent("reward_all")
-    nv, nv_base = v.recent("no_variance_frac"), v.base("no_variance_frac")
+    spread, r = v.recent("group_std"), v.recent("reward_all")
+    nv = v.recent("no_variance_frac")
+    # What the run had: its early baseline, or the best level it reached since (a run
+    # that starts on hard tasks gains spread as it learns, then can lose it).
+    base = _best(v.base("group_std"), v.highest("group_std"), max)
+    nv_base = _best(v.base("no_variance_frac"), v.lowest("no_variance_frac"), min)
     if r is None or ((spread is None or base is None) and (nv is None or nv_base is None)):
         return None
     low_reward = le(r, c.reward_max, active, ctx)
+    # Most groups once had variance (without group counts, the spread alone decides).
+    had_signal = nv_base is None or nv_base <= c.no_variance_had_max
     by_spread = (
-        spread is not None
+        had_signal
+        and spread is not None
         and base is not None
         and base >= c.baseline_spread_min
         and le(spread, max(c.spread_abs, c.spread_rel * base), active, ctx)
     )
     by_groups = (
-        nv is not None and nv_base is not None and nv_base <= 0.5 and ge(nv, 0.9, active, ctx)
+        nv is not None
+        and nv_base is not None
+        and had_signal
+        and ge(nv, c.no_variance_min, active, ctx)
     )
     if not (low_reward and (by_spread or by_groups)):
         return Verdict(False)
     figures = (
         f"within-group reward std {spread:.3f} over the last {v.recent_steps} steps "
-        f"(baseline {base:.3f})"
+        f"(it had {base:.3f})"
         if spread is not None and base is not None
-        else f"{nv:.0%} of groups without reward variance (baseline {nv_base:.0%})"
+        else f"{nv:.0%} of groups without reward variance (it had {nv_base:.0%})"
     )
     return Verdict(
         True,
         f"{figures} while reward_mean_with_unusable is {r:.2f}; the policy has stopped "
         "exploring: raise temperature or group size, or add easier tasks",
     )
+
+
+def _best(base: float | None, level: float | None, pick: Callable[..., float]) -> float | None:
+    """The better of the early baseline and the run's best level since (either may be
+    missing: the baseline before it is complete, levels for figures not tracked)."""
+    vals = [x for x in (base, level) if x is not None]
+    return pick(vals) if base is not None and vals else None
 
 
 def _from_start(v: View, name: str) -> float | None:
@@ -355,15 +372,20 @@ def reward_too_fast(
         ys[-c.short_steps - c.long_steps : -c.short_steps],
     )
     a = ys[-c.short_steps :]
-    noise = stats.step_noise(ys)
+    # Step noise before and within the recent steps, apart: reward near 0 or 1 is
+    # less noisy than mid-way (binomial), so a jump to a high level narrows the spread.
+    noise_b, noise_a = stats.step_noise(ys[: -c.short_steps]), stats.step_noise(a)
     slope = stats.theil_sen(xs_b, b)
-    if _none(noise, slope):
+    if _none(noise_b, noise_a, slope):
         return None
-    # The rise of the last short_steps over the long_steps before, beyond what the
-    # earlier trend predicts, in units of its standard error (medians: 1.25 sd/sqrt n).
+    noise_b = max(noise_b, 1e-3)
+    noise_a = max(noise_a, c.recent_noise_floor * noise_b)
+    noise = noise_b
+    # The rise of the last short_steps over the long_steps before (Hodges-Lehmann
+    # shift), beyond what the earlier trend predicts, in units of its standard error.
     expected = max(slope, 0.0) * (c.short_steps + c.long_steps) / 2.0
-    excess = stats.median(a) - stats.median(b) - expected
-    se = 1.25 * max(noise, 1e-3) * math.sqrt(1.0 / len(a) + 1.0 / len(b))
+    excess = stats.hl_shift(a, b) - expected
+    se = stats.HL_SCALE * math.sqrt(noise_a**2 / len(a) + noise_b**2 / len(b))
     # Reward returning to a level it already held (after a dip) is not a climb.
     earlier = ys[: -c.short_steps]
     best = max(

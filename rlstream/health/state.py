@@ -31,6 +31,8 @@ PENDING = "pending"
 FIRING = "firing"
 RESOLVED = "resolved"
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+LEVEL_FIGURES = ("group_std", "no_variance_frac")
+"""Figures whose lowest and highest rolling medians the state keeps."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,10 @@ class HealthState:
     unusable_streak: float = 0.0
     early_noise: dict = field(default_factory=dict)
     """figure -> step noise over the run's first ``noisy_reward.base_steps`` rows."""
+    levels: dict = field(default_factory=dict)
+    """figure -> (lowest, highest) median of ``baseline_steps`` consecutive rows seen
+    since the baseline began, for the figures in ``LEVEL_FIGURES`` (what a run once
+    had, after its early baseline has left the window)."""
     alerts: dict = field(default_factory=dict)
     """code -> AlertState."""
 
@@ -112,6 +118,7 @@ class HealthState:
             evals={k: deque(v, maxlen=self.window) for k, v in self.evals.items()},
             unusable_streak=self.unusable_streak,
             early_noise=dict(self.early_noise),
+            levels=dict(self.levels),
             alerts={k: AlertState(**vars(a)) for k, a in self.alerts.items()},
         )
 
@@ -165,6 +172,16 @@ class View:
         """Median of the early baseline; None until it holds ``baseline_min`` values."""
         vals = self.base_values(name)
         return stats.median(vals) if len(vals) >= self.baseline_min else None
+
+    def lowest(self, name: str) -> float | None:
+        """Lowest median of ``baseline_steps`` consecutive rows so far (LEVEL_FIGURES)."""
+        lv = self.state.levels.get(name)
+        return None if lv is None else lv[0]
+
+    def highest(self, name: str) -> float | None:
+        """Highest median of ``baseline_steps`` consecutive rows so far (LEVEL_FIGURES)."""
+        lv = self.state.levels.get(name)
+        return None if lv is None else lv[1]
 
     def base_mean(self, name: str) -> float | None:
         vals = self.base_values(name)

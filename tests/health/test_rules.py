@@ -172,3 +172,52 @@ def test_degenerate_outputs_fires_on_a_hack_present_from_the_first_step():
         r["top_completion_task_share"], r["groups"] = 1.0, 2
     state, _ = fold_all(few)
     assert not _firing(state, "degenerate_outputs")
+
+
+def test_no_learning_signal_after_a_hard_start_that_learned():
+    # Hard tasks at first (little spread, most groups without variance), then the run
+    # learns (spread, mixed groups), then spread collapses while reward is still low:
+    # the early baseline alone would say "never had a signal".
+    rs = rows(160)
+    for r in rs:
+        i = r["step"]
+        hard, learning = i < 40, 40 <= i < 100
+        r["reward_group_std_mean"] = 0.03 if hard else 0.3 if learning else 0.0
+        r["groups_no_variance"] = 6 if hard else 1 if learning else 8
+        r["reward_mean_with_unusable"] = r["reward_mean"] = 0.05 if hard else 0.3
+    state, _ = fold_all(rs)
+    fired = _firing(state, "no_learning_signal")
+    assert fired and 100 <= fired[0].since_step <= 110, findings(state)
+    assert "(it had 0.300)" in fired[0].message
+    # A run hard from start to end never had a signal: tasks_too_hard, not this.
+    flat = rows(160)
+    for r in flat:
+        r["reward_group_std_mean"], r["groups_no_variance"] = 0.03, 7
+        r["reward_mean_with_unusable"] = r["reward_mean"] = 0.05
+    state, _ = fold_all(flat)
+    assert not _firing(state, "no_learning_signal")
+    assert _firing(state, "tasks_too_hard")
+
+
+def test_reward_too_fast_weighs_the_quieter_level_after_a_jump():
+    # A noisy mid-way reward (binomial noise is largest near 0.5) jumps to a quiet
+    # level near 1: the rise is 0.3, about twice the step noise before it.
+    import random
+
+    rng = random.Random(7)
+    rs = rows(140)
+    for r in rs:
+        level, sd = (0.55, 0.16) if r["step"] < 100 else (0.9, 0.04)
+        r["reward_mean"] = r["reward_mean_with_unusable"] = _clip01(rng.gauss(level, sd))
+    state, _ = fold_all(rs)
+    fired = _firing(state, "reward_too_fast")
+    assert fired and 100 <= fired[0].since_step <= 115, findings(state)
+    # The same noise without the jump stays quiet.
+    for r in rs[100:]:
+        r["reward_mean"] = r["reward_mean_with_unusable"] = _clip01(rng.gauss(0.55, 0.16))
+    _, transitions = fold_all(rs)
+    assert not [t for t in transitions if t.code == "reward_too_fast"]
+
+
+def _clip01(x):
+    return min(1.0, max(0.0, x))
