@@ -19,7 +19,11 @@ class PipelineConfig:
     commit_seconds: float = 2.0
     """Seconds between commits of outputs and checkpoints (watch)."""
     watermark_lag_steps: int = 1
-    """A step's row is final once the line of a step this much later has been read."""
+    """A step's row is final once the line of a step this much later has been read..."""
+    watermark_settle_seconds: float = 0.5
+    """...or once its own line was read this long ago (in practice: by the next poll):
+    data of the step written just after its line (buffered writes) still counts, and a
+    run whose steps take minutes is not a whole step behind."""
     idle_final_seconds: float = 600.0
     """A run with no new bytes for this long has all its pending steps finalized."""
     idle_backoff_seconds: float = 30.0

@@ -91,7 +91,7 @@ class TasksTooHard(RuleConfig):
     no_variance_min: float = 0.7
     """Share of groups discarded as no_variance, at the start and now."""
     reward_max: float = 0.1
-    """Reward with unusable groups at or below this."""
+    """Reward with unusable groups at or below this, at the start and now."""
 
 
 @dataclass(frozen=True)
@@ -99,10 +99,11 @@ class TasksTooEasy(RuleConfig):
     """Most groups discarded as no_variance from the start, with reward near 1."""
 
     for_steps: int = 3
-    no_variance_min: float = 0.7
-    """Share of groups discarded as no_variance, at the start and now."""
+    no_variance_min: float = 0.5
+    """Share of groups discarded as no_variance, at the start and now (lower than for
+    tasks_too_hard: reward near 1 from the start already says the tasks are easy)."""
     reward_min: float = 0.9
-    """Reward with unusable groups at or above this."""
+    """Reward with unusable groups at or above this, at the start and now."""
 
 
 @dataclass(frozen=True)
@@ -214,9 +215,12 @@ class RewardTooFast(RuleConfig):
 
     for_steps: int = 3
     short_steps: int = 10
-    """Steps of the recent window whose median is compared..."""
+    """Steps of the recent window that are compared..."""
     long_steps: int = 20
-    """...with the median of this many steps before it."""
+    """...with this many steps before it."""
+    slow_short_steps: int = 20
+    """A second, slower test: the last this-many steps against the ``long_steps`` before
+    them (0: off). It sees a jump a few steps later, with a smaller error."""
     rise_min: float = 0.15
     """The rise beyond the earlier trend must reach this..."""
     z: float = 5.5

@@ -228,15 +228,13 @@ def check_time(
     c = cfg.stalled
     if not c.enabled:
         return state, []
-    s = state.copy()
-    ts = list(s.step_times)
-    interval = typical_interval(s)
-    last = max((x for x in (s.last_step_time, last_activity_time) if x is not None), default=None)
+    ts = state.step_times
+    interval = typical_interval(state)
+    last = max(
+        (x for x in (state.last_step_time, last_activity_time) if x is not None), default=None
+    )
     if ctx.finished:
         verdict = Verdict(False)
-        alert = s.alerts.get("stalled")
-        if alert is not None and alert.state in (PENDING, FIRING):
-            alert.misses = c.clear_steps - 1  # finishing clears at once
     elif interval is None or len(ts) < c.min_intervals + 1 or last is None:
         return state, []
     else:
@@ -246,10 +244,17 @@ def check_time(
             elapsed > limit,
             f"no step or heartbeat for {elapsed:.0f} s, {elapsed / interval:.1f}x the run's "
             f"median step interval of {interval:.1f} s (limit {limit:.0f} s; last step "
-            f"{s.last_step}): check that the trainer and samplers are alive",
+            f"{state.last_step}): check that the trainer and samplers are alive",
         )
+    alert = state.alerts.get("stalled")
+    active = alert is not None and alert.state in (PENDING, FIRING)
+    if not verdict.holds and not active:
+        return state, []  # the common case on every poll: nothing to change, no copy
+    s = state.copy()
+    if ctx.finished:
+        s.alerts["stalled"].misses = c.clear_steps - 1  # finishing clears at once
     out = _advance(s, "stalled", verdict, c, max(s.last_step, 0), now)
-    if not out and s.alerts.get("stalled") == state.alerts.get("stalled"):
+    if not out and s.alerts.get("stalled") == alert:
         return state, []
     return s, out
 

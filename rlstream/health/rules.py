@@ -131,17 +131,23 @@ def _no_variance_from_start(
 ) -> tuple[bool, str] | None:
     """Shared by tasks_too_hard / tasks_too_easy: most groups discarded as no_variance
     from the start and now, with reward at one end (`reward_ok`)."""
-    start, nv, r = (
+    start, nv, r, r_start = (
         _from_start(v, "no_variance_frac"),
         v.recent("no_variance_frac"),
         v.recent("reward_all"),
+        _from_start(v, "reward_all"),
     )
-    if _none(start, nv, r):
+    if _none(start, nv, r, r_start):
         return None
-    holds = start >= no_variance_min and ge(nv, no_variance_min, active, ctx) and reward_ok(r)
+    holds = (
+        start >= no_variance_min
+        and ge(nv, no_variance_min, active, ctx)
+        and reward_ok(r)
+        and reward_ok(r_start)
+    )
     evidence = (
         f"{nv:.0%} of groups discarded as no_variance (from the start: {start:.0%}) with "
-        f"reward_mean_with_unusable {r:.3f}"
+        f"reward_mean_with_unusable {r:.3f} (from the start: {r_start:.3f})"
     )
     return holds, evidence
 
@@ -361,44 +367,67 @@ def stale_rollouts(
     )
 
 
+class _Rise(NamedTuple):
+    short: int
+    excess: float
+    se: float
+    noise: float
+    above_best: bool
+
+
+def _rise(steps: list[float], ys: list[float], short: int, long: int, c: C.RewardTooFast):
+    """How far the last ``short`` values sit above the ``long`` before them (Hodges-
+    Lehmann shift) beyond what the earlier trend predicts, with its standard error."""
+    if len(ys) < short + long:
+        return None
+    xs_b, b = steps[-short - long : -short], ys[-short - long : -short]
+    a = ys[-short:]
+    # Step noise before and within the recent steps, apart: reward near 0 or 1 is
+    # less noisy than mid-way (binomial), so a jump to a high level narrows the spread.
+    noise_b, noise_a = stats.step_noise(ys[:-short]), stats.step_noise(a)
+    slope = stats.theil_sen(xs_b, b)
+    if _none(noise_b, noise_a, slope):
+        return None
+    noise_b = max(noise_b, 1e-3)
+    noise_a = max(noise_a, c.recent_noise_floor * noise_b)
+    expected = max(slope, 0.0) * (short + long) / 2.0
+    excess = stats.hl_shift(a, b) - expected
+    se = stats.HL_SCALE * math.sqrt(noise_a**2 / len(a) + noise_b**2 / len(b))
+    # Reward returning to a level it already held (after a dip) is not a climb.
+    earlier = ys[:-short]
+    best = max(
+        (stats.median(earlier[i : i + short]) for i in range(len(earlier) - short + 1)),
+        default=None,
+    )
+    above_best = best is None or stats.median(a) - best >= c.best_margin
+    return _Rise(short, excess, se, noise_b, above_best)
+
+
 def reward_too_fast(
     v: View, c: C.RewardTooFast, ctx: Ctx, active: bool, row: dict
 ) -> Verdict | None:
     steps, ys = v.series("reward_all")
     if len(ys) < c.short_steps + c.long_steps or v.n_rows < c.min_rows:
         return None
-    xs_b, b = (
-        steps[-c.short_steps - c.long_steps : -c.short_steps],
-        ys[-c.short_steps - c.long_steps : -c.short_steps],
-    )
-    a = ys[-c.short_steps :]
-    # Step noise before and within the recent steps, apart: reward near 0 or 1 is
-    # less noisy than mid-way (binomial), so a jump to a high level narrows the spread.
-    noise_b, noise_a = stats.step_noise(ys[: -c.short_steps]), stats.step_noise(a)
-    slope = stats.theil_sen(xs_b, b)
-    if _none(noise_b, noise_a, slope):
+    # Two time scales: a jump shows first in the last short_steps; a few steps later
+    # the slower test (more steps on each side) sees it with a smaller error.
+    rises = [
+        r
+        for short in dict.fromkeys((c.short_steps, c.slow_short_steps or c.short_steps))
+        if (r := _rise(steps, ys, short, c.long_steps, c)) is not None
+    ]
+    if not rises:
         return None
-    noise_b = max(noise_b, 1e-3)
-    noise_a = max(noise_a, c.recent_noise_floor * noise_b)
-    noise = noise_b
-    # The rise of the last short_steps over the long_steps before (Hodges-Lehmann
-    # shift), beyond what the earlier trend predicts, in units of its standard error.
-    expected = max(slope, 0.0) * (c.short_steps + c.long_steps) / 2.0
-    excess = stats.hl_shift(a, b) - expected
-    se = stats.HL_SCALE * math.sqrt(noise_a**2 / len(a) + noise_b**2 / len(b))
-    # Reward returning to a level it already held (after a dip) is not a climb.
-    earlier = ys[: -c.short_steps]
-    best = max(
-        (
-            stats.median(earlier[i : i + c.short_steps])
-            for i in range(len(earlier) - c.short_steps + 1)
-        ),
-        default=None,
-    )
-    above_best = best is None or stats.median(a) - best >= c.best_margin
-    climbing = (
-        ge(excess, c.rise_min, active, ctx) and ge(excess, c.z * se, active, ctx) and above_best
-    )
+    hits = [
+        r
+        for r in rises
+        if ge(r.excess, c.rise_min, active, ctx)
+        and ge(r.excess, c.z * r.se, active, ctx)
+        and r.above_best
+    ]
+    climbing = bool(hits)
+    shown = max(hits or rises, key=lambda r: r.excess / r.se)
+    excess, se, noise = shown.excess, shown.se, shown.noise
     # Once the climb is over, the finding stays while reward holds its new level above
     # the level before the climb began (as long as that level is in the window).
     alert = v.state.alerts.get("reward_too_fast")
@@ -410,7 +439,7 @@ def reward_too_fast(
         len(before) >= c.short_steps and now - stats.median(before) >= c.rise_min * ctx.hysteresis
     )
     detail = (
-        f"reward rose {excess:+.2f} over the last {c.short_steps} steps beyond its trend "
+        f"reward rose {excess:+.2f} over the last {shown.short} steps beyond its trend "
         f"({excess / se:.1f} standard errors; step noise {noise:.3f})"
         if climbing or not level
         else f"reward jumped from {stats.median(before):.2f} before step {since} to "

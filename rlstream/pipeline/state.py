@@ -24,7 +24,7 @@ from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -46,6 +46,8 @@ class RunState:
     polls: int = 0
     pending: dict[int, StepPartial] = field(default_factory=dict)
     reported: dict[int, StepRecord] = field(default_factory=dict)
+    read_at: dict[int, float] = field(default_factory=dict)
+    """Pending reported step -> when the poll that read its line ran."""
     final_through: int = -1
     max_reported_step: int = -1
     last_activity: float | None = None
@@ -110,6 +112,7 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
             )
             continue
         state.reported[rec.step] = rec
+        state.read_at[rec.step] = now
         state.max_reported_step = max(state.max_reported_step, rec.step)
         if rec.time is not None:
             state.last_activity = max(state.last_activity or rec.time, rec.time)
@@ -127,15 +130,19 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
     """The highest step whose row is final now.
 
     Final when a later step's line has been seen (`watermark_lag_steps` later), when
-    the run is finished, when nothing arrived for `idle_final_seconds`, or when the
-    caller ends the pipeline (`final`, as `analyze` does at the end of what exists).
+    its own line was read at least `watermark_settle_seconds` ago (0: by this
+    poll), when the run is finished, when nothing arrived for
+    `idle_final_seconds`, or when the caller ends the pipeline (`final`, as `analyze`
+    does at the end of what exists).
     """
     if final or is_finished(state):
         return state.max_known_step
     idle = state.last_change is not None and now - state.last_change >= cfg.idle_final_seconds
     if idle:
         return state.max_known_step
-    return state.max_reported_step - cfg.watermark_lag_steps
+    by_lag = state.max_reported_step - cfg.watermark_lag_steps
+    settled = [s for s, t in state.read_at.items() if now - t >= cfg.watermark_settle_seconds]
+    return max(by_lag, *settled) if settled else by_lag
 
 
 def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
@@ -148,6 +155,8 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
         for s in steps
     ]
     state.final_through = upto
+    for s in [s for s in state.read_at if s <= upto]:
+        del state.read_at[s]
     state.out_rows.extend(rows)
     state.counters["steps_final"] += len(rows)
     _update_headline(state, rows)

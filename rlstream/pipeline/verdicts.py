@@ -42,6 +42,8 @@ class HealthFold:
             transitions.extend(tr)
         hs, tr = check_time(hs, now, state.last_activity, ctx, self.rules)
         transitions.extend(tr)
+        if hs is state.health and state.status is not None and not ctx.finished:
+            return []  # nothing folded, nothing changed: status and findings stand
         state.health = hs
         state.status = run_status(hs, ctx)
         current = findings(hs)

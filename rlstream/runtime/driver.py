@@ -268,14 +268,27 @@ def run(
         from rlstream.pipeline.verdicts import health_hooks
 
         hooks_factory = health_hooks
+    t_start = time.monotonic()
     started = connect(rt.ray)
+    t_ray = time.monotonic()
     previous_sigterm = _sigterm_as_interrupt()
     fleet = None
     progress = Progress(progress_out or sys.stderr, enabled=progress_out is not None)
     try:
         fleet = Fleet(roots, out, cfg, rt, hooks_factory)
+        t_actors = time.monotonic()
+        log.info(
+            "Ray %s in %.1f s; %d workers and %d tailers ready in %.1f s",
+            "started" if started else "joined",
+            t_ray - t_start,
+            len(fleet.workers),
+            len(fleet.tailers),
+            t_actors - t_ray,
+        )
         if not watch:
-            return fleet.analyze(progress)
+            summaries = fleet.analyze(progress)
+            log.info("analyzed %d runs in %.1f s", len(summaries), time.monotonic() - t_actors)
+            return summaries
         fleet.discover()
         last_commit = last_discover = time.monotonic()
         try:
@@ -313,7 +326,9 @@ def run(
         if fleet is not None:
             fleet.close()
         if started:
+            t_stop = time.monotonic()
             disconnect()
+            log.info("Ray stopped in %.1f s", time.monotonic() - t_stop)
         if previous_sigterm is not None:
             import signal
 

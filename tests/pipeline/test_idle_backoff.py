@@ -14,7 +14,8 @@ def test_idle_run_is_polled_every_k_polls_and_wakes_up(tmp_path):
     meta = json.loads((run / "run.json").read_text())
     meta["config"]["training"]["max_steps"] = 10  # still running: step 1 stays pending
     (run / "run.json").write_text(json.dumps(meta))
-    cfg = PipelineConfig(idle_backoff_seconds=30, idle_poll_every=5)
+    # Step 1 stays pending: only a later step's line would make it final.
+    cfg = PipelineConfig(idle_backoff_seconds=30, idle_poll_every=5, watermark_settle_seconds=1e9)
     group = build_group([str(tmp_path / "runs")], str(tmp_path / "out"), cfg)
     execute = local_executor(group.storage)
     planned: list[float] = []

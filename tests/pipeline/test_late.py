@@ -50,3 +50,30 @@ def test_late_rollout_and_transcript(tmp_path):
         f"select late from read_parquet('{out}/run_health/latest/*.parquet')"
     ).fetchall()
     assert late == [(2,)]
+
+
+def test_step_is_final_once_its_line_settled_not_a_step_later(tmp_path):
+    # Steps of real runs take minutes: the last step's row must not wait for the next
+    # step's line. Data written just after the line (before the next poll) still counts.
+    run = write_run(tmp_path / "runs", steps=3, finished=False)
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"]["training"]["max_steps"] = 10
+    (run / "run.json").write_text(json.dumps(meta))
+    cfg = PipelineConfig(watermark_settle_seconds=0.5)
+    group = build_group([str(tmp_path / "runs")], str(tmp_path / "out"), cfg)
+    execute = local_executor(group.storage)
+    group.poll(execute, now=100.0)
+    state = next(iter(group.states()))
+    assert state.final_through == 1  # step 2's line was read just now: not settled
+    rec = json.loads((run / "rollouts.jsonl").read_text().splitlines()[0])
+    with open(run / "rollouts.jsonl", "a") as f:  # a straggler of step 2
+        f.write(json.dumps({**rec, "attempt_id": "b-1", "step": 2, "reward": 1.0}) + "\n")
+    group.poll(execute, now=100.4)  # under 0.5 s later: still pending, straggler merged
+    assert state.final_through == 1 and state.counters["late"] == 0
+    group.poll(execute, now=101.0)  # settled: final, with no step 3 in sight
+    assert state.final_through == 2 and state.read_at == {}
+    group.commit(now=101.0)
+    rows = duckdb.sql(
+        f"select step, attempts from read_parquet('{tmp_path}/out/steps/*/*.parquet') order by step"
+    ).fetchall()
+    assert rows == [(0, 4), (1, 4), (2, 5)]
