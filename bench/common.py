@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +72,7 @@ class TreeSampler:
     interval: float = 0.05
     peak_rss: int = 0
     cpu: dict[int, float] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -81,10 +83,13 @@ class TreeSampler:
             rss += r
             if c:
                 self.cpu[p] = max(self.cpu.get(p, 0.0), c)
+            if p not in self.names:
+                self.names[p] = _cmdline(p)
         self.peak_rss = max(self.peak_rss, rss)
 
-    def cpu_seconds(self) -> float:
-        return sum(self.cpu.values())
+    def cpu_seconds(self, pick: Callable[[int, str], bool] | None = None) -> float:
+        """CPU seconds of the tree, or of the processes `pick(pid, cmdline)` selects."""
+        return sum(c for p, c in self.cpu.items() if pick is None or pick(p, self.names.get(p, "")))
 
     def start(self) -> TreeSampler:
         def loop() -> None:
@@ -100,6 +105,14 @@ class TreeSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 @dataclass

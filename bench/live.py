@@ -13,8 +13,10 @@ Measured from outside the pipeline (no hook in the driver):
   (2 P + C) after the writer stopped. CPU: process-tree CPU seconds of the watch
   command over the measured window, as % of one core.
 - **Idle cost**: 100 runs written once and left unfinished (no `finished_at`,
-  max_steps far away), watched; after every run has its latest row, CPU of the
-  watch process tree over a window, as % of one core.
+  max_steps far away), watched; once every run has its latest row and the runs have
+  been quiet for longer than `idle_backoff_seconds` (steady state), CPU of the watch
+  process tree over a window, as % of one core, split into rlstream's processes
+  (driver, Tailer and Worker actors) and Ray's own (GCS, raylet, agents, idle pool).
 - **S3 requests per idle run per poll**: idle runs uploaded to moto's S3 server on
   127.0.0.1 (run in this process, every HTTP request counted by a WSGI wrapper);
   `rlstream watch s3://...` with `--poll P`; requests over a window / runs / polls
@@ -35,6 +37,7 @@ import time
 from pathlib import Path
 
 from bench.common import TreeSampler, median, percentile, ray_env, rlstream_cmd
+from rlstream.config import PipelineConfig
 
 POLL = 1.0
 COMMIT = 2.0
@@ -239,22 +242,39 @@ def idle_cost(n: int, window: float, work: Path) -> dict:
     sampler = TreeSampler(proc.pid, interval=0.5).start()
     try:
         ready = _wait(lambda: len(_latest_steps(out)) >= n, 300, proc)
-        time.sleep(2 * COMMIT)  # the first commits of caught-up runs are done
+        # Steady state: the first commits of caught-up runs are done and the runs have
+        # had no new bytes for longer than idle_backoff_seconds (polled less often).
+        time.sleep(PipelineConfig().idle_backoff_seconds + 2 * COMMIT)
         sampler.sample()
         c0, t0 = sampler.cpu_seconds(), time.monotonic()
+        own0 = sampler.cpu_seconds(_rlstream_own(proc.pid))
         time.sleep(window)
         sampler.sample()
         cpu, dt = sampler.cpu_seconds() - c0, time.monotonic() - t0
+        own = sampler.cpu_seconds(_rlstream_own(proc.pid)) - own0
     finally:
         sampler.stop()
         _stop(proc)
-    pct = 100 * cpu / dt
+    pct, own_pct = 100 * cpu / dt, 100 * own / dt
     print(
         f"  {n} idle runs watched: {pct:.1f}% of one core over {dt:.0f} s "
-        f"(target < 5%); ready: {ready}",
+        f"(target < 5%): rlstream's processes (driver, tailers, workers) {own_pct:.1f}%, "
+        f"Ray's own (GCS, raylet, agents, idle pool) {pct - own_pct:.1f}%; ready: {ready}",
         flush=True,
     )
-    return {"runs": n, "cpu_core_pct": pct, "window_s": dt, "ready": ready}
+    return {
+        "runs": n,
+        "cpu_core_pct": pct,
+        "rlstream_processes_pct": own_pct,
+        "ray_daemons_pct": pct - own_pct,
+        "window_s": dt,
+        "ready": ready,
+    }
+
+
+def _rlstream_own(driver: int):
+    """Picks the watch's own processes: the driver and the Tailer/Worker actors."""
+    return lambda pid, cmd: pid == driver or cmd.startswith(("ray::Tailer", "ray::Worker"))
 
 
 class CountingMoto:
