@@ -123,7 +123,7 @@ class TasksMastered(RuleConfig):
 class UnusableGroupsStreak(RuleConfig):
     """Consecutive rejected groups approaching training.max_consecutive_unusable_groups."""
 
-    for_steps: int = 3
+    for_steps: int = 2
     clear_steps: int = 3
     warn_frac: float = 0.5
     """Estimated streak at or above this share of the run's limit: warning."""
