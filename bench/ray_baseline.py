@@ -5,7 +5,7 @@
 Starts a private local Ray (2 CPUs, no dashboard, as `rlstream` does), creates
 `--actors` idle actors, waits 5 s, then measures the CPU seconds of every Ray process
 and of this process over `--seconds`. Whatever a watch of idle runs costs above this
-figure is rlstream's own work.
+figure is rlstream's own work. Prints each process's share, then the total.
 """
 
 from __future__ import annotations
@@ -15,20 +15,23 @@ import os
 import time
 
 
-def ray_cpu_seconds() -> float:
+def ray_cpu_seconds() -> dict[str, tuple[str, float]]:
+    """pid -> (short command line, CPU seconds) of every Ray process and this one."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+    out = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"ray" not in f.read() and int(pid) != os.getpid():
-                    continue
+                cmd = f.read()
+            if b"ray" not in cmd and int(pid) != os.getpid():
+                continue
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            name = " ".join(x.decode().rsplit("/", 1)[-1] for x in cmd.split(b"\0")[:2])
+            out[pid] = (name[:60], (int(fields[11]) + int(fields[12])) / tick)
         except (OSError, ValueError, IndexError):
             continue  # a process that ended meanwhile
-    return total
+    return out
 
 
 def main() -> None:
@@ -52,9 +55,13 @@ def main() -> None:
     c0, t0 = ray_cpu_seconds(), time.monotonic()
     time.sleep(args.seconds)
     c1, t1 = ray_cpu_seconds(), time.monotonic()
+    used = {pid: (name, c - c0.get(pid, (name, c))[1]) for pid, (name, c) in c1.items()}
+    for pid, (name, c) in sorted(used.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {100 * c / (t1 - t0):5.1f}%  {pid:>7}  {name}")
+    total = sum(c for _, c in used.values())
     print(
         f"idle local Ray with {args.actors} idle actors: "
-        f"{100 * (c1 - c0) / (t1 - t0):.1f}% of one core over {t1 - t0:.0f} s"
+        f"{100 * total / (t1 - t0):.1f}% of one core over {t1 - t0:.0f} s"
     )
     ray.shutdown()
 
