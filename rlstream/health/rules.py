@@ -375,7 +375,9 @@ class _Rise(NamedTuple):
     above_best: bool
 
 
-def _rise(steps: list[float], ys: list[float], short: int, long: int, c: C.RewardTooFast):
+def _rise(
+    steps: list[float], ys: list[float], short: int, long: int, c: C.RewardTooFast
+) -> _Rise | None:
     """How far the last ``short`` values sit above the ``long`` before them (Hodges-
     Lehmann shift) beyond what the earlier trend predicts, with its standard error."""
     if len(ys) < short + long:
