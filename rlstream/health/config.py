@@ -129,9 +129,6 @@ class UnusableGroupsStreak(RuleConfig):
     """Estimated streak at or above this share of the run's limit: warning."""
     critical_frac: float = 0.8
     """...at or above this share: critical (the trainer is about to give up)."""
-    reward_solved: float = 0.9
-    """Not while recent reward (with unusable groups) is at or above this: the groups
-    are unusable because the tasks are solved (tasks_mastered / tasks_too_easy)."""
 
 
 @dataclass(frozen=True)

@@ -204,12 +204,8 @@ def unusable_groups_streak(
         return None
     frac = streak / limit
     sev = "critical" if frac >= c.critical_frac else None
-    # At reward near 1 the groups are unusable because the tasks are solved:
-    # tasks_mastered / tasks_too_easy say so, with the right advice.
-    r = v.recent("reward_all")
-    solved = r is not None and r >= c.reward_solved
     return Verdict(
-        ge(frac, c.warn_frac, active, ctx) and not solved,
+        ge(frac, c.warn_frac, active, ctx),
         f"about {streak:.0f} consecutive unusable groups at step {v.step}, "
         f"{frac:.0%} of training.max_consecutive_unusable_groups = {limit:.0f}; the "
         "trainer stops when it is reached: check reward variance and task difficulty",

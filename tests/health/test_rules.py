@@ -221,13 +221,3 @@ def test_reward_too_fast_weighs_the_quieter_level_after_a_jump():
 
 def _clip01(x):
     return min(1.0, max(0.0, x))
-
-
-def test_unusable_streak_is_quiet_when_the_tasks_are_solved():
-    rs = rows(130, "unusable_groups_streak", onset=ONSET)
-    state, _ = fold_all(rs)
-    assert _firing(state, "unusable_groups_streak")
-    for r in rs[ONSET:]:  # the same streak at reward near 1: mastery, not a failure
-        r["reward_mean"] = r["reward_mean_with_unusable"] = 0.97
-    state, _ = fold_all(rs)
-    assert not _firing(state, "unusable_groups_streak")
