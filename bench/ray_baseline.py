@@ -1,6 +1,6 @@
 """CPU of an idle local Ray, for comparison with the idle cost of a watch.
 
-    python -m bench.ray_baseline [--actors 4] [--seconds 20]
+    python -m bench.ray_baseline [--actors 4] [--seconds 20] [--system-config JSON]
 
 Starts a private local Ray (2 CPUs, no dashboard, as `rlstream` does), creates
 `--actors` idle actors, waits 5 s, then measures the CPU seconds of every Ray process
@@ -11,6 +11,7 @@ figure is rlstream's own work. Prints each process's share, then the total.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -38,11 +39,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--actors", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument(
+        "--system-config",
+        type=json.loads,
+        default=None,
+        help="Ray _system_config as JSON, e.g. '{\"prestart_worker_first_driver\": false}'",
+    )
     args = ap.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    extra = {"_system_config": args.system_config} if args.system_config else {}
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, **extra)
 
     @ray.remote(num_cpus=0)
     class Idle:
