@@ -1,0 +1,90 @@
+"""Process trees read from /proc (Linux): who descends from whom, and stopping them.
+
+Used to stop the private local Ray at once (`cluster.disconnect`) and by the
+benchmarks to sample a command's whole tree (the raylet, GCS and worker actors of a
+private Ray are grandchildren of the command).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def tree(*pids: int) -> list[int]:
+    """The `pids` and all their descendants alive now (each once, parents first)."""
+    kids = _children_map()
+    out: list[int] = []
+    seen: set[int] = set()
+    todo = list(pids)
+    while todo:
+        p = todo.pop(0)
+        if p in seen:
+            continue
+        seen.add(p)
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def _gone(pid: int) -> bool:
+    """True once `pid` has exited; a child of this process is reaped here."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == pid
+    except ChildProcessError:  # not our child: look at /proc
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
+
+
+def kill_tree(roots: Iterable[int], timeout: float = 5.0) -> list[int]:
+    """SIGKILL `roots` and all their descendants, the deepest first, waiting for each
+    generation to exit before the next: a parent still alive reaps its children, so
+    nothing is left as a zombie under init. Returns the pids still alive at `timeout`."""
+    kids = _children_map()
+    generations: list[list[int]] = []
+    seen: set[int] = set()
+    level = list(roots)
+    while level:
+        level = [p for p in dict.fromkeys(level) if p not in seen]
+        seen.update(level)
+        if level:
+            generations.append(level)
+        level = [c for p in level for c in kids.get(p, [])]
+    deadline = time.monotonic() + timeout
+    left: list[int] = []
+    for generation in reversed(generations):
+        alive = []
+        for pid in generation:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        while alive and time.monotonic() < deadline:
+            alive = [p for p in alive if not _gone(p)]
+            if alive:
+                time.sleep(0.01)
+        left += alive
+    return left
