@@ -33,8 +33,8 @@ class PipelineConfig:
     transcripts_per_unit: int = 256
     """Transcript files per work unit handed to a worker. Each unit costs a Ray task
     round trip; 256 instead of 64 took a third off the tailers' CPU in a batch of
-    25,600 transcripts (bench/README.md). A worker holds one unit's token arrays,
-    about 32 bytes per token: 256 transcripts of 16k tokens is ~130 MB."""
+    25,600 transcripts (bench/README.md). A worker's peak memory for a unit is about
+    53 bytes per token: 256 transcripts of 16k tokens is ~220 MB (docs/deploy.md)."""
     max_inflight_units: int = 16
     """Work units in flight at once per tailer (backpressure)."""
     full_relist_every: int = 30
