@@ -57,7 +57,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tailers",
         type=int,
-        help="tailer actors owning shards of runs (default: as many as workers, at most 4)",
+        help="tailer actors owning shards of runs (default: watch, as many as workers; "
+        "analyze, one per 8 workers; at most 4)",
     )
 
 

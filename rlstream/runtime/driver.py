@@ -43,8 +43,9 @@ class RuntimeConfig:
     workers: int | None = None
     """Worker actors; default: the cluster's CPUs."""
     tailers: int | None = None
-    """Tailer actors; default: as many as workers, at most 4 (polls and commits of
-    different shards then run in parallel)."""
+    """Tailer actors; default (`default_tailers`): for watch as many as workers, at
+    most 4 (polls and commits of different shards then run in parallel); for analyze
+    one per 8 workers, at most 4."""
     discover_every_seconds: float = 10.0
     ray: RayConfig = field(default_factory=RayConfig)
 
@@ -81,6 +82,14 @@ class Progress:
             self.out.write("\n")
 
 
+def default_tailers(workers: int, watch: bool) -> int:
+    """Tailers when none are asked for. A watch polls every run every poll, so its
+    shards are polled in parallel. In batch work a tailer only hands out units and
+    folds their results, about a tenth of a worker's CPU (bench/README.md): one feeds
+    8 workers, and on 2 cores a second one only takes CPU from the workers."""
+    return min(4, workers if watch else -(-workers // 8))
+
+
 class Fleet:
     """The actor pools and which tailer owns which run."""
 
@@ -91,6 +100,7 @@ class Fleet:
         cfg: PipelineConfig,
         rt: RuntimeConfig,
         hooks_factory: Any = None,
+        watch: bool = True,
     ) -> None:
         self.roots = [normalize_root(r) for r in roots]
         self.storage = input_storage(self.roots, cfg.storage_options)
@@ -100,7 +110,7 @@ class Fleet:
         # AWS_* of this process go to every actor, wherever it runs.
         env = {"runtime_env": {"env_vars": forwarded_env()}} if forwarded_env() else {}
         self.workers = [Worker.options(**env).remote(self.storage) for _ in range(n_workers)]
-        self.n_tailers = rt.tailers or min(4, n_workers)
+        self.n_tailers = rt.tailers or default_tailers(n_workers, watch)
         self.tailers = [
             Tailer.options(**env).remote(self.storage, out_url, out_storage, cfg, hooks_factory)
             for _ in range(self.n_tailers)
@@ -275,7 +285,7 @@ def run(
     fleet = None
     progress = Progress(progress_out or sys.stderr, enabled=progress_out is not None)
     try:
-        fleet = Fleet(roots, out, cfg, rt, hooks_factory)
+        fleet = Fleet(roots, out, cfg, rt, hooks_factory, watch=watch)
         t_actors = time.monotonic()
         log.info(
             "Ray %s in %.1f s; %d workers and %d tailers ready in %.1f s",

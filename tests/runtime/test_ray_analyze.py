@@ -10,7 +10,7 @@ import ray
 
 from rlstream.config import PipelineConfig
 from rlstream.pipeline.local import analyze_local
-from rlstream.runtime.driver import Fleet, RuntimeConfig
+from rlstream.runtime.driver import Fleet, RuntimeConfig, default_tailers
 from rlstream.runtime.driver import run as run_pipeline
 from rlstream.simulate import SimConfig, simulate
 from tests.runtime.helpers import assert_same_rows, read_steps
@@ -58,3 +58,9 @@ def test_killed_worker_is_restarted_and_nothing_counted_twice(ray_session, tmp_p
     fleet.close()
     assert [s["quarantined"] for s in summaries] == [0, 0]
     assert_same_rows(read_steps(tmp_path / "local"), read_steps(tmp_path / "ray"))
+
+
+def test_default_tailers_watch_one_per_worker_analyze_one_per_eight():
+    assert [default_tailers(w, watch=True) for w in (1, 2, 3, 4, 36)] == [1, 2, 3, 4, 4]
+    analyze = [default_tailers(w, watch=False) for w in (1, 2, 8, 9, 16, 36, 64)]
+    assert analyze == [1, 1, 1, 2, 2, 4, 4]
