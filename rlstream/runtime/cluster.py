@@ -43,8 +43,8 @@ def disconnect() -> None:
     SIGTERM and a wait: about 1.2 s on 2 cores, for a cluster that holds nothing
     once the outputs are committed. So the driver disconnects first, then the
     node's processes and their descendants (actors, idle workers, agents) get a
-    SIGKILL, the deepest first (`procs.kill_tree`). Where that cannot be done (no /proc, another Ray version's
-    internals), `ray.shutdown()` does it the slow way.
+    SIGKILL, the deepest first (`procs.kill_tree`). Where that cannot be done (no
+    /proc, another Ray version's internals), `ray.shutdown()` does it the slow way.
     """
     import shutil
 
