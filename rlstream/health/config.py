@@ -125,10 +125,22 @@ class UnusableGroupsStreak(RuleConfig):
 
     for_steps: int = 2
     clear_steps: int = 3
-    warn_frac: float = 0.5
-    """Estimated streak at or above this share of the run's limit: warning."""
+    warn_frac: float = 0.375
+    """Estimated streak at or above this share of the run's limit: warning..."""
     critical_frac: float = 0.8
     """...at or above this share: critical (the trainer is about to give up)."""
+    share_steps: int = 40
+    """...while the share of unusable groups over this many steps (at most [history]
+    window) is so high that..."""
+    horizon_steps: float = 1000.0
+    """...a streak as long as the limit is expected at least once in this many steps
+    (groups taken as independent). Healthy runs near reward 1 reach half the limit by
+    chance; this tells them from runs whose groups are mostly unusable. Once firing,
+    the finding stays while this holds. 0: the streak alone decides (also when the rows
+    lack group totals)."""
+    surprise_steps: float = 100000.0
+    """Or the streak is so long for that share that it would come by chance only once in
+    this many steps: the run has changed (a sudden collapse) faster than the share shows."""
 
 
 @dataclass(frozen=True)
@@ -419,6 +431,13 @@ class RulesConfig:
             raise ConfigError(
                 f"[history] window ({h.window}) must be >= trend_steps ({h.trend_steps}) "
                 f"and recent_steps ({h.recent_steps})"
+            )
+
+        u = self.unusable_groups_streak
+        if not 1 <= u.share_steps <= h.window or min(u.horizon_steps, u.surprise_steps) < 0:
+            raise ConfigError(
+                f"[unusable_groups_streak] share_steps ({u.share_steps}) must be between 1 "
+                f"and [history] window ({h.window}); horizon_steps, surprise_steps >= 0"
             )
 
         n = self.noisy_reward

@@ -195,6 +195,34 @@ def tasks_mastered(
     )
 
 
+def steps_to_streak(share: float, limit: float, groups_per_step: float) -> float:
+    """Expected steps until ``limit`` consecutive unusable groups, each group unusable
+    with probability ``share`` independently: (share^-limit - 1) / (1 - share) groups.
+
+    ``limit`` groups at a share of 1; infinite at a share of 0 (or too many to count).
+    """
+    if groups_per_step <= 0 or limit <= 0:
+        return math.inf
+    if share >= 1.0:
+        return limit / groups_per_step
+    if share <= 0.0:
+        return math.inf
+    exponent = -limit * math.log(share)
+    if exponent > 700.0:
+        return math.inf
+    return math.expm1(exponent) / (1.0 - share) / groups_per_step
+
+
+def unusable_share(v: View, n: int) -> tuple[float, float, int] | None:
+    """(share of unusable groups, groups per step, rows) over the last ``n`` rows;
+    None unless every row there has both counts."""
+    unusable, groups = v.values("unusable", n), v.values("groups", n)
+    rows = min(n, len(v.state.rows))
+    if len(unusable) != rows or len(groups) != rows or sum(groups) <= 0:
+        return None
+    return sum(unusable) / sum(groups), sum(groups) / rows, rows
+
+
 def unusable_groups_streak(
     v: View, c: C.UnusableGroupsStreak, ctx: Ctx, active: bool, row: dict
 ) -> Verdict | None:
@@ -203,13 +231,29 @@ def unusable_groups_streak(
     if not limit or limit <= 0 or v.cur("unusable") is None:
         return None
     frac = streak / limit
-    sev = "critical" if frac >= c.critical_frac else None
+    holds = ge(frac, c.warn_frac, active, ctx)
+    risk = ""
+    share = unusable_share(v, c.share_steps) if c.horizon_steps > 0 else None
+    if share is not None:
+        # Near reward 1 a healthy run reaches half the limit now and then by chance:
+        # the streak counts when groups are unusable so often that the limit is likely
+        # to be reached, or when it is too long to be chance at the run's recent share
+        # (the run changed, faster than the share shows). Once firing, the finding
+        # stays while the limit is likely, even if a trained group ended the streak.
+        u, per_step, rows = share
+        expected = steps_to_streak(u, limit, per_step)
+        likely = le(expected, c.horizon_steps, active, ctx)
+        sudden = ge(steps_to_streak(u, streak, per_step), c.surprise_steps, active, ctx)
+        holds = (holds and (likely or sudden)) or (likely and v.firing("unusable_groups_streak"))
+        risk = f"; {u:.0%} of the groups of the last {rows} steps were unusable"
+        if math.isfinite(expected):
+            risk += f", at which rate a streak of {limit:.0f} comes every {expected:.0f} steps"
     return Verdict(
-        ge(frac, c.warn_frac, active, ctx),
+        holds,
         f"about {streak:.0f} consecutive unusable groups at step {v.step}, "
-        f"{frac:.0%} of training.max_consecutive_unusable_groups = {limit:.0f}; the "
+        f"{frac:.0%} of training.max_consecutive_unusable_groups = {limit:.0f}{risk}; the "
         "trainer stops when it is reached: check reward variance and task difficulty",
-        sev,
+        "critical" if frac >= c.critical_frac else None,
     )
 
 

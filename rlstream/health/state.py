@@ -139,6 +139,11 @@ class View:
     def n_rows(self) -> int:
         return self.state.n_rows
 
+    def firing(self, code: str) -> bool:
+        """Whether the finding ``code`` was firing before the latest row."""
+        a = self.state.alerts.get(code)
+        return a is not None and a.state == FIRING
+
     def cur(self, name: str) -> float | None:
         """The figure in the latest row."""
         return self.state.rows[-1][1].get(name) if self.state.rows else None

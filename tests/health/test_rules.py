@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from health_synth import CTX, PATHOLOGIES, fold_all, rows
 
@@ -221,3 +223,55 @@ def test_reward_too_fast_weighs_the_quieter_level_after_a_jump():
 
 def _clip01(x):
     return min(1.0, max(0.0, x))
+
+
+def _trained_pattern(rs, trained):
+    """Set each row's trained groups (of GROUPS = 4); the rest are no_variance."""
+    for r, t in zip(rs, trained, strict=True):
+        r["groups_trained"], r["groups_no_variance"] = t, 4 - t
+    return rs
+
+
+def test_steps_to_streak():
+    from rlstream.health.rules import steps_to_streak
+
+    # (share^-L - 1) / (1 - share) groups: (4 - 1) / 0.5 = 6 groups, 3 steps of 2.
+    assert steps_to_streak(0.5, 2, 2) == pytest.approx(3.0)
+    assert steps_to_streak(1.0, 32, 4) == 8.0  # every group unusable: L / G steps
+    assert steps_to_streak(0.0, 32, 4) == math.inf
+    assert steps_to_streak(0.8, 32, 4) == pytest.approx(1576.5, abs=0.1)
+
+
+def test_unusable_streak_quiet_on_a_mastered_run_that_reaches_half_the_limit_by_chance():
+    # Reward near 1: three groups in four unusable, and once five steps with none
+    # trained: a streak of 21.5 of 32 (the true streak too, not an estimate error; the
+    # old rule fired at 17.5 and 21.5), at an unusable share of 78 % over the last 40
+    # steps, where a streak of 32 comes only about once every 3200 steps.
+    trained = [1] * 100 + [0] * 5 + [1] * 20
+    state, transitions = fold_all(_trained_pattern(rows(125), trained))
+    assert state.unusable_streak == pytest.approx(1.5)
+    assert [t for t in transitions if t.code == "unusable_groups_streak"] == []
+
+
+def test_unusable_streak_fires_and_stays_while_most_groups_are_unusable():
+    # One step in five trains a group (share 19/20 = 95 %): a streak of 32 is expected
+    # every 21 steps. The streak reaches 17.5 every fifth step and falls back to 1.5
+    # when a group trains; the finding fires once and stays firing.
+    trained = [1] * 60 + [1, 0, 0, 0, 0] * 16
+    state, transitions = fold_all(_trained_pattern(rows(140), trained))
+    mine = [(t.from_state, t.to_state) for t in transitions if t.code == "unusable_groups_streak"]
+    assert mine == [("inactive", "pending"), ("pending", FIRING)]
+    fired = _firing(state, "unusable_groups_streak")[0]
+    assert state.unusable_streak == pytest.approx(17.5)
+    assert fired.severity == "warning"
+    assert "95% of the groups of the last 40 steps were unusable" in fired.message
+    assert "a streak of 32 comes every 21 steps" in fired.message
+
+
+def test_unusable_streak_sudden_collapse_fires_before_the_limit():
+    # Every group unusable from step 60 (4 a step): the trainer would stop at step 67.
+    # The share of the last 40 steps is still low, which makes the streak far too long
+    # to be chance: pending at 62 (streak 12.x), firing at 63.
+    _, transitions = fold_all(rows(80, "unusable_groups_streak", onset=ONSET))
+    mine = [(t.to_state, t.step) for t in transitions if t.code == "unusable_groups_streak"]
+    assert mine[:2] == [("pending", 62), (FIRING, 63)]
