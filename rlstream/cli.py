@@ -95,7 +95,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     hooks = _health_hooks(args)
     if args.in_process:
         from rlstream.pipeline.local import analyze_local
+        from rlstream.runtime.malloc import keep_heap
 
+        keep_heap()  # this process is the worker (what Worker actors do, see malloc.py)
         summaries = analyze_local(args.roots, args.out, cfg, **hooks())
     else:
         from rlstream.runtime.driver import run

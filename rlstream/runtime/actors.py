@@ -21,6 +21,7 @@ from rlstream.io.storage import Storage
 from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import state_summary
 from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
+from rlstream.runtime.malloc import keep_heap
 from rlstream.sinks.parquet import ParquetSink
 
 log = logging.getLogger("rlstream")
@@ -33,6 +34,7 @@ class Worker:
 
     def __init__(self, storage: Storage) -> None:
         logging.basicConfig(level=logging.INFO)
+        keep_heap()
         self.storage = storage
         self.done = 0
 

@@ -1,8 +1,8 @@
 """Connecting to Ray: an existing cluster, or a private local one (the default).
 
 With no address (neither `--ray-address` nor RAY_ADDRESS) a private local Ray is
-started with a short temp dir (AF_UNIX paths are limited to 107 bytes) and no
-dashboard. AWS_* variables of this process are passed to every worker as a
+started with a short temp dir (AF_UNIX paths are limited to 107 bytes), no
+dashboard and no prestarted idle workers, and stopped at once (`disconnect`). AWS_* variables of this process are passed to every worker as a
 runtime_env, so workers on other nodes read object storage with the same
 credentials and endpoint.
 """
@@ -106,6 +106,10 @@ def connect(cfg: RayConfig) -> bool:
             runtime_env=runtime_env,
             logging_level=logging.WARNING,
             log_to_driver=False,
+            # Only actors run here, each in its own process: the idle workers Ray
+            # would prestart for the first tasks only take CPU while the actors start
+            # (0.9 s of 10.9 end to end on 2 cores) and while watch idles.
+            _system_config={"prestart_worker_first_driver": False},
         )
     return True
 
