@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, help="timed rounds (default 3, quick 1)")
     p.add_argument("--work", help="scratch folder (default: a temp dir, removed after)")
     p.add_argument("--json", help="also write the results as JSON here")
+    p.add_argument(
+        "--scale",
+        type=int,
+        default=1,
+        help="batch: K times as many runs, contenders only (how fixed costs amortise)",
+    )
     a = p.parse_args(argv)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="rlbench", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)
@@ -43,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.what in ("batch", "all"):
             from bench import batch
 
-            results["batch"] = batch.main(a.quick, a.reps, work)
+            results["batch"] = batch.main(a.quick, a.reps, work, a.scale)
         if a.what in ("live", "all"):
             from bench import live
 

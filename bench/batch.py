@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.common import dir_bytes, median, ray_env, rlstream_cmd, run_measured
@@ -255,8 +255,12 @@ def memory_growth(work: Path, size: BatchSize) -> dict:
     return {"x1": out[1], "x10": out[10], "growth": growth}
 
 
-def main(quick: bool, reps: int | None, work: Path) -> dict:
+def main(quick: bool, reps: int | None, work: Path, scale: int = 1) -> dict:
+    """The three parts; with `scale` > 1, only the contenders, on an archive of
+    `scale` times as many runs (fixed costs weigh less as the archive grows)."""
     size = QUICK if quick else FULL
+    if scale > 1:
+        size = replace(size, runs=size.runs * scale)
     reps = reps or (1 if quick else 3)
     root = work / "batch"
     print(f"batch: simulating {size} ...", flush=True)
@@ -270,6 +274,9 @@ def main(quick: bool, reps: int | None, work: Path) -> dict:
     print("batch: contenders (timed rounds, order rotated; then agreement)", flush=True)
     result = {"size": size.__dict__, "data": st}
     result["compare"] = batch_compare(root, work, st, reps)
+    if scale > 1:
+        shutil.rmtree(root, ignore_errors=True)
+        return result
     print("batch: worker-stage scaling, 1 vs 2 workers", flush=True)
     result["scaling"] = worker_scaling(root, work, st["tokens"], max(1, reps))
     shutil.rmtree(root, ignore_errors=True)
