@@ -2,9 +2,9 @@
 
 With no address (neither `--ray-address` nor RAY_ADDRESS) a private local Ray is
 started with a short temp dir (AF_UNIX paths are limited to 107 bytes), no
-dashboard and no prestarted idle workers, and stopped at once (`disconnect`). AWS_* variables of this process are passed to every worker as a
-runtime_env, so workers on other nodes read object storage with the same
-credentials and endpoint.
+dashboard and no prestarted idle workers, and stopped at once (`disconnect`).
+AWS_* variables of this process are passed to every worker as a runtime_env, so
+workers on other nodes read object storage with the same credentials and endpoint.
 """
 
 from __future__ import annotations
