@@ -12,6 +12,9 @@ at later times up to where the run would have ended) so `stalled` is judged too.
 Reported per code (a run "fires" a code when the code reaches `firing`):
 
 - recall: share of runs of that scenario where the code fired at or after onset;
+- firing at or after onset: the same, also counting a run where the code was already
+  firing when the onset step was folded (a firing that began early and held through
+  the onset: the run showed the condition before its label said so);
 - precision: of all runs where the code fired (after onset, in its own scenario; at
   any step elsewhere), the share that were runs of that scenario;
 - lead: median steps from onset to the first firing;
@@ -53,6 +56,7 @@ from rlstream.health import (
     new_state,
     typical_interval,
 )
+from rlstream.health.state import FIRING
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,7 @@ class RunResult:
     early: set[str]  # own code fired before onset
     loud_episodes: int  # warning/critical firing episodes (for healthy runs)
     loud_codes: list[str]
+    at_onset: set[str]  # codes already firing once the onset step was folded
 
 
 def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
@@ -169,12 +174,15 @@ def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
             if t.to_state == "firing" and t.from_state != "firing"
         )
 
+    at_onset: set[str] | None = None
     for row in run.rows:
         if row.get("time") is not None:
             state, tr = check_time(state, row["time"], None, ctx, cfg)
             note(tr)
         state, tr = fold_step(state, row, ctx, cfg)
         note(tr)
+        if at_onset is None and run.onset is not None and row["step"] >= run.onset:
+            at_onset = {c for c, a in state.alerts.items() if a.state == FIRING}
     interval = typical_interval(state)
     if not run.finished and interval and state.last_step_time is not None:
         # The run stopped writing: look at it as a watcher would, as time passes.
@@ -200,7 +208,7 @@ def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
             continue
         first.setdefault(code, step)
     loud = [c for c, sev, _s, _t in fires if sev != "info"]
-    return RunResult(run.scenario, run.onset, first, early, len(loud), loud)
+    return RunResult(run.scenario, run.onset, first, early, len(loud), loud, at_onset or set())
 
 
 def report(results: list[RunResult], steps: int) -> tuple[str, dict[str, Any]]:
@@ -209,8 +217,9 @@ def report(results: list[RunResult], steps: int) -> tuple[str, dict[str, Any]]:
         by_scen[r.scenario].append(r)
     healthy = by_scen.get("healthy", [])
     lines = [
-        "| code | runs | recall | precision | median lead (steps) | fired elsewhere |",
-        "|---|---|---|---|---|---|",
+        "| code | runs | recall | firing at or after onset | precision | median lead (steps) "
+        "| fired elsewhere |",
+        "|---|---|---|---|---|---|---|",
     ]
     summary: dict[str, Any] = {}
     for code in CODES:
@@ -223,13 +232,17 @@ def report(results: list[RunResult], steps: int) -> tuple[str, dict[str, Any]]:
         elsewhere = Counter(r.scenario for r in fired_anywhere if r.scenario != code)
         lead = statistics.median(leads) if leads else float("nan")
         recall = true_pos / len(own) if own else float("nan")
+        caught = sum(code in r.first_fire or code in r.at_onset for r in own)
+        at_or_after = caught / len(own) if own else float("nan")
         lines.append(
-            f"| {code} | {len(own)} | {recall:.0%} | {precision:.0%} | {lead:.0f} | "
+            f"| {code} | {len(own)} | {recall:.0%} | {at_or_after:.0%} | {precision:.0%} "
+            f"| {lead:.0f} | "
             + (", ".join(f"{s} ({n})" for s, n in elsewhere.most_common(3)) or "-")
             + " |"
         )
         summary[code] = {
             "recall": recall,
+            "firing_at_or_after_onset": at_or_after,
             "precision": precision,
             "lead": lead,
             "elsewhere": dict(elsewhere),
