@@ -28,20 +28,24 @@ def _children_map() -> dict[int, list[int]]:
     return kids
 
 
+def _generations(roots: Iterable[int]) -> list[list[int]]:
+    """`roots`, then their children alive now, then grandchildren... (each pid once)."""
+    kids = _children_map()
+    generations: list[list[int]] = []
+    seen: set[int] = set()
+    level = list(roots)
+    while level:
+        level = [p for p in dict.fromkeys(level) if p not in seen]
+        seen.update(level)
+        if level:
+            generations.append(level)
+        level = [c for p in level for c in kids.get(p, [])]
+    return generations
+
+
 def tree(*pids: int) -> list[int]:
     """The `pids` and all their descendants alive now (each once, parents first)."""
-    kids = _children_map()
-    out: list[int] = []
-    seen: set[int] = set()
-    todo = list(pids)
-    while todo:
-        p = todo.pop(0)
-        if p in seen:
-            continue
-        seen.add(p)
-        out.append(p)
-        todo.extend(kids.get(p, []))
-    return out
+    return [p for generation in _generations(pids) for p in generation]
 
 
 def _gone(pid: int) -> bool:
@@ -60,18 +64,10 @@ def _gone(pid: int) -> bool:
 
 def kill_tree(roots: Iterable[int], timeout: float = 5.0) -> list[int]:
     """SIGKILL `roots` and all their descendants, the deepest first, waiting for each
-    generation to exit before the next: a parent still alive reaps its children, so
-    nothing is left as a zombie under init. Returns the pids still alive at `timeout`."""
-    kids = _children_map()
-    generations: list[list[int]] = []
-    seen: set[int] = set()
-    level = list(roots)
-    while level:
-        level = [p for p in dict.fromkeys(level) if p not in seen]
-        seen.update(level)
-        if level:
-            generations.append(level)
-        level = [c for p in level for c in kids.get(p, [])]
+    generation to exit before the next, so a parent is still there to reap its
+    children (a child already a zombie when its parent dies passes to init, which
+    reaps it). Returns the pids still alive at `timeout`."""
+    generations = _generations(roots)
     deadline = time.monotonic() + timeout
     left: list[int] = []
     for generation in reversed(generations):
