@@ -90,6 +90,16 @@ def _freeze_after(x: np.ndarray, r: np.ndarray, onset: int) -> np.ndarray:
     return x * (1.0 - r) + x[min(onset, x.size - 1)] * r
 
 
+def _cap_at_onset(skill: np.ndarray, s0: float, onset: int, level: float) -> np.ndarray:
+    """Slow the healthy learning curve so that ability at onset is at most ``level``
+    (logit scale, tasks' mean difficulty 0): the run has not yet done what the
+    scenario makes it do from the onset."""
+    gain = skill[onset] - s0
+    if gain <= 0:
+        return skill
+    return s0 + (skill - s0) * min(1.0, max(level - s0, 0.1) / gain)
+
+
 def healthy_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     p = plan.params
     steps = plan.steps
@@ -145,7 +155,9 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     elif name == "tasks_too_easy":
         k.diff_mean[:] = s0 - 4.5
     elif name == "tasks_mastered":
-        k.skill = k.skill + 5.5 * r
+        # Not mastered before the onset (pass rate about 0.7 at most, below the
+        # finding's reward threshold), then ability overtakes the task set.
+        k.skill = _cap_at_onset(k.skill, s0, onset, 1.0) + 5.5 * r
     elif name == "unusable_groups_streak":
         k.collapse = 0.9 * r
         k.fail_rollout = k.fail_rollout + 0.06 * r
@@ -169,10 +181,7 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
         # Learning has been slow, so reward is still mid-way (ability reaches the
         # tasks' level at onset), when the policy abruptly finds a shortcut: ability
         # jumps 3 logits in about 4 steps and reward leaps from about 0.45 to about 0.9.
-        gain = k.skill[onset] - s0
-        if gain > 0:
-            k.skill = s0 + (k.skill - s0) * min(1.0, max(-s0, 0.1) / gain)
-        k.skill = k.skill + 3.0 * _ramp(steps, onset, 4)
+        k.skill = _cap_at_onset(k.skill, s0, onset, 0.0) + 3.0 * _ramp(steps, onset, 4)
     elif name == "degenerate_outputs":
         k.degen = 0.75 * r
     elif name == "entropy_collapse":
