@@ -4,14 +4,19 @@
 2. Time `reps` rounds (files read once before, so the page cache is warm for all);
    each round runs every contender once, in a rotated order, each
    as its own process on the same files: `rlstream analyze` end to end (CLI, private
-   Ray started and stopped, Parquet written), DuckDB (read_json + unnest + GROUP BY,
-   all threads), the plain script (json + numpy, one process). Medians are reported:
-   wall seconds, tokens/s, MB/s, peak RSS of the process tree, CPU seconds.
-3. The first round's results of the three are checked to agree on the per-(run,
-   step) token aggregates (bench.contenders.COLUMNS, relative 1e-9).
-4. Worker-stage scaling: in this process, one local Ray (2 CPUs); `driver.run` with
-   1 and with 2 workers, interleaved; the time of the worker stage (`Fleet.analyze`,
-   or the batch `Fleet.poll`) is taken by wrapping that method from here.
+   Ray started and stopped, Parquet written); the same joining a standing one-node
+   Ray (`--ray-address`; the Ray is started before the clock and stopped after it,
+   its processes' CPU and memory counted, bench/standing.py); DuckDB (read_json +
+   unnest + GROUP BY, all threads); the plain script (json + numpy, one process).
+   Medians are reported: wall seconds, tokens/s, MB/s, peak RSS of the process tree,
+   CPU seconds.
+3. The first round's results of every contender are checked to agree with
+   rlstream's on the per-(run, step) token aggregates (bench.contenders.COLUMNS,
+   relative 1e-9).
+4. Worker-stage scaling: in this process, one local Ray (2 CPUs); one untimed
+   warm-up run, then `driver.run` with 1 and with 2 workers, interleaved; the time
+   of the worker stage (`Fleet.analyze`, or the batch `Fleet.poll`) is taken by
+   wrapping that method from here.
 5. Memory against archive size: peak RSS of `rlstream analyze` on the data set and on
    one 10 times larger (runs x10).
 """
@@ -27,8 +32,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.common import dir_bytes, median, ray_env, rlstream_cmd, run_measured
+from bench.common import Timed, dir_bytes, median, ray_env, rlstream_cmd, run_measured
 from bench.contenders import compare
+from bench.standing import StandingRay
 
 
 @dataclass(frozen=True)
@@ -79,16 +85,26 @@ def simulate_root(root: Path, size: BatchSize, seed: int = 7) -> dict[str, float
 def _contender_cmd(name: str, root: Path, work: Path, i: int) -> tuple[list[str], Path]:
     out_json = work / f"{name}-{i}.json"
     py = [sys.executable, "-m", "bench.contenders"]
-    if name == "rlstream":
-        out = work / f"rls-out-{i}"
+    if name in RLSTREAM:
+        out = work / f"rls-out-{name}-{i}"
         return [*rlstream_cmd(), "analyze", str(root), "--out", str(out)], out
     if name == "duckdb":
         return [*py, "duckdb", str(root), str(out_json)], out_json
     return [*py, "plain", str(root), str(out_json)], out_json
 
 
+def _run_contender(name: str, root: Path, work: Path, i: int, env: dict) -> tuple[Timed, Path]:
+    """One timed run. `joined` gets a standing Ray, started before the clock and
+    stopped after it; its processes' CPU and memory are counted with the command's."""
+    cmd, out = _contender_cmd(name, root, work, i)
+    if name != "joined":
+        return run_measured(cmd, env), out
+    with StandingRay(os.cpu_count() or 1) as head:
+        return run_measured([*cmd, "--ray-address", head.address], env, also=head.roots()), out
+
+
 def _results(name: str, out: Path, root: Path, work: Path) -> dict:
-    if name == "rlstream":
+    if name in RLSTREAM:
         tmp = work / "rls.json"
         run_measured(
             [
@@ -106,7 +122,14 @@ def _results(name: str, out: Path, root: Path, work: Path) -> dict:
     return json.loads(out.read_text())
 
 
-CONTENDERS = ("rlstream", "duckdb", "plain")
+CONTENDERS = ("rlstream", "joined", "duckdb", "plain")
+RLSTREAM = ("rlstream", "joined")
+LABELS = {
+    "rlstream": "rlstream analyze (private Ray started and stopped)",
+    "joined": "rlstream analyze --ray-address (a standing Ray)",
+    "duckdb": "DuckDB",
+    "plain": "plain script",
+}
 
 
 def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) -> dict:
@@ -117,14 +140,13 @@ def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) ->
     timings: dict[str, list] = {n: [] for n in CONTENDERS}
     results = {}
     for rep in range(reps):
-        order = CONTENDERS[rep % 3 :] + CONTENDERS[: rep % 3]
-        for name in order:
-            cmd, out = _contender_cmd(name, root, work, rep + 1)
-            t = run_measured(cmd, env)
+        k = rep % len(CONTENDERS)
+        for name in CONTENDERS[k:] + CONTENDERS[:k]:
+            t, out = _run_contender(name, root, work, rep + 1, env)
             timings[name].append(t)
             if rep == 0:
                 results[name] = _results(name, out, root, work)
-            if name == "rlstream":
+            if name in RLSTREAM:
                 shutil.rmtree(out, ignore_errors=True)
             print(
                 f"  rep {rep + 1} {name:9s} {t.wall:7.2f} s wall  {t.cpu:7.2f} s CPU  "
@@ -132,7 +154,7 @@ def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) ->
                 flush=True,
             )
     # Every contender's numbers from the first round, checked against rlstream's.
-    agree = {other: compare(results["rlstream"], results[other]) for other in ("duckdb", "plain")}
+    agree = {other: compare(results["rlstream"], results[other]) for other in CONTENDERS[1:]}
     for other, problems in agree.items():
         status = "agree" if not problems else f"DISAGREE ({len(problems)}): {problems[:3]}"
         print(f"  rlstream vs {other}: {len(results['rlstream'])} (run, step) rows {status}")
@@ -157,13 +179,23 @@ def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) ->
             f"  {name:10s} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {r['tokens_per_s'] / 1e6:8.2f} "
             f"{r['mb_per_s']:8.1f} {r['peak_rss_mib']:13.0f}  {r['walls']}"
         )
-    ratio_d = table["rlstream"]["tokens_per_s"] / table["duckdb"]["tokens_per_s"]
-    ratio_p = table["rlstream"]["tokens_per_s"] / table["plain"]["tokens_per_s"]
+    for name in CONTENDERS:
+        print(f"  {name:10s} = {LABELS[name]}")
+    rate = {name: r["tokens_per_s"] for name, r in table.items()}
+    ratio_d = rate["rlstream"] / rate["duckdb"]
+    ratio_j = rate["joined"] / rate["duckdb"]
+    ratio_p = rate["rlstream"] / rate["plain"]
     print(
         f"  rlstream / DuckDB tokens/s: {ratio_d:.2f}x (target >= 1.5x); "
-        f"rlstream / plain: {ratio_p:.2f}x"
+        f"joined / DuckDB: {ratio_j:.2f}x; rlstream / plain: {ratio_p:.2f}x"
     )
-    return {"agree": agree, "table": table, "ratio_vs_duckdb": ratio_d, "ratio_vs_plain": ratio_p}
+    return {
+        "agree": agree,
+        "table": table,
+        "ratio_vs_duckdb": ratio_d,
+        "joined_vs_duckdb": ratio_j,
+        "ratio_vs_plain": ratio_p,
+    }
 
 
 def _pythonpath() -> str:
@@ -173,7 +205,11 @@ def _pythonpath() -> str:
 
 
 def worker_scaling(root: Path, work: Path, tokens: float, reps: int) -> dict:
-    """Worker-stage time with 1 and 2 workers on one local Ray, interleaved."""
+    """Worker-stage time with 1 and 2 workers on one local Ray, interleaved, after
+    one untimed warm-up run: the first `driver.run` in a fresh Ray also pays one-time
+    costs (actor classes exported, modules imported and files read for the first
+    time), which fell on whichever worker count came first (11.7 s against 6.0-6.5 s
+    for the 1-worker stage on 2026-11-30)."""
     os.environ.update(ray_env())
     import ray
 
@@ -199,6 +235,10 @@ def worker_scaling(root: Path, work: Path, tokens: float, reps: int) -> dict:
     res: dict[int, list[float]] = {1: [], 2: []}
     totals: dict[int, list[float]] = {1: [], 2: []}
     try:
+        warm = work / "scale-warm-up"
+        driver.run([str(root)], str(warm), PipelineConfig(), driver.RuntimeConfig(workers=2))
+        shutil.rmtree(warm, ignore_errors=True)
+        spans.clear()
         for rep in range(reps):
             for w in (1, 2) if rep % 2 == 0 else (2, 1):
                 out = work / f"scale-{w}-{rep}"

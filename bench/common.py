@@ -46,15 +46,19 @@ class TreeSampler:
 
     pid: int
     interval: float = 0.05
+    also: tuple[int, ...] = ()
+    """Roots of other trees counted with it (a standing Ray the command joins); only
+    the CPU they use after `start()` counts."""
     peak_rss: int = 0
     cpu: dict[int, float] = field(default_factory=dict)
+    base: dict[int, float] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def sample(self) -> None:
         rss = 0
-        for p in tree(self.pid):
+        for p in tree(self.pid, *self.also):
             c, r = _proc_cpu_rss(p)
             rss += r
             if c:
@@ -65,9 +69,15 @@ class TreeSampler:
 
     def cpu_seconds(self, pick: Callable[[int, str], bool] | None = None) -> float:
         """CPU seconds of the tree, or of the processes `pick(pid, cmdline)` selects."""
-        return sum(c for p, c in self.cpu.items() if pick is None or pick(p, self.names.get(p, "")))
+        return sum(
+            c - self.base.get(p, 0.0)
+            for p, c in self.cpu.items()
+            if pick is None or pick(p, self.names.get(p, ""))
+        )
 
     def start(self) -> TreeSampler:
+        self.base = {p: _proc_cpu_rss(p)[0] for p in tree(*self.also)} if self.also else {}
+
         def loop() -> None:
             while not self._stop.is_set():
                 self.sample()
@@ -101,8 +111,14 @@ class Timed:
     stdout: str
 
 
-def run_measured(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> Timed:
-    """Run a command to completion, sampling its process tree."""
+def run_measured(
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    timeout: float = 3600,
+    also: tuple[int, ...] = (),
+) -> Timed:
+    """Run a command to completion, sampling its process tree (and the trees of
+    `also`: their peak RSS in full, their CPU from the command's start)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd,
@@ -111,7 +127,7 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None, timeout: flo
         env={**os.environ, **(env or {})},
         text=True,
     )
-    sampler = TreeSampler(proc.pid).start()
+    sampler = TreeSampler(proc.pid, also=also).start()
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:

@@ -67,6 +67,11 @@ def disconnect() -> None:
         shutil.rmtree(_TEMP_DIRS.pop(), ignore_errors=True)
 
 
+def private_ray() -> bool:
+    """True while this process runs a private local Ray it started (not a cluster)."""
+    return bool(_TEMP_DIRS)
+
+
 def _private_node_pids() -> list[int] | None:
     """Pids of the processes of the Ray node this process started, or None."""
     if not _TEMP_DIRS or not os.path.isdir("/proc"):

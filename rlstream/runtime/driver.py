@@ -31,6 +31,7 @@ from rlstream.runtime.cluster import (
     connect,
     disconnect,
     forwarded_env,
+    private_ray,
 )
 
 log = logging.getLogger("rlstream")
@@ -289,7 +290,7 @@ def run(
         t_actors = time.monotonic()
         log.info(
             "Ray %s in %.1f s; %d workers and %d tailers ready in %.1f s",
-            "started" if started else "joined",
+            "started" if private_ray() else "joined",
             t_ray - t_start,
             len(fleet.workers),
             len(fleet.tailers),

@@ -1,6 +1,6 @@
 """Smoke test of the speed benchmark (`python -m bench`): it runs and prints results.
 
-CI-sized and never a speed assertion: only that every part ran, the three batch
+CI-sized and never a speed assertion: only that every part ran, the batch
 contenders agree on the numbers, and the figures were printed. The full `--quick`
 run (about a minute on an idle machine, more under load) is the command in
 bench/README.md; here its parts run on the smallest data.
@@ -45,12 +45,16 @@ def test_bench_batch_quick_runs_and_prints(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout
-    assert "rlstream vs duckdb" in text and "agree" in text and "DISAGREE" not in text
-    assert "rlstream / DuckDB tokens/s" in text
+    assert "rlstream vs duckdb" in text and "rlstream vs joined" in text
+    assert "agree" in text and "DISAGREE" not in text
+    assert "rlstream / DuckDB tokens/s" in text and "joined / DuckDB" in text
     assert "speed-up" in text and "peak memory growth" in text
     res = json.loads(out.read_text())["batch"]
-    assert set(res["compare"]["table"]) == {"rlstream", "duckdb", "plain"}
-    assert res["compare"]["table"]["rlstream"]["tokens_per_s"] > 0
+    table = res["compare"]["table"]
+    assert set(table) == {"rlstream", "joined", "duckdb", "plain"}
+    assert table["rlstream"]["tokens_per_s"] > 0 and table["joined"]["tokens_per_s"] > 0
+    # The standing Ray's actors ran the joined analyze: their CPU was counted.
+    assert table["joined"]["cpu_s"] > 0.5
 
 
 @pytest.mark.ray

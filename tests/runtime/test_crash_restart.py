@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +29,13 @@ def _watch(root: Path, out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
+
+
+def _remove_temp_dir(stderr: str) -> None:
+    """A SIGKILLed watch cannot remove its private Ray's temp dir: do it here."""
+    found = re.search(r"private local Ray \(temp dir (/tmp/rls[^)\s]+)\)", stderr)
+    assert found, stderr[-2000:]
+    shutil.rmtree(found.group(1), ignore_errors=True)  # its processes may still be exiting
 
 
 def _checkpoint_seqs(out: Path) -> int:
@@ -72,6 +81,7 @@ def test_sigkill_and_restart_equals_uninterrupted(tmp_path):
             time.sleep(rng.uniform(0.0, 0.8))  # a random moment after a commit
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            _remove_temp_dir(proc.stderr.read().decode())
     finally:
         kills_done.set()
     proc = _watch(root, out, "--exit-when-finished")

@@ -51,7 +51,9 @@ def test_private_ray_stops_without_leaving_processes(tmp_path):
         import ray
         from rlstream.runtime import cluster, procs
 
+        assert not cluster.private_ray()
         assert cluster.connect(cluster.RayConfig(num_cpus=1))
+        assert cluster.private_ray()
 
         @ray.remote(num_cpus=0)
         class A:
@@ -64,6 +66,7 @@ def test_private_ray_stops_without_leaving_processes(tmp_path):
         temp = cluster._TEMP_DIRS[0]
         t0 = time.monotonic()
         cluster.disconnect()
+        assert not cluster.private_ray()
         json.dump({"pids": pids, "actor": actor_pid, "temp": temp,
                    "stop_s": time.monotonic() - t0}, sys.stdout)
         """
