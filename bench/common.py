@@ -25,7 +25,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _proc_cpu_rss(pid: int) -> tuple[float, int]:
+def proc_cpu_rss(pid: int) -> tuple[float, int]:
     """(user + system CPU seconds, resident bytes) of one process; (0, 0) if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -59,7 +59,7 @@ class TreeSampler:
     def sample(self) -> None:
         rss = 0
         for p in tree(self.pid, *self.also):
-            c, r = _proc_cpu_rss(p)
+            c, r = proc_cpu_rss(p)
             rss += r
             if c:
                 self.cpu[p] = max(self.cpu.get(p, 0.0), c)
@@ -76,7 +76,7 @@ class TreeSampler:
         )
 
     def start(self) -> TreeSampler:
-        self.base = {p: _proc_cpu_rss(p)[0] for p in tree(*self.also)} if self.also else {}
+        self.base = {p: proc_cpu_rss(p)[0] for p in tree(*self.also)} if self.also else {}
 
         def loop() -> None:
             while not self._stop.is_set():

@@ -16,10 +16,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from bench.common import ray_env
-from rlstream.runtime.procs import kill_tree
+from bench.common import proc_cpu_rss, ray_env
+from rlstream.runtime.procs import kill_tree, tree
 
 
 def _free_port() -> int:
@@ -47,8 +48,9 @@ class StandingRay:
     """`with StandingRay(cpus) as head:` a head node; `head.address` to join it,
     `head.roots()` its processes (for CPU and memory sampling)."""
 
-    def __init__(self, cpus: int) -> None:
+    def __init__(self, cpus: int, system_config: str | None = None) -> None:
         self.cpus = cpus
+        self.system_config = system_config
         self.temp_dir = tempfile.mkdtemp(prefix="rlbh", dir="/tmp")
         self.address = f"127.0.0.1:{_free_port()}"
 
@@ -65,13 +67,35 @@ class StandingRay:
             "--disable-usage-stats",
             f"--temp-dir={self.temp_dir}",
         ]
+        if self.system_config:
+            cmd.append(f"--system-config={self.system_config}")
         env = {**os.environ, **ray_env()}
         env.pop("RAY_ADDRESS", None)
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
         if res.returncode != 0:
             self.__exit__(None, None, None)
             raise RuntimeError(f"ray start failed:\n{res.stdout}\n{res.stderr}")
+        self.settle()
         return self
+
+    def settle(self, window: float = 0.5, busy: float = 0.1, timeout: float = 60.0) -> float:
+        """Wait until the head is idle, as a cluster that has been up a while is: its
+        processes used under `busy` of a core over the last `window` seconds (its
+        agents keep starting for a few seconds after `ray start` returns). Returns
+        the seconds waited."""
+        t0 = time.monotonic()
+
+        def cpu() -> float:
+            return sum(proc_cpu_rss(p)[0] for p in tree(*self.roots()))
+
+        last = cpu()
+        while time.monotonic() - t0 < timeout:
+            time.sleep(window)
+            now = cpu()
+            if now - last < busy * window:
+                break
+            last = now
+        return time.monotonic() - t0
 
     def roots(self) -> tuple[int, ...]:
         """The head's processes (GCS, raylet, ...): actors are their descendants."""
