@@ -104,10 +104,11 @@ def _run_contender(name: str, root: Path, work: Path, i: int, env: dict) -> tupl
     tiny = work / "joined-warm-up"
     if not tiny.exists():
         simulate_root(tiny, BatchSize(runs=1, steps=2, groups=2, group_size=4, tokens=32))
-    with StandingRay(os.cpu_count() or 1) as head:
+    with StandingRay() as head:
         address = ["--ray-address", head.address]
-        run_measured([*rlstream_cmd(), "analyze", str(tiny), "--out", str(out), *address], env)
-        shutil.rmtree(out)
+        warm = work / f"joined-warm-up-out-{i}"
+        run_measured([*rlstream_cmd(), "analyze", str(tiny), "--out", str(warm), *address], env)
+        shutil.rmtree(warm)
         head.settle()
         return run_measured([*cmd, *address], env, also=head.roots()), out
 
@@ -176,6 +177,7 @@ def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) ->
             "tokens_per_s": stats["tokens"] / wall,
             "mb_per_s": stats["transcript_bytes"] / 1e6 / wall,
             "peak_rss_mib": median([t.peak_rss for t in timings[name]]) / 2**20,
+            "cpu_also_s": median([t.cpu_also for t in timings[name]]),
             "walls": [round(t.wall, 2) for t in timings[name]],
         }
     print()

@@ -52,12 +52,15 @@ class TreeSampler:
     peak_rss: int = 0
     cpu: dict[int, float] = field(default_factory=dict)
     base: dict[int, float] = field(default_factory=dict)
+    in_also: set[int] = field(default_factory=set)
     names: dict[int, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def sample(self) -> None:
         rss = 0
+        if self.also:
+            self.in_also.update(tree(*self.also))
         for p in tree(self.pid, *self.also):
             c, r = proc_cpu_rss(p)
             rss += r
@@ -66,6 +69,10 @@ class TreeSampler:
             if p not in self.names:
                 self.names[p] = _cmdline(p)
         self.peak_rss = max(self.peak_rss, rss)
+
+    def also_cpu_seconds(self) -> float:
+        """CPU seconds of the `also` trees alone (since `start()`)."""
+        return self.cpu_seconds(lambda p, _: p in self.in_also)
 
     def cpu_seconds(self, pick: Callable[[int, str], bool] | None = None) -> float:
         """CPU seconds of the tree, or of the processes `pick(pid, cmdline)` selects."""
@@ -103,12 +110,14 @@ def _cmdline(pid: int) -> str:
 
 @dataclass
 class Timed:
-    """One measured command: wall seconds, peak tree RSS, tree CPU seconds."""
+    """One measured command: wall seconds, peak tree RSS, tree CPU seconds (of which
+    `cpu_also` in the `also` trees)."""
 
     wall: float
     peak_rss: int
     cpu: float
     stdout: str
+    cpu_also: float = 0.0
 
 
 def run_measured(
@@ -135,7 +144,7 @@ def run_measured(
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{err[-3000:]}")
-    return Timed(wall, sampler.peak_rss, sampler.cpu_seconds(), out)
+    return Timed(wall, sampler.peak_rss, sampler.cpu_seconds(), out, sampler.also_cpu_seconds())
 
 
 def median(xs: list[float]) -> float:

@@ -206,7 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="analyze runs to the end of what exists, then exit")
     _common(a)
-    a.add_argument("--in-process", action="store_true", help="run without Ray (debugging)")
+    a.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run in this process, one core, without Ray (small archives, debugging)",
+    )
     a.set_defaults(func=cmd_analyze)
 
     w = sub.add_parser("watch", help="tail runs live and keep the tables current until Ctrl-C")

@@ -87,7 +87,8 @@ def _private_node_pids() -> list[int] | None:
 
 
 def connect(cfg: RayConfig) -> bool:
-    """Initialise Ray unless already initialised; returns True if this call started it."""
+    """Initialise Ray unless already initialised (start a private Ray or join a
+    cluster); returns True if this call initialised it. `private_ray()` tells which."""
     import ray
 
     if ray.is_initialized():

@@ -53,8 +53,10 @@ def test_bench_batch_quick_runs_and_prints(tmp_path: Path) -> None:
     table = res["compare"]["table"]
     assert set(table) == {"rlstream", "joined", "duckdb", "plain"}
     assert table["rlstream"]["tokens_per_s"] > 0 and table["joined"]["tokens_per_s"] > 0
-    # The standing Ray's actors ran the joined analyze: their CPU was counted.
-    assert table["joined"]["cpu_s"] > 0.5
+    # The joined analyze ran its actors in the standing Ray: their CPU (each imports
+    # Ray and rlstream) was counted, outside the command's own process tree.
+    assert table["joined"]["cpu_also_s"] > 1.0
+    assert table["rlstream"]["cpu_also_s"] == 0.0
 
 
 @pytest.mark.ray

@@ -34,8 +34,8 @@ def _watch(root: Path, out: Path, *extra: str) -> subprocess.Popen:
 def _remove_temp_dir(stderr: str) -> None:
     """A SIGKILLed watch cannot remove its private Ray's temp dir: do it here."""
     found = re.search(r"private local Ray \(temp dir (/tmp/rls[^)\s]+)\)", stderr)
-    assert found, stderr[-2000:]
-    shutil.rmtree(found.group(1), ignore_errors=True)  # its processes may still be exiting
+    if found:  # none when the watch joined a cluster (RAY_ADDRESS)
+        shutil.rmtree(found.group(1), ignore_errors=True)  # its processes may be exiting
 
 
 def _checkpoint_seqs(out: Path) -> int:
