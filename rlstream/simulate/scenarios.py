@@ -157,10 +157,7 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     elif name == "tasks_mastered":
         # Not mastered before the onset (pass rate about 0.7 at most, below the
         # finding's reward threshold), then ability overtakes the task set.
-        # Held-out ability follows the slowed curve (0.3 below it, as in healthy runs).
-        slowed = _cap_at_onset(k.skill, s0, onset, 1.0)
-        k.heldout_skill = slowed - 0.3
-        k.skill = slowed + 5.5 * r
+        k.skill = _cap_at_onset(k.skill, s0, onset, 1.0) + 5.5 * r
     elif name == "unusable_groups_streak":
         k.collapse = 0.9 * r
         k.fail_rollout = k.fail_rollout + 0.06 * r
