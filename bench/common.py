@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlstream.runtime.procs import tree
+from rlstream.runtime.procs import children_map, tree
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -59,9 +59,10 @@ class TreeSampler:
 
     def sample(self) -> None:
         rss = 0
-        if self.also:
-            self.in_also.update(tree(*self.also))
-        for p in tree(self.pid, *self.also):
+        kids = children_map()
+        also = tree(*self.also, kids=kids) if self.also else []
+        self.in_also.update(also)
+        for p in dict.fromkeys(tree(self.pid, kids=kids) + also):
             c, r = proc_cpu_rss(p)
             rss += r
             if c:

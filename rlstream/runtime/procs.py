@@ -13,7 +13,8 @@ import time
 from collections.abc import Iterable
 
 
-def _children_map() -> dict[int, list[int]]:
+def children_map() -> dict[int, list[int]]:
+    """ppid -> pids of every process alive now (one pass over /proc)."""
     kids: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -28,9 +29,9 @@ def _children_map() -> dict[int, list[int]]:
     return kids
 
 
-def _generations(roots: Iterable[int]) -> list[list[int]]:
+def _generations(roots: Iterable[int], kids: dict[int, list[int]] | None = None) -> list[list[int]]:
     """`roots`, then their children alive now, then grandchildren... (each pid once)."""
-    kids = _children_map()
+    kids = children_map() if kids is None else kids
     generations: list[list[int]] = []
     seen: set[int] = set()
     level = list(roots)
@@ -43,9 +44,10 @@ def _generations(roots: Iterable[int]) -> list[list[int]]:
     return generations
 
 
-def tree(*pids: int) -> list[int]:
-    """The `pids` and all their descendants alive now (each once, parents first)."""
-    return [p for generation in _generations(pids) for p in generation]
+def tree(*pids: int, kids: dict[int, list[int]] | None = None) -> list[int]:
+    """The `pids` and all their descendants alive now (each once, parents first);
+    `kids` (from `children_map()`) lets several trees share one pass over /proc."""
+    return [p for generation in _generations(pids, kids) for p in generation]
 
 
 def _gone(pid: int) -> bool:
