@@ -13,7 +13,6 @@ degenerate_outputs and entropy_collapse sections.
 
 from __future__ import annotations
 
-import io
 import logging
 from typing import Any
 
@@ -36,9 +35,13 @@ def _table(storage: Storage, url: str, columns: list[str] | None = None) -> pa.T
     except (FileNotFoundError, OSError) as e:
         log.debug("skipping %s: %s", url, e)
         return None
-    # use_threads=False: pyarrow 26 sometimes aborts at interpreter exit ("terminate
-    # called without an active exception") after threaded reads from memory buffers.
-    return pq.read_table(io.BytesIO(data), columns=columns, use_threads=False)
+    # No threads at all: pyarrow 26 sometimes aborts at interpreter exit ("terminate
+    # called without an active exception") after threaded reads from memory buffers,
+    # and pre-buffering (on by default) still completes reads on the I/O thread pool,
+    # where a CI run saw a crash in ~FileReaderImpl. In memory it buys nothing.
+    return pq.read_table(
+        pa.BufferReader(data), columns=columns, use_threads=False, pre_buffer=False
+    )
 
 
 def read_latest(out: str, storage_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
