@@ -37,6 +37,12 @@ class PipelineConfig:
     53 bytes per token: 256 transcripts of 16k tokens is ~220 MB (docs/deploy.md)."""
     max_inflight_units: int = 16
     """Work units in flight at once per tailer (backpressure)."""
+    read_inflight_bytes: int = 64 << 20
+    """Bytes a worker holds in flight while reading a unit's transcripts from an object
+    store: up to 64 reads run at once (each costs a first-byte round trip, 10-50 ms on
+    S3), as long as the bytes read ahead and not yet parsed, with each running read
+    counted at the largest transcript seen, stay within this. Smaller: less memory,
+    fewer reads overlapped; one read is always allowed. Local disk reads serially."""
     full_relist_every: int = 30
     """Polls between full relists of a run's transcripts (names may arrive unsorted)."""
     fsync: bool = True

@@ -28,9 +28,12 @@ def local_executor(storage: Storage):
     return run
 
 
-def input_storage(roots: Sequence[str], options: dict[str, Any]) -> Storage:
+def input_storage(
+    roots: Sequence[str], options: dict[str, Any], read_inflight_bytes: int | None = None
+) -> Storage:
     """One `Storage` for every ROOT; they must share a protocol."""
-    stores = {Storage.for_url(normalize_root(r), options) for r in roots}
+    extra = {} if read_inflight_bytes is None else {"read_inflight_bytes": read_inflight_bytes}
+    stores = {Storage.for_url(normalize_root(r), options, **extra) for r in roots}
     protocols = {s.protocol for s in stores}
     if len(protocols) != 1:
         from rlstream.errors import ConfigError
@@ -53,7 +56,7 @@ def build_group(roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: An
 def _group_and_runs(
     roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: Any
 ) -> tuple[RunGroup, list[str]]:
-    storage = input_storage(roots, cfg.storage_options)
+    storage = input_storage(roots, cfg.storage_options, cfg.read_inflight_bytes)
     out_url = normalize_root(out)
     sink = ParquetSink(out_url, Storage.for_url(out_url, cfg.storage_options), cfg.fsync)
     urls = [u for root in roots for u in find_runs(storage, root)]

@@ -6,6 +6,9 @@ this process, or on Ray worker actors) and each result is folded into its run's
 state. Then rows that passed the watermark are finalized. `commit` writes each
 changed run's new rows, quarantine rows and health, then its checkpoint.
 
+On an object store the runs of a poll are planned concurrently and each run's three
+stats go out together, so a poll costs a few round trips, not a few per run.
+
 The stat of each JSONL file is taken before the transcript listing, and a worker
 reads exactly up to that size: so every transcript written before a step's line was
 listed in the poll that read the line, and the watermark is safe.
@@ -63,6 +66,9 @@ firing codes and findings, and returns alert events. Called for every run each p
 
 UNIT_RETRIES = 3
 """Extra rounds for failed units in batch mode before `analyze` gives up loudly."""
+
+PLAN_THREADS = 16
+"""Runs planned at once on an object store (stats and listings, a round trip each)."""
 
 MTIME_SLACK = 2.0
 """Seconds after which a folder's unchanged mtime proves no file was added."""
@@ -171,9 +177,8 @@ class RunGroup:
         state.finished = meta.get("finished_at") is not None
         state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
 
-    def _refresh_run_json(self, state: RunState) -> None:
-        url = Storage.join(state.run_url, RUN_JSON)
-        stat = self.storage.stat(url)
+    def _refresh_run_json(self, state: RunState, stat: Any) -> None:
+        """Reread run.json when `stat` (taken this poll) differs from the last one."""
         rj = state.run_json
         if stat is None or (
             rj and (stat.size, stat.etag, stat.mtime) == (rj.size, rj.etag, rj.mtime)
@@ -194,10 +199,14 @@ class RunGroup:
     # -- polling -------------------------------------------------------------------
     def plan(self, state: RunState) -> list[Unit]:
         """Units for what is new in one run (stats and listings only; no data read)."""
-        self._refresh_run_json(state)
+        files = (STEPS_FILE, ROLLOUTS_FILE)
+        # One round trip for the three stats on an object store (stat_many).
+        run_json, *stats = self.storage.stat_many(
+            [Storage.join(state.run_url, f) for f in (RUN_JSON, *files)]
+        )
+        self._refresh_run_json(state, run_json)
         units: list[Unit] = []
-        for file in (STEPS_FILE, ROLLOUTS_FILE):
-            stat = self.storage.stat(Storage.join(state.run_url, file))
+        for file, stat in zip(files, stats, strict=True):
             cur = state.cursors[file]
             if stat is None or (
                 (stat.size, stat.etag, stat.mtime, stat.inode)
@@ -245,9 +254,7 @@ class RunGroup:
         now = time.time() if now is None else now
         self.polls += 1
         due = [s for s in self.runs.values() if final or self._due(s, now)]
-        units: list[Unit] = []
-        for state in due:
-            units.extend(self.plan(state))
+        units = [u for plan in self._plan_all(due) for u in plan]
         by_id = {s.run_id: s for s in due}
         failed = self._run_units(execute, units, by_id, now)
         # Batch mode finalizes everything it has, so a unit whose worker kept dying
@@ -278,6 +285,16 @@ class RunGroup:
                     state.out_alerts.extend(events)
                     self.dirty.add(state.run_url)
         return new_rows
+
+    def _plan_all(self, due: list[RunState]) -> list[list[Unit]]:
+        """`plan` of every due run. On an object store the runs are planned by
+        `PLAN_THREADS` threads, so a poll costs a few round trips, not a few per run
+        (each `plan` touches only its own run's state)."""
+        if self.storage.is_local or len(due) < 2:
+            return [self.plan(s) for s in due]
+        _ = self.storage.fs  # opened once, before the threads share it
+        with ThreadPoolExecutor(min(len(due), PLAN_THREADS), "rlstream-plan") as pool:
+            return list(pool.map(self.plan, due))
 
     def _run_units(
         self, execute: Executor, units: list[Unit], by_id: dict[str, RunState], now: float

@@ -104,7 +104,7 @@ class Fleet:
         watch: bool = True,
     ) -> None:
         self.roots = [normalize_root(r) for r in roots]
-        self.storage = input_storage(self.roots, cfg.storage_options)
+        self.storage = input_storage(self.roots, cfg.storage_options, cfg.read_inflight_bytes)
         out_url = normalize_root(out)
         out_storage = Storage.for_url(out_url, cfg.storage_options)
         n_workers = rt.workers or cluster_cpus()
