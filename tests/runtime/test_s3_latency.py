@@ -106,17 +106,18 @@ def test_transcripts_unit_equals_serial_and_local(bucket, proxy, tmp_path):
 
 
 def test_throttling_is_retried_nothing_lost_or_counted_twice(bucket, s3_server, tmp_path):
-    simulate(tmp_path / "runs", SimConfig(runs=2, steps=5, groups=4, seed=9))
+    simulate(tmp_path / "runs", SimConfig(runs=2, steps=3, groups=4, seed=9))
     _upload(tmp_path / "runs", bucket, "fleet")
     ref = analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
 
-    def every_third(n: int, method: str, path: str) -> bool:
-        return n % 3 == 0
+    def every_tenth(n: int, method: str, path: str) -> bool:
+        return n % 10 == 0
 
-    with LatencyProxy(urlparse(s3_server).port, 0.005, throttle=every_third) as px:
-        cfg = PipelineConfig(transcripts_per_unit=16, storage_options={"endpoint_url": px.endpoint})
+    # Each 503 costs the client's backoff (botocore's: up to 2^attempt s): few, on purpose.
+    with LatencyProxy(urlparse(s3_server).port, 0.005, throttle=every_tenth) as px:
+        cfg = PipelineConfig(transcripts_per_unit=32, storage_options={"endpoint_url": px.endpoint})
         got = analyze_local([f"s3://{bucket}/fleet"], str(tmp_path / "s3"), cfg)
-    assert px.throttled > 20  # 503 SlowDown on GETs and HEADs of every kind of file
+    assert px.throttled >= 10  # 503 SlowDown on GETs and HEADs of every kind of file
     assert_same_rows(read_steps(str(tmp_path / "local")), read_steps(str(tmp_path / "s3")))
     assert [dict(s.counters) for s in got] == [dict(s.counters) for s in ref]
     assert [s.seen for s in got] == [s.seen for s in ref]
