@@ -11,11 +11,13 @@
   process tree. The first round's per-(run, step) token aggregates must agree across
   the four before anything is reported.
 - **Live** (`watch`): `runs` live runs written in real time to local disk by
-  `simulate_live` and mirrored to moto (each changed file uploaded whole, as a writer
-  on S3 rewrites it, every 0.2 s); `rlstream watch s3://...` reads them through the
-  proxy at 50 ms. Freshness of a step = when `run_health/latest` (local OUT) first
-  shows it minus when the mirror uploaded the steps.jsonl holding its line. Compared
-  with the bound of the local case (2 polls + 1 commit) plus one round trip.
+  `simulate_live` and mirrored to moto by a child process (`Mirror`: new transcripts
+  once, a changed JSONL rewritten whole, as a writer on S3 does, every 0.2 s);
+  `rlstream watch s3://...` reads them through the proxy at 50 ms. Freshness of a
+  step = when `run_health/latest` (local OUT) first shows it minus when the mirror
+  uploaded the steps.jsonl holding its line. Lines uploaded before every run had its
+  first latest row (start-up) are left out. Compared with the bound of the local
+  case (2 polls + 1 commit) plus one round trip.
 """
 
 from __future__ import annotations
@@ -166,89 +168,128 @@ def batch(quick: bool, reps: int, work: Path) -> dict:
 
 
 class Mirror:
-    """Uploads every file of a local folder that changed (size or mtime) to S3, whole,
-    every `period` s; notes when each steps.jsonl step line was first uploaded."""
+    """Uploads a local runs folder to S3 as a writer on object storage would: new
+    transcripts once (before the lines that name them: steps.jsonl and rollouts.jsonl
+    are read first and uploaded last), a changed JSONL or run.json whole. Notes when
+    each step line was first uploaded."""
 
-    def __init__(self, root: Path, fs, prefix: str, period: float = 0.2) -> None:
-        self.root, self.fs, self.prefix, self.period = root, fs, prefix, period
-        self.sent: dict[Path, tuple[int, float]] = {}
+    def __init__(self, root: Path, fs, prefix: str) -> None:
+        self.root, self.fs, self.prefix = root, fs, prefix
+        self.sent: dict[Path, bytes] = {}
+        self.names: set[str] = set()
         self.uploaded: dict[tuple[str, int], float] = {}
-        self.run_ids: dict[Path, str] = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            self.once()
-            self.stop.wait(self.period)
 
     def once(self) -> None:
-        for p in sorted(self.root.glob("**/*")):
-            try:
-                st = p.stat()
-                if not p.is_file() or self.sent.get(p) == (st.st_size, st.st_mtime):
+        puts: dict[str, bytes] = {}
+        last: dict[str, bytes] = {}
+        steps: dict[str, bytes] = {}
+        for run in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            for name in ("run.json", "rollouts.jsonl", "steps.jsonl"):
+                try:
+                    data = (run / name).read_bytes()
+                except FileNotFoundError:
                     continue
-                data = p.read_bytes()
-            except FileNotFoundError:
-                continue
-            key = f"{self.prefix}/{p.relative_to(self.root)}"
-            self.fs.pipe_file(key, data)
-            now = time.time()
-            self.sent[p] = (st.st_size, st.st_mtime)
-            if p.name == "run.json":
-                self.run_ids[p.parent] = json.loads(data)["run_id"]
-            elif p.name == "steps.jsonl" and p.parent in self.run_ids:
-                rid = self.run_ids[p.parent]
-                for line in data.split(b"\n")[:-1]:
-                    step = json.loads(line).get("step")
-                    if step is not None:
-                        self.uploaded.setdefault((rid, step), now)
+                if self.sent.get(run / name) != data:
+                    last[f"{self.prefix}/{run.name}/{name}"] = data
+                    self.sent[run / name] = data
+                    if name == "steps.jsonl":
+                        steps[run.name] = data
+            with os.scandir(run / "transcripts") as it:
+                for e in it:
+                    key = f"{run.name}/transcripts/{e.name}"
+                    if e.name.endswith(".json") and key not in self.names:
+                        self.names.add(key)
+                        puts[f"{self.prefix}/{key}"] = Path(e.path).read_bytes()
+        if puts:
+            self.fs.pipe(puts)
+        if last:
+            self.fs.pipe(last)
+        now = time.time()
+        for run, data in steps.items():
+            rid = json.loads(self.sent[self.root / run / "run.json"])["run_id"]
+            for line in data.split(b"\n")[:-1]:
+                step = json.loads(line).get("step")
+                if step is not None:
+                    self.uploaded.setdefault((rid, step), now)
+
+
+def write_and_mirror(root: str, runs: int, steps: int, interval: float, endpoint: str, log: str):
+    """Child process: `simulate_live` into `root`, mirrored to s3://rlbench/live every
+    0.2 s; writes {"uploaded": [[run_id, step, time], ...]} to `log` at the end. The
+    runs write their first step, then wait until the file `log`.go exists (the watch
+    is up), so the measured steps do not depend on how long the watch took to start."""
+    from rlstream.simulate import SimConfig, simulate_live
+
+    cfg = SimConfig(runs=runs, steps=steps, groups=2, group_size=4, tokens=64, seed=runs)
+    go = Path(f"{log}.go")
+    hold_after = time.time() + 3 * interval  # every run has written its first step
+
+    def sleep(seconds: float) -> None:
+        while time.time() > hold_after and not go.exists():
+            time.sleep(0.05)
+        time.sleep(seconds)
+
+    writer = threading.Thread(
+        target=simulate_live, args=(root, cfg, interval), kwargs={"sleep": sleep}, daemon=True
+    )
+    writer.start()
+    base = Path(root)
+    while len(list(base.glob("*/run.json"))) < runs:
+        time.sleep(0.05)
+    mirror = Mirror(base, _s3fs(endpoint), f"{BUCKET}/live")
+    while writer.is_alive():
+        mirror.once()
+        time.sleep(0.2)
+    mirror.once()
+    rows = [[r, s, t] for (r, s), t in mirror.uploaded.items()]
+    Path(log).write_text(json.dumps({"uploaded": rows}))
 
 
 def live(runs: int, steps: int, delay: float, work: Path, interval: float = 1.0) -> dict:
-    from bench.live import COMMIT, POLL, LatestMonitor, _stop, _wait, _watch
-    from rlstream.simulate import SimConfig, simulate_live
+    import multiprocessing
 
-    root, out = work / f"s3live{runs}", work / f"s3live{runs}-out"
-    cfg = SimConfig(runs=runs, steps=steps, groups=2, group_size=4, tokens=64, seed=runs)
+    from bench.live import COMMIT, POLL, LatestMonitor, _stop, _wait, _watch
+
+    tag = f"s3live{runs}-{round(delay * 1000)}ms"
+    root, out, log = work / tag, work / f"{tag}-out", work / f"{tag}.json"
     with MotoServer() as moto, LatencyProxy(moto.port, delay) as px:
-        fs = _s3fs(moto.endpoint)
-        fs.mkdir(BUCKET)
-        writer = threading.Thread(target=simulate_live, args=(root, cfg, interval), daemon=True)
+        _s3fs(moto.endpoint).mkdir(BUCKET)
+        args = (str(root), runs, steps, interval, moto.endpoint, str(log))
+        writer = multiprocessing.get_context("spawn").Process(target=write_and_mirror, args=args)
         writer.start()
-        _wait(lambda: root.exists() and len(list(root.glob("*/run.json"))) >= runs, 60)
-        mirror = Mirror(root, fs, f"{BUCKET}/live")
-        mirror.once()
-        mirror.thread.start()
+        fs = _s3fs(moto.endpoint)
+        _wait(lambda: fs.exists(f"{BUCKET}/live") and len(fs.ls(f"{BUCKET}/live")) >= runs, 120)
         proc = _watch(f"s3://{BUCKET}/live", out, aws_env(px.endpoint))
         mon = LatestMonitor(out).start()
         try:
             ready = _wait(lambda: len(mon.last) >= runs, 300, proc)
             t_ready = time.time()
+            Path(f"{log}.go").touch()  # the writers start their steps now
             writer.join()
-            time.sleep(2 * mirror.period)
-            last = {}
-            for (rid, s), _ in mirror.uploaded.items():
+            uploaded = {(r, s): t for r, s, t in json.loads(log.read_text())["uploaded"]}
+            last: dict[str, int] = {}
+            for rid, s in uploaded:
                 last[rid] = max(last.get(rid, -1), s)
             bound = 2 * POLL + COMMIT + delay
             _wait(lambda: all(mon.last.get(r, -1) >= s for r, s in last.items()), 60, proc)
+            requests = dict(px.snapshot())
         finally:
             mon.stop()
-            mirror.stop.set()
-            mirror.thread.join()
             _stop(proc)
-        fresh, missing = [], 0
-        for key, t in mirror.uploaded.items():
-            if t < t_ready:
-                continue
-            seen = mon.seen.get(key)
-            if seen is None:
-                missing += 1
-            else:
-                fresh.append(seen - t)
+    fresh, missing = [], 0
+    for key, t in uploaded.items():
+        if t < t_ready:
+            continue
+        seen = mon.seen.get(key)
+        if seen is None:
+            missing += 1
+        else:
+            fresh.append(seen - t)
+    early = sum(1 for t in uploaded.values() if t < t_ready)
     res = {
         "runs": runs,
         "delay_s": delay,
+        "left_out_before_ready": early,
         "ready": ready,
         "steps_measured": len(fresh),
         "missing": missing,
@@ -256,11 +297,13 @@ def live(runs: int, steps: int, delay: float, work: Path, interval: float = 1.0)
         "p99": percentile(fresh, 0.99),
         "max": max(fresh) if fresh else float("nan"),
         "bound": bound,
+        "requests": requests,
     }
     print(
         f"  watch s3 +{delay * 1000:.0f} ms, {runs} live runs: freshness p50 {res['p50']:.2f} s, "
         f"p99 {res['p99']:.2f} s, max {res['max']:.2f} s over {len(fresh)} step lines "
-        f"(bound {bound:.2f} s = 2 polls + 1 commit + 1 round trip); missing {missing}",
+        f"(bound {bound:.2f} s = 2 polls + 1 commit + 1 round trip; {early} lines uploaded "
+        f"before every run had its first row left out); missing {missing}; requests {requests}",
         flush=True,
     )
     return res
@@ -271,6 +314,6 @@ def main(quick: bool, reps: int | None, work: Path) -> dict:
     env.pop("AWS_ENDPOINT_URL")
     os.environ.update(env)  # credentials for this process's s3fs; endpoints are explicit
     res = {"batch": batch(quick, reps or (1 if quick else 3), work)}
-    print("s3: live runs under watch, through the proxy at 50 ms", flush=True)
-    res["live"] = live(5 if quick else 20, 20 if quick else 60, 0.050, work)
+    print("s3: live runs under watch, through the proxy at loopback and at 50 ms", flush=True)
+    res["live"] = [live(5 if quick else 20, 40 if quick else 60, d, work, 1.0) for d in (0.0, 0.05)]
     return res

@@ -27,10 +27,18 @@ from rlstream.sinks.parquet import ParquetSink
 log = logging.getLogger("rlstream")
 
 
+OBJECT_STORE_UNITS_PER_WORKER = 4
+"""Units a Worker runs at once (threads) when it reads an object store: a unit waits
+on round trips (a range GET, a window of transcript GETs) that the others' parsing
+overlaps. Local disk: one at a time. Worker memory is this many units' peak."""
+
+
 @ray.remote(max_restarts=-1, max_task_retries=3)
 class Worker:
     """Reads the bytes of a unit itself, parses and aggregates them. Placed one per
-    CPU across the nodes (`_RoundRobinNodes` below)."""
+    CPU across the nodes (`_RoundRobinNodes` below). Runs several units at once on
+    object stores (`OBJECT_STORE_UNITS_PER_WORKER`, a threaded actor): `execute` keeps
+    no state but a counter."""
 
     def __init__(self, storage: Storage) -> None:
         logging.basicConfig(level=logging.INFO)

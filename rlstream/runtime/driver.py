@@ -24,7 +24,7 @@ from rlstream.io.storage import Storage
 from rlstream.pipeline.discover import find_runs, normalize_root
 from rlstream.pipeline.local import input_storage
 from rlstream.pipeline.runner import run_key
-from rlstream.runtime.actors import Tailer, Worker
+from rlstream.runtime.actors import OBJECT_STORE_UNITS_PER_WORKER, Tailer, Worker
 from rlstream.runtime.cluster import (
     RayConfig,
     cluster_cpus,
@@ -110,7 +110,13 @@ class Fleet:
         n_workers = rt.workers or cluster_cpus()
         # AWS_* of this process go to every actor, wherever it runs.
         env = {"runtime_env": {"env_vars": forwarded_env()}} if forwarded_env() else {}
-        self.workers = [Worker.options(**env).remote(self.storage) for _ in range(n_workers)]
+        # On an object store a worker runs a few units at once, so that their round
+        # trips overlap (each unit's reads are already concurrent within it).
+        units_at_once = 1 if self.storage.is_local else OBJECT_STORE_UNITS_PER_WORKER
+        self.workers = [
+            Worker.options(**env, max_concurrency=units_at_once).remote(self.storage)
+            for _ in range(n_workers)
+        ]
         self.n_tailers = rt.tailers or default_tailers(n_workers, watch)
         self.tailers = [
             Tailer.options(**env).remote(self.storage, out_url, out_storage, cfg, hooks_factory)
