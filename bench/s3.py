@@ -222,15 +222,23 @@ def write_and_mirror(root: str, runs: int, steps: int, interval: float, endpoint
 
     cfg = SimConfig(runs=runs, steps=steps, groups=2, group_size=4, tokens=64, seed=runs)
     go = Path(f"{log}.go")
-    hold_after = time.time() + 3 * interval  # every run has written its first step
+    hold_after: list[float] = []
 
-    def sleep(seconds: float) -> None:
-        while time.time() > hold_after and not go.exists():
+    def clock() -> float:
+        # The writer's clock stops (and with it the writer) 3 intervals after its
+        # first reading, when every run has begun, until the watch is up.
+        now = time.time()
+        if not hold_after:
+            hold_after.append(now + 3 * interval)
+        while now > hold_after[0] and not go.exists():
             time.sleep(0.05)
-        time.sleep(seconds)
+            now = time.time()
+        if now > hold_after[0]:
+            hold_after[0] = float("inf")  # released for good
+        return now
 
     writer = threading.Thread(
-        target=simulate_live, args=(root, cfg, interval), kwargs={"sleep": sleep}, daemon=True
+        target=simulate_live, args=(root, cfg, interval), kwargs={"clock": clock}, daemon=True
     )
     writer.start()
     base = Path(root)
