@@ -101,6 +101,16 @@ def _aggregates(out: Path, root: Path, work: Path) -> dict:
     return json.loads(tmp.read_text())
 
 
+def _measured(cmd: list[str], env: dict[str, str]):
+    """run_measured, once more if the command failed (a private Ray can time out
+    starting on a heavily loaded machine)."""
+    try:
+        return run_measured(cmd, env)
+    except RuntimeError as e:
+        print(f"  (failed, run again: {str(e).splitlines()[-1][:160]})", flush=True)
+        return run_measured(cmd, env)
+
+
 def batch(quick: bool, reps: int, work: Path) -> dict:
     from rlstream.simulate import SimConfig, simulate
 
@@ -126,14 +136,12 @@ def batch(quick: bool, reps: int, work: Path) -> dict:
                 out = work / f"s3-out-{name.strip('+')}-{r}"
                 delay = DELAYS[name]
                 if delay is None:
-                    t = run_measured(
-                        [*rlstream_cmd(), "analyze", str(root), "--out", str(out)], env0
-                    )
+                    t = _measured([*rlstream_cmd(), "analyze", str(root), "--out", str(out)], env0)
                 else:
                     with LatencyProxy(moto.port, delay) as px:
                         env = {**env0, **aws_env(px.endpoint)}
                         cmd = [*rlstream_cmd(), "analyze", f"s3://{BUCKET}/runs", "--out", str(out)]
-                        t = run_measured(cmd, env)
+                        t = _measured(cmd, env)
                         reqs[name] = dict(px.snapshot())
                 walls[name].append(t.wall)
                 rss[name].append(t.peak_rss)
