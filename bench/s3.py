@@ -130,6 +130,7 @@ def batch(quick: bool, reps: int, work: Path) -> dict:
         fs.mkdir(BUCKET)
         fs.put(str(root), f"{BUCKET}/runs", recursive=True)
         names = list(DELAYS)
+        res_stage = stage(root, moto.port, reps, work, n)
         for r in range(reps):
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
@@ -154,6 +155,7 @@ def batch(quick: bool, reps: int, work: Path) -> dict:
                         raise AssertionError(f"s3: {name} disagrees with local disk")
                 print(f"  all four agree on {len(ref.get('rows', ref))} rows", flush=True)
     res: dict = {"transcripts": n, "bytes": size, "rounds": reps, "contenders": {}}
+    res["in_process"] = res_stage
     base = median(walls["loopback"])
     print("  contender  median s  vs loopback  requests/transcript  peak RSS MiB  rounds")
     for name in names:
@@ -173,6 +175,41 @@ def batch(quick: bool, reps: int, work: Path) -> dict:
             flush=True,
         )
     return res
+
+
+def stage(root: Path, moto_port: int, reps: int, work: Path, n: int) -> dict:
+    """The reading and parsing alone, without Ray: `analyze_local` (one process, units
+    one after the other, each unit's reads concurrent) at each delay, interleaved."""
+    from rlstream.config import PipelineConfig
+    from rlstream.pipeline.local import analyze_local
+
+    walls: dict[str, list[float]] = {k: [] for k in DELAYS}
+    reqs: dict[str, int] = {}
+    names = list(DELAYS)
+    for r in range(reps):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            out = str(work / f"s3-stage-{name.strip('+')}-{r}")
+            if DELAYS[name] is None:
+                t0 = time.perf_counter()
+                analyze_local([str(root)], out)
+                walls[name].append(time.perf_counter() - t0)
+                continue
+            with LatencyProxy(moto_port, DELAYS[name]) as px:
+                cfg = PipelineConfig(storage_options={"endpoint_url": px.endpoint})
+                t0 = time.perf_counter()
+                analyze_local([f"s3://{BUCKET}/runs"], out, cfg)
+                walls[name].append(time.perf_counter() - t0)
+                reqs[name] = px.requests()
+    base = median(walls["loopback"])
+    print("  in one process, no Ray (analyze_local): median s, vs loopback, requests/transcript")
+    for name in names:
+        m = median(walls[name])
+        print(
+            f"  {name:9s} {m:7.2f} {m / base:6.2f}x {reqs.get(name, 0) / n:6.2f}   "
+            f"{', '.join(f'{w:.2f}' for w in walls[name])}",
+            flush=True,
+        )
+    return {k: {"walls": v, "median": median(v), "requests": reqs.get(k)} for k, v in walls.items()}
 
 
 class Mirror:
