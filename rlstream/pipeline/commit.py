@@ -1,0 +1,193 @@
+"""The commit protocol: resume states first (with an outbox), then one Delta append per
+table carrying every changed run, each run's rows tagged with a Delta application
+transaction (app id `rlstream:<run_id>`, version = the run's commit number `seq`).
+
+One commit of a set of runs (`commit_runs`):
+
+1. **Resolve.** Runs whose outbox holds tables not known to have landed (after a
+   restart: all of them; after a failed append: that table) look up their txn
+   version in those tables. Version >= `outbox_seq`: it landed. Otherwise its rows
+   are carried into this commit.
+2. **Prepare.** Each run takes `seq + 1` and builds this commit's rows per table (new
+   steps, quarantine and alerts rows; its run_health row if it changed), plus any
+   carried rows: that is its new `outbox`.
+3. **Resume states.** Each run's state (cursors, pending aggregates, health, outbox)
+   is written, atomically, before any table. A run whose state write fails is put
+   back as it was and retried at the next commit.
+4. **Appends.** One Delta commit per table with the outbox rows of every run whose
+   state was written, and one txn per run.
+
+A kill at any instant leaves either the old state (nothing of the commit anywhere:
+the input is read again from the old cursors) or the new state with its outbox, in
+which case step 1 of the next commit appends exactly the tables whose txn is behind.
+No row is lost and none is written twice. The outbox stays in the state file until
+the run's next commit (or `settle`) drops it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from rlstream.pipeline.failpoint import failpoint
+from rlstream.pipeline.resume import encode_state
+from rlstream.pipeline.rows import steps_table
+from rlstream.pipeline.state import RunState
+from rlstream.sinks.delta import DeltaSink, quarantine_table
+from rlstream.sinks.health import alerts_table, health_row, run_health_table
+
+log = logging.getLogger("rlstream")
+
+COMMIT_TABLES = ("steps", "quarantine", "alerts", "run_health")
+"""Tables the commits append to, in this order (run_latest is maintenance's)."""
+
+
+def app_id(run_id: str) -> str:
+    """The Delta application-transaction id of a run (its rows in every table)."""
+    return f"rlstream:{run_id}"
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.BufferReader(data)).read_all()
+
+
+def _health_sig(row: dict[str, Any]) -> str:
+    body = {k: v for k, v in row.items() if k not in ("as_of", "commit_seq")}
+    data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def resolve(sink: DeltaSink, states: Iterable[RunState]) -> None:
+    """Drop from each run's `unconfirmed` the tables where its outbox landed."""
+    by_table: dict[str, list[RunState]] = {}
+    for st in states:
+        for t in st.unconfirmed:
+            by_table.setdefault(t, []).append(st)
+    for table, sts in by_table.items():
+        got = sink.txn_versions(table, [app_id(s.run_id) for s in sts])
+        for s in sts:
+            v = got[app_id(s.run_id)]
+            if v is not None and v >= s.outbox_seq:
+                s.unconfirmed.discard(table)
+
+
+def _new_rows(state: RunState, now: float) -> dict[str, pa.Table]:
+    out: dict[str, pa.Table] = {}
+    if state.out_rows:
+        out["steps"] = steps_table(state.out_rows)
+    if state.out_quarantine:
+        out["quarantine"] = quarantine_table(state.out_quarantine, state.seq)
+    if state.out_alerts:
+        out["alerts"] = alerts_table(state.out_alerts)
+    row = health_row(state, now)
+    sig = _health_sig(row)
+    if sig != state.health_sig:
+        out["run_health"] = run_health_table([row])
+        state.health_sig = sig
+    return out
+
+
+def _prepare(state: RunState, now: float) -> tuple[Any, ...]:
+    """Advance the run to its next commit; returns what `_undo` needs."""
+    saved = (state.seq, state.outbox, state.outbox_seq, set(state.unconfirmed), state.health_sig)
+    state.seq += 1
+    new = _new_rows(state, now)
+    outbox: dict[str, bytes] = {}
+    for t in COMMIT_TABLES:
+        parts = [from_ipc(state.outbox[t])] if t in state.unconfirmed else []
+        if t in new:
+            parts.append(new[t])
+        if parts:
+            outbox[t] = to_ipc(pa.concat_tables(parts, promote_options="default"))
+    state.outbox, state.outbox_seq, state.unconfirmed = outbox, state.seq, set(outbox)
+    return saved
+
+
+def _undo(state: RunState, saved: tuple[Any, ...]) -> None:
+    state.seq, state.outbox, state.outbox_seq, state.unconfirmed, state.health_sig = saved
+
+
+def _save(sink: DeltaSink, state: RunState) -> None:
+    sink.save_state(state.run_id, encode_state(state))
+    failpoint("after_state")
+
+
+def commit_runs(
+    sink: DeltaSink, states: list[RunState], now: float, threads: int = 8
+) -> tuple[list[RunState], list[RunState]]:
+    """Commit these runs (steps 2-4 above; run `resolve` first). Returns (runs whose
+    state was written, runs to retry: state not written or an append failed)."""
+    saved = {id(st): _prepare(st, now) for st in states}
+    pending = [(st.out_rows, st.out_quarantine, st.out_alerts) for st in states]
+    for st in states:
+        st.out_rows, st.out_quarantine, st.out_alerts = [], [], []
+
+    def save(st: RunState) -> bool:
+        try:
+            _save(sink, st)
+            return True
+        except Exception:
+            log.exception("%s: resume state of commit %d not written; retried", st.run_id, st.seq)
+            return False
+
+    if len(states) > 1 and threads > 1:
+        with ThreadPoolExecutor(min(threads, len(states))) as pool:
+            ok = list(pool.map(save, states))
+    else:
+        ok = [save(st) for st in states]
+    written, retry = [], []
+    for st, done, rows in zip(states, ok, pending, strict=True):
+        if done:
+            written.append(st)
+        else:
+            _undo(st, saved[id(st)])
+            st.out_rows, st.out_quarantine, st.out_alerts = rows
+            retry.append(st)
+    failpoint("after_states")
+    failed = append_outboxes(sink, written)
+    return written, retry + [st for st in written if st.run_url in failed]
+
+
+def append_outboxes(sink: DeltaSink, states: list[RunState]) -> set[str]:
+    """One append per table of the unconfirmed outbox rows of `states`; returns the
+    run URLs whose rows did not land in some table (their txn is checked next time)."""
+    failed: set[str] = set()
+    for table in COMMIT_TABLES:
+        sts = [s for s in states if table in s.unconfirmed]
+        if not sts:
+            continue
+        data = pa.concat_tables(
+            [from_ipc(s.outbox[table]) for s in sts], promote_options="default"
+        )
+        try:
+            sink.append(table, data, {app_id(s.run_id): s.outbox_seq for s in sts})
+        except Exception:
+            log.exception("append to %s failed for %d runs; retried", table, len(sts))
+            failed.update(s.run_url for s in sts)
+            continue
+        for s in sts:
+            s.unconfirmed.discard(table)
+        failpoint("after_append")
+    return failed
+
+
+def settle(sink: DeltaSink, states: Iterable[RunState]) -> None:
+    """Rewrite the resume state of runs whose outbox fully landed, without it (batch
+    mode, where no later commit would drop a large outbox)."""
+    for st in states:
+        if st.outbox and not st.unconfirmed:
+            st.outbox = {}
+            sink.save_state(st.run_id, encode_state(st))
