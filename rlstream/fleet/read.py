@@ -83,12 +83,23 @@ def read_steps(
 
 
 def read_table(out: str, table: str, storage_options: dict[str, Any] | None = None) -> pa.Table:
-    """A whole table of OUT as Arrow (empty when it does not exist yet)."""
+    """A whole table of OUT as Arrow (empty, with its schema, before its first commit)."""
     from deltalake import DeltaTable
+
+    from rlstream.pipeline.rows import STEPS_SCHEMA
+    from rlstream.sinks.delta import QUARANTINE_SCHEMA
+    from rlstream.sinks.health import ALERTS_SCHEMA, RUN_HEALTH_SCHEMA
 
     sink = out_sink(out, storage_options)
     if not sink.exists(table):
-        return pa.table({})
+        schemas = {
+            "steps": STEPS_SCHEMA,
+            "quarantine": QUARANTINE_SCHEMA,
+            "alerts": ALERTS_SCHEMA,
+            "run_health": RUN_HEALTH_SCHEMA,
+            "run_latest": RUN_HEALTH_SCHEMA,
+        }
+        return schemas[table].empty_table() if table in schemas else pa.table({})
     return DeltaTable(sink.uri(table), storage_options=sink.options).to_pyarrow_dataset().to_table()
 
 

@@ -36,7 +36,7 @@ import orjson
 import pyarrow as pa
 
 from rlstream.pipeline.failpoint import failpoint
-from rlstream.pipeline.resume import encode_state
+from rlstream.pipeline.resume import decode_state, encode_state
 from rlstream.pipeline.rows import steps_table
 from rlstream.pipeline.state import RunState
 from rlstream.sinks.delta import DeltaSink, quarantine_table
@@ -169,9 +169,7 @@ def append_outboxes(sink: DeltaSink, states: list[RunState]) -> set[str]:
         sts = [s for s in states if table in s.unconfirmed]
         if not sts:
             continue
-        data = pa.concat_tables(
-            [from_ipc(s.outbox[table]) for s in sts], promote_options="default"
-        )
+        data = pa.concat_tables([from_ipc(s.outbox[table]) for s in sts], promote_options="default")
         try:
             sink.append(table, data, {app_id(s.run_id): s.outbox_seq for s in sts})
         except Exception:
@@ -191,3 +189,40 @@ def settle(sink: DeltaSink, states: Iterable[RunState]) -> None:
         if st.outbox and not st.unconfirmed:
             st.outbox = {}
             sink.save_state(st.run_id, encode_state(st))
+
+
+def load_state(sink: DeltaSink, run_id: str, reset: bool = False) -> RunState | None:
+    """The run's resume state (None: a new run). `ResumeStateError` for a file that
+    cannot be read, saying what to do. With `reset` (`--reset-run`), the state is
+    moved aside and the run's rows deleted from the tables: it is read again from the
+    start, and its commits continue above the txn versions already recorded."""
+    data = sink.load_state(run_id)
+    if reset:
+        if data is not None:
+            log.warning(
+                "%s: --reset-run: resume state moved to %s", run_id, sink.move_state_aside(run_id)
+            )
+        deleted = sink.delete_run(run_id)
+        log.warning("%s: --reset-run: %d rows deleted; reading it again", run_id, deleted)
+        seqs = [
+            v for t in COMMIT_TABLES for v in sink.txn_versions(t, [app_id(run_id)]).values() if v
+        ]
+        return RunState(run_id=run_id, run_url="", seq=max(seqs, default=0)) if seqs else None
+    if data is None:
+        return None
+    way_out = (
+        f"rerun with --reset-run {run_id} to read the run again from the start "
+        "(its rows are replaced), or move the file aside"
+    )
+    return decode_state(data, sink.state_url(run_id), way_out)
+
+
+def write_rejected(sink: DeltaSink, rows: dict[str, Any]) -> None:
+    """Quarantine rows of runs that could not be added (app id -> row), each written
+    once: its txn (version 1) says whether it already was."""
+    if not rows:
+        return
+    done = sink.txn_versions("quarantine", list(rows))
+    todo = {a: r for a, r in rows.items() if done[a] is None}
+    if todo:
+        sink.append("quarantine", quarantine_table(list(todo.values()), 0), dict.fromkeys(todo, 1))

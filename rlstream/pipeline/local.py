@@ -71,9 +71,9 @@ def analyze_local(
     **hooks: Any,
 ) -> list[RunState]:
     """Analyze every run under `roots` to the end of what exists; write under `out`.
-    Returns the final run states, sorted by run_id (kept in memory: for tests and
-    small inputs; the Ray runtime returns summaries only). Ends with one maintenance
-pass over OUT (rlstream.sinks.maintain)."""
+        Returns the final run states, sorted by run_id (kept in memory: for tests and
+        small inputs; the Ray runtime returns summaries only). Ends with one maintenance
+    pass over OUT (rlstream.sinks.maintain)."""
     cfg = cfg or PipelineConfig()
     if not hooks:
         from rlstream.pipeline.verdicts import health_hooks

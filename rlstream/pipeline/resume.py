@@ -235,9 +235,7 @@ def encode_state(state: Any) -> bytes:
     from rlstream.pipeline.state import TRANSIENT
 
     body = {
-        f.name: getattr(state, f.name)
-        for f in dataclasses.fields(state)
-        if f.name not in TRANSIENT
+        f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.name not in TRANSIENT
     }
     return encode({"run_id": state.run_id, "seq": state.seq}, body)
 

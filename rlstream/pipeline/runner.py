@@ -28,9 +28,17 @@ from rlstream.formats.loops import FORMAT_VERSION, BadRecord, parse_json
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
+from rlstream.pipeline.commit import (
+    app_id,
+    commit_runs,
+    load_state,
+    resolve,
+    settle,
+    write_rejected,
+)
 from rlstream.pipeline.discover import RUN_JSON
-from rlstream.pipeline.commit import app_id, commit_runs, resolve, settle
-from rlstream.pipeline.resume import ResumeStateError, decode_state
+from rlstream.pipeline.names import advance_names, check_below
+from rlstream.pipeline.resume import ResumeStateError
 from rlstream.pipeline.state import (
     RunState,
     finalize,
@@ -48,7 +56,7 @@ from rlstream.pipeline.work import (
     UnitFailure,
     UnitResult,
 )
-from rlstream.sinks.delta import DeltaSink, quarantine_table
+from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
 
@@ -115,7 +123,7 @@ class RunGroup:
             self.dirty.add(REJECTED)
         run_id = meta["run_id"]
         try:
-            state = self._load_state(run_id)
+            state = load_state(self.sink, run_id, reset=run_id in self.cfg.reset_runs)
         except ResumeStateError as e:
             # One unreadable state stops its run only: the others keep going.
             log.error("skipping run %s: %s", run_id, e)
@@ -126,6 +134,7 @@ class RunGroup:
                 self.dirty.add(REJECTED)
             return None
         if state is not None:
+            state.run_url = state.run_url or run_url  # a --reset-run state has none yet
             if state.run_url != run_url:
                 log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
                 return None
@@ -136,28 +145,6 @@ class RunGroup:
         self._apply_run_json(state, meta, stat)
         self.runs[run_url] = state
         return state
-
-    def _load_state(self, run_id: str) -> RunState | None:
-        """The run's resume state; with `cfg.reset_runs` naming it, its state is moved
-        aside and its rows deleted from the tables, so it is read again from the start."""
-        data = self.sink.load_state(run_id)
-        if run_id in self.cfg.reset_runs:
-            return self._reset(run_id, data is not None)
-        if data is None:
-            return None
-        way_out = (
-            f"rerun with --reset-run {run_id} to read the run again from the start "
-            "(its rows are replaced), or move the file aside"
-        )
-        return decode_state(data, self.sink.state_url(run_id), way_out)
-
-    def _reset(self, run_id: str, has_state: bool) -> RunState | None:
-        if has_state:
-            aside = self.sink.move_state_aside(run_id)
-            log.warning("%s: --reset-run: resume state moved to %s", run_id, aside)
-        deleted = self.sink.delete_run(run_id)
-        log.warning("%s: --reset-run: %d rows deleted; reading it again", run_id, deleted)
-        return None
 
     def _read_run_json(self, run_url: str) -> tuple[dict[str, Any] | None, Any, str]:
         url = Storage.join(run_url, RUN_JSON)
@@ -259,8 +246,13 @@ class RunGroup:
             names = self.storage.list_names(folder, None if full else state.names_low)
         low = state.names_low
         start = 0 if low is None else bisect.bisect_right(names, low)
-        if low is not None and (full or self.storage.is_local):
-            self._check_below(state, names, start)
+        window = self.cfg.transcript_window
+        if (
+            low is not None
+            and (full or self.storage.is_local)
+            and check_below(state, names, start, window)
+        ):
+            self.dirty.add(state.run_url)
         window = set(state.names_window)
         state.listed = [n for n in names[start:] if n.endswith(".json")]
         new = [n for n in state.listed if n not in window]
@@ -269,43 +261,6 @@ class RunGroup:
             # listed now are not yet folded (their unit may fail and need a retry).
             state.transcripts_mark = mark
         return new
-
-    def _check_below(self, state: RunState, names: list[str], start: int) -> None:
-        """A full listing holds every name at or below `names_low`: more of them than
-        were consumed means names arrived out of order, later than the window allows.
-        They cannot be read without a set of every name: quarantined, counted once."""
-        below = sum(1 for n in names[:start] if n.endswith(".json"))
-        if below > state.names_below:
-            extra = below - state.names_below
-            state.out_quarantine.append(
-                QuarantineRow(
-                    state.run_id,
-                    TRANSCRIPTS_DIR,
-                    None,
-                    "transcript_below_window",
-                    f"{extra} transcripts appeared with names sorting at or below "
-                    f"{state.names_low} after it was passed; not read (names must sort in "
-                    f"write order within {self.cfg.transcript_window} names)",
-                )
-            )
-            state.counters["quarantined"] += 1
-            state.counters["transcripts_below_window"] += extra
-            self.dirty.add(state.run_url)
-        state.names_below = below
-
-    def _advance_names(self, state: RunState) -> None:
-        """Move `names_low` up over the consumed prefix of this poll's listing, keeping
-        the last `transcript_window` consumed names above it for late arrivals."""
-        listed, window = state.listed, set(state.names_window)
-        i = 0
-        while i < len(listed) and listed[i] in window:
-            i += 1
-        cut = i - self.cfg.transcript_window
-        if cut > 0:
-            state.names_low = listed[cut - 1]
-            state.names_below += cut
-            state.names_window = [n for n in state.names_window if n > state.names_low]
-        state.listed = []
 
     def poll(self, execute: Executor, now: float | None = None, final: bool = False) -> int:
         """One poll of every run that is due; returns the number of new final rows."""
@@ -332,7 +287,7 @@ class RunGroup:
             )
         new_rows = 0
         for state in due:
-            self._advance_names(state)
+            advance_names(state, self.cfg.transcript_window)
             if final:
                 self._note_leftovers(state)
             rows = finalize(state, watermark(state, now, self.cfg, final))
@@ -402,27 +357,17 @@ class RunGroup:
                 self.dirty.add(state.run_url)
 
     # -- committing ----------------------------------------------------------------
-    def _write_rejected(self) -> None:
-        """Runs that could not be added get one quarantine row each (under the
-        `_rejected` run_id), written once: its txn (app id per run URL) says so."""
-        todo = {u: r for u, r in self.rejected.items() if u not in self.rejected_written}
-        if not todo:
-            return
-        ids = {u: app_id(f"{REJECTED}:{run_key(u)[:16]}") for u in todo}
-        done = self.sink.txn_versions("quarantine", list(ids.values()))
-        rows = [r for u, r in todo.items() if done[ids[u]] is None]
-        if rows:
-            txns = {ids[u]: 1 for u in todo if done[ids[u]] is None}
-            self.sink.append("quarantine", quarantine_table(rows, 0), txns)
-        self.rejected_written.update(todo)
-
     def commit(self, now: float | None = None, force: bool = False) -> int:
         """Commit every changed run (rlstream.pipeline.commit). Returns runs written;
         runs whose commit failed stay dirty, and the next commit retries them."""
         now = time.time() if now is None else now
         if REJECTED in self.dirty:
             try:
-                self._write_rejected()
+                todo = {u: r for u, r in self.rejected.items() if u not in self.rejected_written}
+                write_rejected(
+                    self.sink, {app_id(f"{REJECTED}:{run_key(u)[:16]}"): r for u, r in todo.items()}
+                )
+                self.rejected_written.update(todo)
                 self.dirty.discard(REJECTED)
             except Exception:
                 log.exception("could not write the rejected runs' quarantine rows; retried")

@@ -56,7 +56,9 @@ def newest_per_run(table: pa.Table) -> pa.Table:
     """The row with the greatest (as_of, commit_seq) of each run_id."""
     if table.num_rows == 0:
         return table
-    t = table.sort_by([("run_id", "ascending"), ("as_of", "ascending"), ("commit_seq", "ascending")])
+    t = table.sort_by(
+        [("run_id", "ascending"), ("as_of", "ascending"), ("commit_seq", "ascending")]
+    )
     ids = t.column("run_id").to_numpy(zero_copy_only=False)
     last = np.flatnonzero(np.append(ids[1:] != ids[:-1], True))
     return t.take(pa.array(last))
