@@ -3,8 +3,10 @@
 `run(...)` is both commands. `analyze` (watch=False) discovers runs, polls each
 tailer once with `final=True` (everything that exists is read and every step row
 finalized), commits and returns. `watch` (watch=True) polls every `poll_seconds`,
-commits every `commit_seconds`, rediscovers runs so that new ones join, and stops
-cleanly after a final commit on Ctrl-C (or when `stop()` returns True).
+commits every `commit_seconds`, rediscovers runs so that new ones join, maintains
+OUT's tables every `maintenance.every_seconds` in a thread (runtime/maintenance.py),
+and stops cleanly after a final commit on Ctrl-C (or when `stop()` returns True).
+`analyze` ends with one maintenance pass.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from rlstream.runtime.cluster import (
     forwarded_env,
     private_ray,
 )
+from rlstream.runtime.maintenance import Maintainer
+from rlstream.sinks.delta import DeltaSink
+from rlstream.sinks.maintain import MaintenanceConfig
 
 log = logging.getLogger("rlstream")
 
@@ -49,6 +54,7 @@ class RuntimeConfig:
     one per 8 workers, at most 4."""
     discover_every_seconds: float = 10.0
     ray: RayConfig = field(default_factory=RayConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
 
 
 class Progress:
@@ -279,6 +285,12 @@ def run(
         from rlstream.pipeline.verdicts import health_hooks
 
         hooks_factory = health_hooks
+    out_url = normalize_root(out)
+    sink = DeltaSink(
+        out_url, Storage.for_url(out_url, cfg.storage_options), cfg.storage_options, cfg.fsync
+    )
+    sink.check_layout()
+    maintainer = Maintainer(sink, rt.maintenance)
     t_start = time.monotonic()
     started = connect(rt.ray)
     t_ray = time.monotonic()
@@ -299,8 +311,10 @@ def run(
         if not watch:
             summaries = fleet.analyze(progress)
             log.info("analyzed %d runs in %.1f s", len(summaries), time.monotonic() - t_actors)
+            maintainer.run_once()
             return summaries
         fleet.discover()
+        maintainer.start()
         last_commit = last_discover = time.monotonic()
         try:
             while not (stop and stop()):
@@ -333,6 +347,7 @@ def run(
         fleet.commit()
         return fleet.summaries()
     finally:
+        maintainer.stop()
         progress.close()
         if fleet is not None:
             fleet.close()
