@@ -5,8 +5,8 @@ log cleanup and vacuum. Run on a schedule inside `watch`, once at the end of
 One pass, per table: `optimize.compact()` bin-packs the small files of the commits
 since the last pass into files of up to `target_file_mb` (a file already that large
 is left alone, so a pass costs what arrived since the last one, not the history);
-then, for `run_health`, `run_latest` is rebuilt (below); then a log checkpoint, log
-cleanup and `vacuum` of files no version newer than `retention_seconds` refers to.
+then, for `run_health`, `run_latest` is rebuilt (below); then `vacuum` of the files
+removed more than `retention_seconds` ago, a log checkpoint and log cleanup.
 Files under OUT are then bounded by time (commits of the last retention window plus
 one period), not by the length of the watch. A reader that started before a vacuum
 keeps its files for `retention_seconds`, so a concurrent `status` never fails.
@@ -102,9 +102,11 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
 
 
 def _tidy(dt: Any) -> None:
+    # Vacuum first: it finds removed files through the log's remove actions, which a
+    # checkpoint drops once they are older than the retention.
+    dt.vacuum(retention_hours=None, enforce_retention_duration=False, dry_run=False)
     dt.create_checkpoint()
     dt.cleanup_metadata()
-    dt.vacuum(retention_hours=None, enforce_retention_duration=False, dry_run=False)
 
 
 def rebuild_latest(sink: DeltaSink, cfg: MaintenanceConfig) -> int:
