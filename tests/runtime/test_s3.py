@@ -89,3 +89,39 @@ def test_s3_listing_after_a_name_is_incremental(s3_server, bucket):
         "a00000003.json",
         "a00000004.json",
     ]
+
+
+def test_readers_cost_the_same_requests_after_a_longer_history(s3_server, s3_requests, bucket):
+    """`status` and `report` reads (read_latest, steps of one run) on S3 cost a handful
+    of requests per table after maintenance, however many commits came before."""
+    from rlstream.fleet.read import StepsTable, out_sink, read_latest
+    from rlstream.pipeline.rows import steps_table
+    from rlstream.sinks.health import run_health_table
+    from rlstream.sinks.maintain import MaintenanceConfig, maintain
+
+    opts = {"endpoint_url": s3_server}
+    out = f"s3://{bucket}/out"
+    sink = out_sink(out, opts)
+    step = 0
+
+    def commits(n: int) -> None:
+        nonlocal step
+        for _ in range(n):
+            row = {"run_id": "r", "run_uri": "/r", "as_of": 1.8e9 + step, "commit_seq": step}
+            sink.append("run_health", run_health_table([{**row, "status": "healthy"}]), {"a": step})
+            sink.append("steps", steps_table([{"run_id": "r", "step": step}]), {"a": step})
+            step += 1
+
+    def reads() -> int:
+        before = len(s3_requests())
+        assert read_latest(out, opts)[0]["commit_seq"] == step - 1
+        assert StepsTable(out, opts).run("r", ["time"])["step"] == list(range(step))
+        return len(s3_requests()) - before
+
+    commits(4)
+    maintain(sink, MaintenanceConfig(retention_seconds=0))
+    short = reads()
+    commits(16)
+    maintain(sink, MaintenanceConfig(retention_seconds=0))
+    long = reads()
+    assert long == short and short <= 40, (short, long)
