@@ -78,7 +78,7 @@ class _LiveTable:
         if now - self.last < REFRESH_SECONDS:
             return False
         self.last = now
-        if (self.out / "run_health" / "latest").exists():
+        if (self.out / "run_health" / "_delta_log").exists():
             self.rows = status_rows(read_latest(str(self.out)))
         head = (
             f"rlstream demo: watching {len(self.rows)} live runs "
