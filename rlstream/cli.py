@@ -42,7 +42,16 @@ def _pipeline_config(args: argparse.Namespace) -> PipelineConfig:
         kw["commit_seconds"] = args.commit_every
     if getattr(args, "reset_run", None):
         kw["reset_runs"] = tuple(args.reset_run)
+    kw.update(_retention_kw(args))
     return PipelineConfig(**kw)
+
+
+def _retention_kw(args: argparse.Namespace) -> dict:
+    if getattr(args, "retention", None) is None:
+        return {}
+    if args.retention < 0:
+        raise RlstreamError("--retention must be >= 0 seconds")
+    return {"retention_seconds": int(args.retention)}
 
 
 def _maintenance_config(args: argparse.Namespace):
@@ -51,10 +60,6 @@ def _maintenance_config(args: argparse.Namespace):
     kw: dict = {}
     if getattr(args, "maintain_every", None) is not None:
         kw["every_seconds"] = args.maintain_every
-    if getattr(args, "retention", None) is not None:
-        if args.retention < 0:
-            raise RlstreamError("--retention must be >= 0 seconds")
-        kw["retention_seconds"] = int(args.retention)
     return MaintenanceConfig(**kw)
 
 
@@ -220,7 +225,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from rlstream.fleet.read import out_sink
     from rlstream.sinks.maintain import maintain
 
-    sink = out_sink(args.out, _storage_options(args.storage_options))
+    sink = out_sink(args.out, _storage_options(args.storage_options), **_retention_kw(args))
     if not sink.exists("run_health") and not sink.exists("steps"):
         raise RlstreamError(f"{args.out} holds no rlstream tables (no steps or run_health)")
     report = maintain(sink, _maintenance_config(args))

@@ -51,6 +51,10 @@ class PipelineConfig:
     analyze_chunk_runs: int = 8
     """`analyze` reads this many runs of a tailer's shard at a time, commits them and
     drops their state, so memory is bounded by the chunk, not by the archive."""
+    retention_seconds: int = 300
+    """OUT's tables keep removed files and log entries this long before maintenance
+    deletes them (Delta table properties set when a table is created): far longer than
+    any read of `status` or `report`, short enough that OUT stays small."""
     reset_runs: tuple[str, ...] = ()
     """run_ids whose resume state is moved aside and whose rows are deleted, so they
     are read again from the start (`--reset-run`)."""

@@ -30,10 +30,15 @@ from rlstream.sinks.maintain import newest_per_run, read_latest_rows
 log = logging.getLogger("rlstream")
 
 
-def out_sink(out: str, storage_options: dict[str, Any] | None = None) -> DeltaSink:
-    """A read-side handle on OUT; an OUT of the earlier Parquet layout is refused."""
+def out_sink(
+    out: str, storage_options: dict[str, Any] | None = None, retention_seconds: int = 300
+) -> DeltaSink:
+    """A handle on OUT (for reads and maintenance); an OUT of the earlier Parquet
+    layout is refused."""
     out = normalize_root(out)
-    sink = DeltaSink(out, Storage.for_url(out, storage_options), storage_options)
+    sink = DeltaSink(
+        out, Storage.for_url(out, storage_options), storage_options, True, retention_seconds
+    )
     sink.check_layout()
     return sink
 

@@ -21,7 +21,8 @@ A kill at any instant leaves either the old state (nothing of the commit anywher
 the input is read again from the old cursors) or the new state with its outbox, in
 which case step 1 of the next commit appends exactly the tables whose txn is behind.
 No row is lost and none is written twice. The outbox stays in the state file until
-the run's next commit (or `settle`) drops it.
+the run's next commit replaces it, or the next commit of the group `settle`s it (an
+idle run's state is rewritten once without it).
 """
 
 from __future__ import annotations
@@ -183,12 +184,16 @@ def append_outboxes(sink: DeltaSink, states: list[RunState]) -> set[str]:
 
 
 def settle(sink: DeltaSink, states: Iterable[RunState]) -> None:
-    """Rewrite the resume state of runs whose outbox fully landed, without it (batch
-    mode, where no later commit would drop a large outbox)."""
+    """Rewrite the resume state of runs whose outbox fully landed, without it: a run
+    that stays idle (or a batch run, never committed again) keeps a small state. A
+    failed write is harmless (the outbox is only checked against the txn again)."""
     for st in states:
         if st.outbox and not st.unconfirmed:
             st.outbox = {}
-            sink.save_state(st.run_id, encode_state(st))
+            try:
+                sink.save_state(st.run_id, encode_state(st))
+            except Exception:
+                log.exception("%s: resume state not rewritten without its outbox", st.run_id)
 
 
 def load_state(sink: DeltaSink, run_id: str, reset: bool = False) -> RunState | None:

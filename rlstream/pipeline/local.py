@@ -57,7 +57,7 @@ def _group_and_runs(
     storage = input_storage(roots, cfg.storage_options)
     out_url = normalize_root(out)
     out_storage = Storage.for_url(out_url, cfg.storage_options)
-    sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync)
+    sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
     sink.check_layout()
     urls = [u for root in roots for u in find_runs(storage, root)]
     return RunGroup(storage, sink, cfg, **hooks), urls

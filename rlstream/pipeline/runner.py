@@ -380,6 +380,9 @@ class RunGroup:
             return 0
         urls |= {s.run_url for s in unsure if s.unconfirmed}
         targets = [self.runs[u] for u in sorted(urls) if u in self.runs]
+        # A run that did not change since its last commit drops that commit's outbox
+        # from its resume state once it landed: an idle run's state stays small.
+        settle(self.sink, [s for s in self.runs.values() if s.run_url not in urls])
         if not targets:
             return 0
         written, retry = commit_runs(self.sink, targets, now, self.cfg.commit_threads)

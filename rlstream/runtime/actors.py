@@ -107,7 +107,9 @@ class Tailer:
     ) -> None:
         logging.basicConfig(level=logging.INFO)
         hooks = hooks_factory() if hooks_factory is not None else {}
-        sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync)
+        sink = DeltaSink(
+            out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds
+        )
         self.group = RunGroup(storage, sink, cfg, **hooks)
         self.execute = ray_executor([], cfg.max_inflight_units)
 

@@ -41,6 +41,9 @@ from rlstream.sinks.maintain import MaintenanceConfig
 
 log = logging.getLogger("rlstream")
 
+COMMIT_LOG_EVERY = 30
+"""A watch logs the mean and max time of its commits once per this many commits."""
+
 
 @dataclass(frozen=True)
 class RuntimeConfig:
@@ -286,9 +289,8 @@ def run(
 
         hooks_factory = health_hooks
     out_url = normalize_root(out)
-    sink = DeltaSink(
-        out_url, Storage.for_url(out_url, cfg.storage_options), cfg.storage_options, cfg.fsync
-    )
+    out_storage = Storage.for_url(out_url, cfg.storage_options)
+    sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
     sink.check_layout()
     maintainer = Maintainer(sink, rt.maintenance)
     t_start = time.monotonic()
@@ -316,6 +318,7 @@ def run(
         fleet.discover()
         maintainer.start()
         last_commit = last_discover = time.monotonic()
+        commit_times: list[float] = []
         try:
             while not (stop and stop()):
                 t0, wall = time.monotonic(), time.time()
@@ -328,7 +331,17 @@ def run(
                     fleet.discover()
                     last_discover = t0
                 if t0 - last_commit >= cfg.commit_seconds:
+                    t_commit = time.monotonic()
                     fleet.commit()
+                    commit_times.append(time.monotonic() - t_commit)
+                    if len(commit_times) == COMMIT_LOG_EVERY:
+                        log.info(
+                            "commits: mean %.3f s, max %.3f s over the last %d",
+                            sum(commit_times) / len(commit_times),
+                            max(commit_times),
+                            len(commit_times),
+                        )
+                        commit_times.clear()
                     last_commit = t0
                     if metrics is not None:
                         metrics.on_commit(

@@ -47,14 +47,17 @@ QUARANTINE_SCHEMA = pa.schema(
     metadata={"rlstream.schema_version": "1", "rlstream.table": "quarantine"},
 )
 
-TABLE_CONFIG = {
-    # A log checkpoint every 10 commits: a reader replays at most 10 JSON commits.
-    "delta.checkpointInterval": "10",
-    # Log entries and removed files are kept this long (vacuum and log cleanup honour
-    # it); maintenance passes its own, shorter or longer, retention explicitly.
-    "delta.logRetentionDuration": "interval 1 hours",
-    "delta.deletedFileRetentionDuration": "interval 1 hours",
-}
+
+def table_config(retention_seconds: int) -> dict[str, str]:
+    """Properties of a table: a log checkpoint every 10 commits (a reader replays at
+    most 10 JSON commits), and how long log entries and removed files are kept (log
+    cleanup and vacuum honour it)."""
+    keep = f"interval {int(retention_seconds)} seconds"
+    return {
+        "delta.checkpointInterval": "10",
+        "delta.logRetentionDuration": keep,
+        "delta.deletedFileRetentionDuration": keep,
+    }
 
 
 def quarantine_table(rows: list[QuarantineRow], seq: int) -> pa.Table:
@@ -119,11 +122,13 @@ class DeltaSink:
         storage: Storage,
         storage_options: dict[str, Any] | None = None,
         fsync: bool = True,
+        retention_seconds: int = 300,
     ) -> None:
         self.out = out_url.rstrip("/")
         self.storage = storage
         self.storage_options = dict(storage_options or {})
         self.fsync = fsync
+        self.retention_seconds = retention_seconds
 
     @property
     def options(self) -> dict[str, str] | None:
@@ -159,7 +164,7 @@ class DeltaSink:
             mode="append",
             schema_mode="merge",
             storage_options=self.options,
-            configuration=TABLE_CONFIG,
+            configuration=table_config(self.retention_seconds),
             commit_properties=props,
         )
 

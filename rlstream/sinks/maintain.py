@@ -6,10 +6,12 @@ One pass, per table: `optimize.compact()` bin-packs the small files of the commi
 since the last pass into files of up to `target_file_mb` (a file already that large
 is left alone, so a pass costs what arrived since the last one, not the history);
 then, for `run_health`, `run_latest` is rebuilt (below); then `vacuum` of the files
-removed more than `retention_seconds` ago, a log checkpoint and log cleanup.
+removed more than `sink.retention_seconds` ago (a table property set when the table
+is created; a pass that finds another value sets it, which may make one concurrent
+append fail and be retried), a log checkpoint and log cleanup.
 Files under OUT are then bounded by time (commits of the last retention window plus
 one period), not by the length of the watch. A reader that started before a vacuum
-keeps its files for `retention_seconds`, so a concurrent `status` never fails.
+keeps its files for that long, so a concurrent `status` never fails.
 
 `run_latest` holds one row per run: the newest `run_health` row of each run as of
 the compaction, written by maintenance alone (an overwrite; tailers only ever append
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rlstream.sinks.delta import TABLES, DeltaSink
+from rlstream.sinks.delta import TABLES, DeltaSink, table_config
 
 log = logging.getLogger("rlstream")
 
@@ -45,9 +47,6 @@ class MaintenanceConfig:
     every_seconds: float = 120.0
     """Seconds between passes in `watch`: the small files of ~60 commits (one every
     2 s) are then compacted; readers see at most that many small files per table."""
-    retention_seconds: int = 300
-    """Removed files and log entries are deleted once older than this: far longer
-    than any read of `status` or `report`, short enough that OUT stays small."""
     target_file_mb: int = 32
     """Compacted files grow up to this size, then are left alone."""
 
@@ -64,11 +63,6 @@ def newest_per_run(table: pa.Table) -> pa.Table:
     return t.take(pa.array(last))
 
 
-def _table_config(retention_seconds: int) -> dict[str, str]:
-    keep = f"interval {int(retention_seconds)} seconds"
-    return {"delta.logRetentionDuration": keep, "delta.deletedFileRetentionDuration": keep}
-
-
 def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str, Any]:
     """One maintenance pass over every table of OUT; returns what it did per table.
     A table that fails is logged and skipped (the next pass tries again)."""
@@ -76,7 +70,7 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
 
     cfg = cfg or MaintenanceConfig()
     report: dict[str, Any] = {}
-    want = _table_config(cfg.retention_seconds)
+    want = table_config(sink.retention_seconds)
     for name in TABLES:
         if name == "run_latest" or not sink.exists(name):
             continue
@@ -88,7 +82,7 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
                 dt.alter.set_table_properties(want)
             m = dt.optimize.compact(target_size=cfg.target_file_mb << 20)
             if name == "run_health":
-                report["run_latest"] = rebuild_latest(sink, cfg)
+                report["run_latest"] = rebuild_latest(sink)
             dt = DeltaTable(sink.uri(name), storage_options=sink.options)
             _tidy(dt)
             report[name] = {
@@ -109,7 +103,7 @@ def _tidy(dt: Any) -> None:
     dt.cleanup_metadata()
 
 
-def rebuild_latest(sink: DeltaSink, cfg: MaintenanceConfig) -> int:
+def rebuild_latest(sink: DeltaSink) -> int:
     """Overwrite `run_latest` with the newest row per run of `run_health` and of the
     current `run_latest`; returns its rows."""
     from deltalake import DeltaTable, write_deltalake
@@ -122,7 +116,7 @@ def rebuild_latest(sink: DeltaSink, cfg: MaintenanceConfig) -> int:
         mode="overwrite",
         schema_mode="overwrite",
         storage_options=sink.options,
-        configuration=_table_config(cfg.retention_seconds),
+        configuration=table_config(sink.retention_seconds),
     )
     latest = DeltaTable(sink.uri("run_latest"), storage_options=sink.options)
     _tidy(latest)

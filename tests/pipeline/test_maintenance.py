@@ -51,10 +51,10 @@ def _files(out: Path) -> int:
 def test_pass_compacts_and_files_stop_growing(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    sink = out_sink(str(out))
+    sink = out_sink(str(out), retention_seconds=0)
     _commits(sink, 0, 12)
     before = _files(out)
-    cfg = MaintenanceConfig(retention_seconds=0)
+    cfg = MaintenanceConfig()
     report = maintain(sink, cfg)
     assert report["run_health"]["compacted"] == 12 and report["run_latest"] == 3
     first = _files(out)
@@ -77,7 +77,9 @@ def test_pass_compacts_and_files_stop_growing(tmp_path):
 def test_appends_during_a_pass_all_land(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    sink = out_sink(str(out))
+    # A retention longer than the test: what a reader or writer that loaded an older
+    # version still needs is kept (with 0, a checkpoint can vanish under an append).
+    sink = out_sink(str(out), retention_seconds=60)
     _commits(sink, 0, 3)
     errors: list[Exception] = []
 
@@ -90,7 +92,7 @@ def test_appends_during_a_pass_all_land(tmp_path):
     t = threading.Thread(target=append)
     t.start()
     while t.is_alive():
-        report = maintain(sink, MaintenanceConfig(retention_seconds=0))
+        report = maintain(sink, MaintenanceConfig())
         assert "error" not in report["run_health"], report
         time.sleep(0.05)
     t.join()

@@ -101,7 +101,7 @@ def test_readers_cost_the_same_requests_after_a_longer_history(s3_server, s3_req
 
     opts = {"endpoint_url": s3_server}
     out = f"s3://{bucket}/out"
-    sink = out_sink(out, opts)
+    sink = out_sink(out, opts, retention_seconds=0)
     step = 0
 
     def commits(n: int) -> None:
@@ -119,9 +119,9 @@ def test_readers_cost_the_same_requests_after_a_longer_history(s3_server, s3_req
         return len(s3_requests()) - before
 
     commits(4)
-    maintain(sink, MaintenanceConfig(retention_seconds=0))
+    maintain(sink, MaintenanceConfig())
     short = reads()
     commits(16)
-    maintain(sink, MaintenanceConfig(retention_seconds=0))
+    maintain(sink, MaintenanceConfig())
     long = reads()
     assert long == short and short <= 40, (short, long)
