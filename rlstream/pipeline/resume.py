@@ -3,10 +3,12 @@
 A resume state file is three parts, each on its own line but the last:
 
     RLSTREAM-RESUME            magic (the file is ours)
-    {"format": 1, "rlstream": "0.1.0", "run_id": ..., "seq": N}   header (JSON)
-    {...}                      body (JSON, tagged values, see below)
+    {"format": 1, "rlstream": "0.1.0", "run_id": ..., "seq": N, "body": "zstd", "size": n}
+    <body>                     JSON (tagged values, see below), zstd-compressed (n bytes
+                               once decompressed)
 
-The body is plain JSON. Values JSON cannot carry exactly are written as one-key
+`python -m rlstream.pipeline.resume FILE` prints a file's header and body as JSON.
+The body is JSON. Values JSON cannot carry exactly are written as one-key
 objects whose key starts with `$`:
 
 - integers outside +-2**53 (the exact sums of `rlstream.metrics.exact`, 64-bit
@@ -44,6 +46,8 @@ FORMAT = 1
 """Bump on any change a reader of the previous format would misread."""
 
 _SAFE = 2**53
+MAX_BODY = 1 << 30
+"""A header claiming a larger body is corrupt (a run's state is kilobytes)."""
 _DTYPES = {"<i8": np.int64, "<u8": np.uint64, "<f8": np.float64, "|b1": np.bool_}
 
 
@@ -196,8 +200,21 @@ def _version() -> str:
 
 def encode(header: dict[str, Any], body: dict[str, Any]) -> bytes:
     """The bytes of a resume state file (header: small JSON-safe values)."""
-    head = {"format": FORMAT, "rlstream": _version(), **header}
-    return MAGIC + orjson.dumps(head) + b"\n" + orjson.dumps(_enc(body))
+    import pyarrow as pa
+
+    raw = orjson.dumps(_enc(body))
+    head = {"format": FORMAT, "rlstream": _version(), **header, "body": "zstd", "size": len(raw)}
+    return MAGIC + orjson.dumps(head) + b"\n" + pa.Codec("zstd").compress(raw, asbytes=True)
+
+
+def _body(head: dict[str, Any], body: bytes) -> bytes:
+    import pyarrow as pa
+
+    if head.get("body") != "zstd" or not isinstance(head.get("size"), int):
+        raise ValueError(f"unknown body encoding {head.get('body')!r}")
+    if not 0 <= head["size"] <= MAX_BODY:
+        raise ValueError(f"body of {head['size']} bytes")
+    return pa.Codec("zstd").decompress(body, decompressed_size=head["size"], asbytes=True)
 
 
 def decode(data: bytes, where: str, way_out: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -222,7 +239,7 @@ def decode(data: bytes, where: str, way_out: str) -> tuple[dict[str, Any], dict[
             f"this rlstream reads format {FORMAT}"
         )
     try:
-        state = _dec(orjson.loads(body))
+        state = _dec(orjson.loads(_body(head, body)))
     except Exception as e:  # any malformed body: one clear error, never a crash
         raise fail(f"is corrupt ({type(e).__name__}: {e})") from e
     if not isinstance(state, dict):
@@ -256,3 +273,13 @@ def decode_state(data: bytes, where: str, way_out: str) -> Any:
         raise ResumeStateError(f"resume state {where} is corrupt ({e}); {way_out}") from e
     state.unconfirmed = set(state.outbox)
     return state
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    data = Path(sys.argv[1]).read_bytes()
+    head, body = decode(data, sys.argv[1], "it is not a resume state")
+    print(orjson.dumps(head).decode())
+    print(orjson.dumps(_enc(body), option=orjson.OPT_INDENT_2).decode())

@@ -28,14 +28,7 @@ from rlstream.formats.loops import FORMAT_VERSION, BadRecord, parse_json
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
-from rlstream.pipeline.commit import (
-    app_id,
-    commit_runs,
-    load_state,
-    resolve,
-    settle,
-    write_rejected,
-)
+from rlstream.pipeline.commit import app_id, commit_group, load_state, settle, write_rejected
 from rlstream.pipeline.discover import RUN_JSON
 from rlstream.pipeline.names import advance_names, check_below
 from rlstream.pipeline.resume import ResumeStateError
@@ -362,32 +355,15 @@ class RunGroup:
         runs whose commit failed stay dirty, and the next commit retries them."""
         now = time.time() if now is None else now
         if REJECTED in self.dirty:
-            try:
-                todo = {u: r for u, r in self.rejected.items() if u not in self.rejected_written}
-                write_rejected(
-                    self.sink, {app_id(f"{REJECTED}:{run_key(u)[:16]}"): r for u, r in todo.items()}
-                )
+            todo = {u: r for u, r in self.rejected.items() if u not in self.rejected_written}
+            ids = {app_id(f"{REJECTED}:{run_key(u)[:16]}"): r for u, r in todo.items()}
+            if write_rejected(self.sink, ids):
                 self.rejected_written.update(todo)
                 self.dirty.discard(REJECTED)
-            except Exception:
-                log.exception("could not write the rejected runs' quarantine rows; retried")
         urls = set(self.runs) if force else self.dirty - {REJECTED}
-        unsure = [s for s in self.runs.values() if s.unconfirmed]
-        try:
-            resolve(self.sink, unsure)
-        except Exception:
-            log.exception("could not read the tables' transactions; commit retried")
-            return 0
-        urls |= {s.run_url for s in unsure if s.unconfirmed}
-        targets = [self.runs[u] for u in sorted(urls) if u in self.runs]
-        # A run that did not change since its last commit drops that commit's outbox
-        # from its resume state once it landed: an idle run's state stays small.
-        settle(self.sink, [s for s in self.runs.values() if s.run_url not in urls])
-        if not targets:
-            return 0
-        written, retry = commit_runs(self.sink, targets, now, self.cfg.commit_threads)
-        self.dirty = (self.dirty & {REJECTED}) | {st.run_url for st in retry}
-        return len(written)
+        retry = commit_group(self.sink, self.runs, urls, now, self.cfg.commit_threads)
+        self.dirty = (self.dirty & {REJECTED}) | retry
+        return len(urls - retry)
 
     def analyze(self, urls: list[str], execute: Executor) -> Iterator[RunState]:
         """Batch mode: read runs to the end of what exists, `analyze_chunk_runs` at a

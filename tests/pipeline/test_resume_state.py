@@ -133,15 +133,24 @@ def test_a_name_below_the_window_is_quarantined_not_missed(tmp_path):
     assert next(iter(group.states())).counters["transcripts_below_window"] == 1
 
 
+def _file(body: bytes, fmt: int = 1) -> bytes:
+    """A state file with this JSON body, compressed as the writer does."""
+    import pyarrow as pa
+
+    head = f'{{"format": {fmt}, "rlstream": "x", "body": "zstd", "size": {len(body)}}}'
+    return MAGIC + head.encode() + b"\n" + pa.Codec("zstd").compress(body, asbytes=True)
+
+
 @pytest.mark.parametrize(
     "body",
     [
         b"garbage",
-        MAGIC + b'{"format": 99, "rlstream": "9.0"}\n{}',
-        MAGIC + b'{"format": 1}\n{"run_id": "run-a", "seq": 1, "run_json": {"$dc": "Popen"}}',
-        MAGIC + b'{"format": 1}\n{"run_id": "run-a", "seq": 1, "extra_field": 1}',
-        MAGIC
-        + b'{"format": 1}\n{"run_id": "run-a", "seq": 1, "pending": {"$d": [[1, {"$x": 0}]]}}',
+        _file(b"{}", fmt=99),
+        _file(b'{"run_id": "run-a", "seq": 1, "run_json": {"$dc": "Popen"}}'),
+        _file(b'{"run_id": "run-a", "seq": 1, "extra_field": 1}'),
+        _file(b'{"run_id": "run-a", "seq": 1, "pending": {"$d": [[1, {"$x": 0}]]}}'),
+        _file(b'{"run_id": "run-a", "seq": 1}')[:-3],  # truncated
+        MAGIC + b'{"format": 1, "body": "zstd", "size": 99999999999}\nxx',
         None,  # a pickle that would run code if it were loaded
     ],
 )
