@@ -13,7 +13,7 @@ reads it) reaches 10 % of the steps, and again at the end, it records:
 - resume state bytes per run (mean and max over `OUT/_resume/*.state`);
 - files under OUT (data, logs and resume state together);
 - commit time: the watch's own "commits: mean ... over the last 30" log line
-  nearest the point;
+  that follows the point;
 - RSS of the watch's process tree (driver, tailers, workers, Ray) and of the driver;
 - `status` and `report` time: `read_latest` and `render_report` in this process,
   median of 3.
@@ -65,9 +65,19 @@ def _timed(fn, reps: int = 3) -> float:
     return statistics.median(times)
 
 
-def _commit_mean(log: Path) -> float | None:
-    found = re.findall(r"commits: mean ([0-9.]+) s", log.read_text(errors="replace"))
-    return float(found[-1]) if found else None
+def _commit_means(log: Path) -> list[float]:
+    return [
+        float(x)
+        for x in re.findall(r"commits: mean ([0-9.]+) s", log.read_text("utf-8", "replace"))
+    ]
+
+
+def _next_commit_mean(log: Path, proc: subprocess.Popen) -> float | None:
+    """The mean of the watch's next 30 commits (its next log line), or None."""
+    seen = len(_commit_means(log))
+    _wait(lambda: len(_commit_means(log)) > seen, 120, proc)
+    got = _commit_means(log)
+    return got[seen] if len(got) > seen else None
 
 
 def snapshot(out: Path, proc: subprocess.Popen, log: Path) -> dict:
@@ -80,11 +90,11 @@ def snapshot(out: Path, proc: subprocess.Popen, log: Path) -> dict:
         "state_bytes_mean": round(statistics.mean(states)) if states else None,
         "state_bytes_max": max(states, default=None),
         "files": _files(out),
-        "commit_s_mean": _commit_mean(log),
         "rss_tree_mb": round(sum(_rss_kb(p) for p in pids) / 1024),
         "rss_driver_mb": round(_rss_kb(proc.pid) / 1024),
         "status_s": round(_timed(lambda: read_latest(str(out))), 4),
         "report_s": round(_timed(lambda: render_report(str(out))), 4),
+        "commit_s_mean": _next_commit_mean(log, proc),
     }
 
 
