@@ -17,7 +17,7 @@ class PipelineConfig:
     poll_seconds: float = 1.0
     """Seconds between polls of every run's files (watch)."""
     commit_seconds: float = 2.0
-    """Seconds between commits of outputs and checkpoints (watch)."""
+    """Seconds between commits of outputs and resume states (watch)."""
     watermark_lag_steps: int = 1
     """A step's row is final once the line of a step this much later has been read..."""
     watermark_settle_seconds: float = 0.5
@@ -44,7 +44,7 @@ class PipelineConfig:
     """Consumed transcript names kept above the run's name watermark: a transcript may
     appear this many names out of write order and still be read (docs/run-format.md)."""
     fsync: bool = True
-    """fsync every output file and checkpoint on local disk before its rename, so a
+    """fsync every resume state on local disk before its rename, so a
     commit survives power loss. Off: still atomic across process crashes (kill -9)."""
     commit_threads: int = 8
     """Threads writing runs' resume states in parallel at a commit."""

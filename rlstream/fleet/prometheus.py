@@ -209,7 +209,7 @@ def render_metrics(
     o.add(
         "rlstream_pipeline_last_commit_timestamp_seconds",
         "gauge",
-        "Unix time of the last commit of outputs and checkpoints.",
+        "Unix time of the last commit of outputs and resume states.",
         p.get("last_commit"),
     )
     o.add(

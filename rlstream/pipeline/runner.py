@@ -102,7 +102,7 @@ class RunGroup:
 
     # -- runs ----------------------------------------------------------------------
     def add_run(self, run_url: str) -> RunState | None:
-        """Start tracking a run, resuming from its checkpoint when one exists."""
+        """Start tracking a run, resuming from its resume state when one exists."""
         if run_url in self.runs:
             return self.runs[run_url]
         meta, stat, bad = self._read_run_json(run_url)
@@ -276,7 +276,7 @@ class RunGroup:
         if failed and final:
             raise RlstreamError(
                 f"{len(failed)} work units failed {UNIT_RETRIES + 1} times (last: {failed[0]!r}); "
-                "nothing was finalized from them: rerun to resume from the checkpoints"
+                "nothing was finalized from them: rerun to resume from the resume states"
             )
         new_rows = 0
         for state in due:

@@ -39,7 +39,7 @@ moves them into `outbox` first), and what one poll or process learnt."""
 
 @dataclass(slots=True)
 class RunState:
-    """What the pipeline holds for one run; what its checkpoint holds."""
+    """What the pipeline holds for one run; what its resume state holds."""
 
     run_id: str
     run_url: str

@@ -135,7 +135,7 @@ class Fleet:
 
     def _call(self, method: str, *args: Any) -> list[Any]:
         """Call every tailer; a tailer that died is restarted by Ray, so give the new
-        instance its workers and runs again (it resumes them from their checkpoints)
+        instance its workers and runs again (it resumes them from their resume states)
         and call it once more."""
         refs = [getattr(t, method).remote(*args) for t in self.tailers]
         out = []
@@ -193,7 +193,7 @@ class Fleet:
                 except ray.exceptions.RayError as e:
                     if attempt == 2:
                         raise
-                    # Runs already committed resume from their checkpoints: only what
+                    # Runs already committed resume from their resume states: only what
                     # the dead tailer had not committed is read again.
                     log.warning("tailer %d failed (%s); analysing its shard again", i, e)
                     ray.get(self.tailers[i].set_workers.remote(self.workers))
