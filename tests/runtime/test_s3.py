@@ -45,7 +45,7 @@ def test_s3_to_s3_equals_local(ray_session, s3_server, bucket, tmp_path):
         [f"s3://{bucket}/fleet"],
         out,
         PipelineConfig(transcripts_per_unit=16),
-        RuntimeConfig(workers=2),
+        RuntimeConfig(workers=2, tailers=2),  # two writers to each table on S3
     )
     assert len(summaries) == 3
     opts = {"endpoint_url": s3_server}
