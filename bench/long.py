@@ -12,7 +12,7 @@ reads it) reaches 10 % of the steps, and again at the end, it records:
 
 - resume state bytes per run (mean and max over `OUT/_resume/*.state`);
 - files under OUT (data, logs and resume state together);
-- commit time: the watch's own "commits: mean ... over the last 30" log line
+- commit time: the watch's own "commits: mean ... over the last 10" log line
   that follows the point;
 - RSS of the watch's process tree (driver, tailers, workers, Ray) and of the driver;
 - `status` and `report` time: `read_latest` and `render_report` in this process,
@@ -75,7 +75,7 @@ def _commit_means(log: Path) -> list[float]:
 def _next_commit_mean(log: Path, proc: subprocess.Popen) -> float | None:
     """The mean of the watch's next 30 commits (its next log line), or None."""
     seen = len(_commit_means(log))
-    _wait(lambda: len(_commit_means(log)) > seen, 120, proc)
+    _wait(lambda: len(_commit_means(log)) > seen, 300, proc)
     got = _commit_means(log)
     return got[seen] if len(got) > seen else None
 

@@ -41,7 +41,7 @@ from rlstream.sinks.maintain import MaintenanceConfig
 
 log = logging.getLogger("rlstream")
 
-COMMIT_LOG_EVERY = 30
+COMMIT_LOG_EVERY = 10
 """A watch logs the mean and max time of its commits once per this many commits."""
 
 
