@@ -53,16 +53,28 @@ def read_latest(out: str, storage_options: dict[str, Any] | None = None) -> list
 
 
 class StepsTable:
-    """OUT's `steps` table opened once (one log replay), read per run."""
+    """OUT's `steps` table opened once (one log replay). The first `run()` reads the
+    columns it asks for, for every run, in one scan; later calls slice that (a report
+    asks for every run with the same columns)."""
 
     def __init__(self, out: str, storage_options: dict[str, Any] | None = None) -> None:
         from deltalake import DeltaTable
 
         sink = out_sink(out, storage_options)
         self.dataset = None
+        self._cols: list[str] = []
+        self._all: pa.Table | None = None
         if sink.exists("steps"):
             dt = DeltaTable(sink.uri("steps"), storage_options=sink.options)
             self.dataset = dt.to_pyarrow_dataset()
+
+    def _scan(self, have: list[str]) -> pa.Table:
+        if self._all is None or not set(have) <= set(self._cols):
+            assert self.dataset is not None
+            self._cols = sorted({*have, "run_id"})
+            t = self.dataset.to_table(columns=self._cols)
+            self._all = t.sort_by([("run_id", "ascending"), ("step", "ascending")])
+        return self._all
 
     def run(self, run_id: str, columns: list[str]) -> dict[str, list[Any]]:
         """The run's step rows as {column: values}, in step order; missing columns are
@@ -71,9 +83,13 @@ class StepsTable:
         if self.dataset is None:
             return {c: [] for c in cols}
         have = [c for c in cols if c in self.dataset.schema.names]
-        t = self.dataset.to_table(columns=have, filter=pc.field("run_id") == run_id)
-        t = t.sort_by("step")
-        n = t.num_rows
+        t = self._scan(have)
+        ids = t.column("run_id")
+        lo = pc.index(ids, run_id).as_py()
+        if lo < 0:
+            return {c: [] for c in cols}
+        n = pc.sum(pc.equal(ids.slice(lo), run_id)).as_py() or 0
+        t = t.slice(lo, n)
         return {c: (t.column(c).to_pylist() if c in have else [None] * n) for c in cols}
 
 
