@@ -2,9 +2,10 @@
 log cleanup and vacuum. Run on a schedule inside `watch`, once at the end of
 `analyze`, and by hand with `rlstream compact OUT`.
 
-One pass, per table: `optimize.compact()` bin-packs the small files of the commits
-since the last pass into files of up to `target_file_mb` (a file already that large
-is left alone, so a pass costs what arrived since the last one, not the history);
+One pass, per table: `optimize.compact()` bin-packs the files below `target_file_mb`
+(the commits' small files since the last pass, and the compacted file still growing)
+into files of up to that size; a file already that large is left alone, so a pass
+rewrites at most `target_file_mb` plus what arrived since the last one;
 then, for `run_health`, `run_latest` is rebuilt (below); then `vacuum` of the files
 removed more than `sink.retention_seconds` ago (a table property set when the table
 is created; a pass that finds another value sets it, which may make one concurrent
