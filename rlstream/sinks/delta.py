@@ -201,6 +201,11 @@ class DeltaSink:
         self.storage.remove(url)
         return aside
 
+    def is_out(self) -> bool:
+        """Whether OUT holds rlstream's tables: the definition is a Delta log under
+        OUT/run_health (every commit that wrote anything wrote a run's health)."""
+        return self.storage.exists(Storage.join(self.out, "run_health", "_delta_log"))
+
     def check_layout(self) -> None:
         """Refuse an OUT written by the earlier Parquet layout, with what to do."""
         old = [

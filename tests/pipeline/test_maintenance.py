@@ -119,3 +119,10 @@ def test_an_out_of_the_parquet_layout_is_refused(tmp_path, capsys):
         analyze_local([str(tmp_path / "runs")], str(out))
     assert main(["status", str(out)]) == 2
     assert "new --out" in capsys.readouterr().err
+
+
+def test_an_out_is_known_by_run_health_delta_log(tmp_path):
+    write_run(tmp_path / "runs", steps=1)
+    assert not out_sink(str(tmp_path / "out")).is_out()
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
+    assert out_sink(str(tmp_path / "out")).is_out()
