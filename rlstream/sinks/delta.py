@@ -85,6 +85,8 @@ def delta_options(url: str, storage_options: dict[str, Any] | None) -> dict[str,
     if "://" not in url or url.startswith("file://"):
         return None
     opts = dict(storage_options or {})
+    if not url.startswith(("s3://", "s3a://")):  # other stores: delta-rs's own keys
+        return {k: str(v) for k, v in opts.items()}
     ck = opts.get("client_kwargs") or {}
     out: dict[str, str] = {}
     pairs = {

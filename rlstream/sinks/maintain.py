@@ -154,7 +154,6 @@ def read_latest_rows(sink: DeltaSink, health: Any = None) -> pa.Table:
         parts.append(ds.to_table(filter=pc.field("as_of") >= stamp))
     else:
         parts.append(ds.to_table())
-    schema = parts[-1].schema
-    return pa.concat_tables(
-        [p.select(schema.names).cast(schema) for p in parts], promote_options="default"
-    )
+    # A newer rlstream may have added columns since run_latest was written: missing
+    # ones read as null.
+    return pa.concat_tables(parts, promote_options="permissive")
