@@ -23,6 +23,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlstream.config import PipelineConfig
