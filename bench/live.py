@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import TreeSampler, median, percentile, ray_env, rlstream_cmd
+from bench.common import TreeSampler, held_clock, median, percentile, ray_env, rlstream_cmd
 from rlstream.config import PipelineConfig
 
 POLL = 1.0
@@ -138,7 +138,13 @@ def live_fleet(n: int, steps: int, work: Path, interval: float = 1.0) -> dict:
 
     root, out = work / f"live{n}", work / f"live{n}-out"
     cfg = SimConfig(runs=n, steps=steps, groups=2, group_size=4, tokens=64, seed=n)
-    writer = threading.Thread(target=simulate_live, args=(root, cfg, interval), daemon=True)
+    up = threading.Event()
+    # The writers begin, then wait for the watch: the measured steps are written once
+    # every run has its first latest row, however long Ray took to start.
+    clock = held_clock(up.is_set, 3 * interval)
+    writer = threading.Thread(
+        target=simulate_live, args=(root, cfg, interval), kwargs={"clock": clock}, daemon=True
+    )
     writer.start()
     _wait(lambda: root.exists() and len(list(root.glob("*/run.json"))) >= n, 60)
     proc = _watch(str(root), out)
@@ -147,6 +153,7 @@ def live_fleet(n: int, steps: int, work: Path, interval: float = 1.0) -> dict:
     try:
         ready = _wait(lambda: len(mon.last) >= n, 300, proc)
         t_ready = time.time()
+        up.set()
         cpu0 = sampler.cpu_seconds()
         writer.join()
         t_written = time.time()
@@ -353,8 +360,8 @@ def main(quick: bool, work: Path) -> dict:
     res: dict = {"poll_s": POLL, "commit_s": COMMIT}
     print(f"live: fleets of live runs (watch --poll {POLL} --commit-every {COMMIT})", flush=True)
     sizes = (10,) if quick else (10, 50, 100)
-    # Writers run longer than the watch takes to start (Ray, discovery): only steps
-    # written after every run has its first latest row are measured.
+    # Writers hold after their first steps until every run has its first latest row:
+    # only steps written after that are measured.
     res["fleets"] = [
         live_fleet(n, 40 if quick else 60, work, interval=0.5 if quick else 1.0) for n in sizes
     ]

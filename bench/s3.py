@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import median, percentile, ray_env, rlstream_cmd, run_measured
+from bench.common import held_clock, median, percentile, ray_env, rlstream_cmd, run_measured
 from bench.proxy import LatencyProxy
 
 DELAYS = {"local": None, "loopback": 0.0, "+10ms": 0.010, "+50ms": 0.050}
@@ -267,20 +267,7 @@ def write_and_mirror(root: str, runs: int, steps: int, interval: float, endpoint
 
     cfg = SimConfig(runs=runs, steps=steps, groups=2, group_size=4, tokens=64, seed=runs)
     go = Path(f"{log}.go")
-    hold_after: list[float] = []
-
-    def clock() -> float:
-        # The writer's clock stops (and with it the writer) 3 intervals after its
-        # first reading, when every run has begun, until the watch is up.
-        now = time.time()
-        if not hold_after:
-            hold_after.append(now + 3 * interval)
-        while now > hold_after[0] and not go.exists():
-            time.sleep(0.05)
-            now = time.time()
-        if now > hold_after[0]:
-            hold_after[0] = float("inf")  # released for good
-        return now
+    clock = held_clock(go.exists, 3 * interval)
 
     writer = threading.Thread(
         target=simulate_live, args=(root, cfg, interval), kwargs={"clock": clock}, daemon=True
