@@ -247,6 +247,10 @@ class RewardTooFast(RuleConfig):
     """The new level must also top the best earlier level in the window (highest
     ``short_steps`` median before the compared steps) by this: reward coming back to
     where it was after a dip (an outage, a bad batch) is not a climb."""
+    eval_share: float = 0.5
+    """A climb the held-out score follows is learning, not a shortcut: with evals in
+    the compared steps and before them, the held-out score must have risen by less
+    than this share of the reward's rise to start the finding."""
 
 
 @dataclass(frozen=True)
@@ -277,10 +281,29 @@ class DegenerateOutputs(RuleConfig):
 
 @dataclass(frozen=True)
 class EntropyCollapse(RuleConfig):
-    """Entropy falling sharply, or repetition rising as distinct completions fall."""
+    """Entropy falling toward zero, or falling with outputs degenerating, or repetition
+    rising as distinct completions fall. Sharpening while learning is not collapse."""
 
+    zero_ratio: float = 0.1
+    """On entropy alone: recent entropy at or below this share of the baseline (a fall
+    toward zero); or"""
     entropy_ratio: float = 0.4
-    """Recent entropy at or below this share of the baseline; or"""
+    """recent entropy at or below this share of the baseline, with outputs degenerating
+    (any of the next four) or without evidence of learning (held-out score or reward
+    risen); or"""
+    repetition_support: float = 0.1
+    """(degenerating: repetition above its baseline by at least this,"""
+    length_ratio: float = 0.6
+    """mean completion length at or below this share of its baseline,"""
+    diversity_ratio: float = 0.8
+    """a trainer's n-gram diversity metric at or below this share of its baseline,"""
+    support_distinct_ratio: float = 0.7
+    """or distinct completions at or below this share of its baseline)"""
+    eval_rise_min: float = 0.05
+    """(learning: the held-out score's latest three evals above its first three by at
+    least this; without evals,"""
+    reward_rise_min: float = 0.1
+    """reward above its baseline by at least this); or"""
     repetition_rise: float = 0.2
     """repetition above its baseline by at least this..."""
     distinct_ratio: float = 0.7

@@ -14,8 +14,14 @@ Contract
 A rule returns None when the row lacks what it needs (the finding's state is then
 left as it is), else a ``Verdict`` whose message cites the numbers behind it and says
 what to look at. ``stalled`` is time-based and lives in ``engine.check_time``.
-Rules never read reward for degenerate_outputs or entropy_collapse: those must fire
-on transcript-level evidence while reward curves look healthy.
+degenerate_outputs never reads reward: it must fire on transcript-level evidence while
+reward curves look healthy. entropy_collapse reads reward and held-out trends only to
+weigh a moderate fall of entropy (sharpening while learning is not collapse); a fall
+toward zero, or repetition with fewer distinct completions, fires whatever the reward.
+
+The rules live in ``rules_signal`` (learning signal and reward curve), ``rules_ops``
+(failures, KL, ESS, staleness, room) and ``rules_policy`` (what the policy writes);
+``metric_disagreement`` is here.
 """
 
 from __future__ import annotations

@@ -53,6 +53,21 @@ def _rise(
     return _Rise(short, excess, se, noise_b, above_best)
 
 
+def _eval_transfer(v: View, steps: list[float], c: C.RewardTooFast) -> float | None:
+    """How far the held-out score rose over the compared steps: its evals in the last
+    ``short_steps`` against those in the ``long_steps`` before them (None without
+    evals on both sides)."""
+    if len(steps) < c.short_steps + c.long_steps:
+        return None
+    cut, start = steps[-c.short_steps], steps[-c.short_steps - c.long_steps]
+    pts = eval_points(v)
+    after = [y for x, y in pts if x >= cut]
+    before = [y for x, y in pts if start <= x < cut]
+    if not after or not before:
+        return None
+    return stats.median(after) - stats.median(before)
+
+
 def reward_too_fast(
     v: View, c: C.RewardTooFast, ctx: Ctx, active: bool, row: dict
 ) -> Verdict | None:
@@ -75,6 +90,9 @@ def reward_too_fast(
         and ge(r.excess, c.z * r.se, active, ctx)
         and r.above_best
     ]
+    transfer = _eval_transfer(v, steps, c) if hits else None
+    if transfer is not None:
+        hits = [r for r in hits if transfer < c.eval_share * r.excess]
     climbing = bool(hits)
     shown = max(hits or rises, key=lambda r: r.excess / r.se)
     excess, se, noise = shown.excess, shown.se, shown.noise
@@ -152,38 +170,89 @@ def degenerate_outputs(
     return None
 
 
+def eval_points(v: View) -> list[tuple[float, float]]:
+    """(step, held-out score) of the run's kept evals: ``eval/heldout`` if the run has
+    it, else its first eval name."""
+    evals = v.state.evals
+    if not evals:
+        return []
+    name = "heldout" if "heldout" in evals else sorted(evals)[0]
+    return [(float(p[0]), p[1]) for p in evals[name] if p[1] is not None]
+
+
+def learning(v: View, c: C.EntropyCollapse) -> tuple[bool | None, str]:
+    """Is the policy getting better? The held-out score decides when there are at
+    least six evals (latest three against first three kept); else reward against its
+    baseline. None when neither can tell."""
+    pts = [y for _, y in eval_points(v)]
+    if len(pts) >= 6:
+        rise = stats.median(pts[-3:]) - stats.median(pts[:3])
+        return rise >= c.eval_rise_min, f"held-out score {rise:+.2f} since the first evals"
+    r, base = v.recent("reward_all", 10), v.base("reward_all")
+    if any_none(r, base):
+        return None, ""
+    return r - base >= c.reward_rise_min, f"reward {r - base:+.2f} since the baseline"
+
+
+def _degenerating(v: View, c: C.EntropyCollapse) -> tuple[list[str], int]:
+    """(signs that outputs degenerate, how many output figures could be judged)."""
+    signs, judged = [], 0
+    checks = (
+        ("repetition", lambda x, b: x - b >= c.repetition_support, "repetition {x:.2f} (baseline {b:.2f})"),
+        ("len_mean", lambda x, b: x <= c.length_ratio * b, "length {x:.0f} (baseline {b:.0f})"),
+        ("diversity", lambda x, b: x <= c.diversity_ratio * b, "diversity {x:.2f} (baseline {b:.2f})"),
+        ("distinct", lambda x, b: x <= c.support_distinct_ratio * b, "distinct completions {x:.0%} (baseline {b:.0%})"),
+    )  # fmt: skip
+    for name, bad, text in checks:
+        x, b = v.recent(name), v.base(name)
+        if any_none(x, b):
+            continue
+        judged += 1
+        if bad(x, b):
+            signs.append(text.format(x=x, b=b))
+    return signs, judged
+
+
 def entropy_collapse(
     v: View, c: C.EntropyCollapse, ctx: Ctx, active: bool, row: dict
 ) -> Verdict | None:
     ent, ent_base = v.recent("entropy"), v.base("entropy")
     rep, rep_base = v.recent("repetition"), v.base("repetition")
     dist, dist_base = v.recent("distinct"), v.base("distinct")
-    by_entropy = (
-        ent is not None
-        and ent_base is not None
-        and ent_base > 0
-        and le(ent, c.entropy_ratio * ent_base, active, ctx)
-    )
     by_text = (
         not any_none(rep, rep_base, dist, dist_base)
         and ge(rep - rep_base, c.repetition_rise, active, ctx)
         and le(dist, c.distinct_ratio * dist_base, active, ctx)
     )
-    if (ent is None or ent_base is None) and any_none(rep, rep_base, dist, dist_base):
+    has_entropy = ent is not None and ent_base is not None and ent_base > 0
+    if not has_entropy and any_none(rep, rep_base, dist, dist_base):
         return None
-    parts = []
-    if ent is not None and ent_base is not None:
+    parts, why = [], ""
+    by_entropy = False
+    if has_entropy:
         parts.append(
-            f"entropy {ent:.3f} nats/token over the last {v.recent_steps} steps ({ent_base:.3f} at baseline)"
+            f"entropy {ent:.3f} nats/token over the last {v.recent_steps} steps "
+            f"({ent_base:.3f} at baseline)"
         )
-    if rep is not None and rep_base is not None:
+        toward_zero = le(ent, c.zero_ratio * ent_base, active, ctx)
+        sharp = le(ent, c.entropy_ratio * ent_base, active, ctx)
+        signs, _ = _degenerating(v, c)
+        better, how = learning(v, c)
+        # Entropy alone condemns only a fall toward zero; a sharper policy that is
+        # learning, with outputs as long and diverse as before, is sharpening.
+        by_entropy = toward_zero or (sharp and (bool(signs) or better is False))
+        if signs:
+            why = "; " + ", ".join(signs)
+        elif sharp and how:
+            why = f"; {how}"
+    if rep is not None and rep_base is not None and not by_entropy:
         parts.append(f"repetition {rep:.2f} (baseline {rep_base:.2f})")
-    if dist is not None and dist_base is not None:
+    if dist is not None and dist_base is not None and not by_entropy:
         parts.append(f"distinct completions {dist:.0%} (baseline {dist_base:.0%})")
     return Verdict(
         by_entropy or by_text,
-        "; ".join(parts) + ": the policy is collapsing onto few outputs; lower the learning "
-        "rate, add an entropy bonus or KL penalty",
+        "; ".join(parts) + why + ": the policy is collapsing onto few outputs; lower the "
+        "learning rate, add an entropy bonus or KL penalty",
     )
 
 

@@ -52,16 +52,6 @@ def run_config(c: LearnConfig, steps: int) -> dict[str, Any]:
     }
 
 
-def trained_group_std_mean(sd) -> float | None:
-    """``reward/group_std_mean`` as the guide defines it: over trained groups."""
-    stds = [
-        float(np.std(sd.reward_A[(sd.group_A == g) & sd.trained_A]))
-        for g in range(len(sd.group_ids))
-        if np.any((sd.group_A == g) & sd.trained_A)
-    ]
-    return float(np.mean(stds)) if stds else None
-
-
 def _run_json(run_id: str, cfg: dict, created: float, finished: float | None) -> bytes:
     doc: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
@@ -89,11 +79,7 @@ def write_run(
         files = {"steps.jsonl": fs, "rollouts.jsonl": fr}
         for t in range(steps):
             sd, ob = trainer.step(t)
-            metrics = step_metrics(sd)
-            gsm = trained_group_std_mean(sd)
-            metrics.pop("reward/group_std_mean", None)
-            if gsm is not None:
-                metrics["reward/group_std_mean"] = gsm
+            metrics = step_metrics(sd)  # the guide's definitions (docs/run-format.md)
             obs.append(ob)
             kl.append(metrics.get("train/mismatch_kl"))
             for ev in step_events(shape, sd, metrics):  # type: ignore[arg-type]
