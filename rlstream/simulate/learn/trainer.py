@@ -111,7 +111,9 @@ class Trainer:
         parts = []
         for g in range(G):
             version = self.history[-1 - int(lag_G[g])]
-            parts.append(P.sample(version, prompts[g * N : (g + 1) * N], c.max_tokens, rng, c.precision))
+            parts.append(
+                P.sample(version, prompts[g * N : (g + 1) * N], c.max_tokens, rng, c.precision)
+            )
         comp = _concat(parts)
         ls = np.round(comp.ls_T, LOGPROB_DECIMALS) + 0.0
         lt_raw, ent = P.score(self.params, comp, L)
@@ -177,9 +179,7 @@ class Trainer:
             # Digits the grader credited only because of its wildcard.
             ans, tgt = comp.answer_AL[answered], target[answered]
             use = float(np.mean((ans == c.wildcard) & (tgt != c.wildcard)))
-        groups_nv = len(
-            {a // c.group_size for a, d in enumerate(discard) if d == "no_variance"}
-        )
+        groups_nv = len({a // c.group_size for a, d in enumerate(discard) if d == "no_variance"})
         keys = {
             comp.ids_T[lo:hi].tobytes()
             for lo, hi in zip(comp.offsets_A1[:-1], comp.offsets_A1[1:], strict=True)
