@@ -75,9 +75,12 @@ class Batch:
     def key(self) -> str:
         """The batch and the simulator source it depends on: changing a scenario
         re-simulates the suites; healthy batches depend on every module but only on
-        the healthy part of scenarios.py (everything before ``def build_knobs``)."""
+        the healthy part of scenarios.py (everything before ``def build_knobs``);
+        learning batches also on ``simulate/learn/``, scripted ones not."""
         h = hashlib.sha1(repr(self).encode())
-        for src in sorted((Path(__file__).parents[1] / "rlstream" / "simulate").rglob("*.py")):
+        sim = Path(__file__).parents[1] / "rlstream" / "simulate"
+        learn = self.kind.startswith("learn-")
+        for src in sorted(sim.rglob("*.py") if learn else sim.glob("*.py")):
             text = src.read_text()
             if src.name == "scenarios.py" and self.kind != "suite":
                 text = text.split("\ndef build_knobs")[0]

@@ -89,7 +89,13 @@ class TasksTooHard(RuleConfig):
 
     for_steps: int = 3
     no_variance_min: float = 0.7
-    """Share of groups discarded as no_variance, at the start and now."""
+    """Share of groups discarded as no_variance, at the start and now; or"""
+    partial_no_variance_min: float = 0.5
+    """with partial credit (a few attempts score a fraction, so fewer groups are
+    all-equal): at least this share no_variance..."""
+    partial_spread_max: float = 0.06
+    """...and the within-group reward spread over every group at or below this, at the
+    start and now."""
     reward_max: float = 0.1
     """Reward with unusable groups at or below this, at the start and now."""
 
@@ -298,7 +304,8 @@ class EntropyCollapse(RuleConfig):
     diversity_ratio: float = 0.8
     """a trainer's n-gram diversity metric at or below this share of its baseline,"""
     support_distinct_ratio: float = 0.7
-    """or distinct completions at or below this share of its baseline)"""
+    """or, unless the policy is learning (its attempts then converge on each task's
+    answer), distinct completions at or below this share of its baseline)"""
     eval_rise_min: float = 0.05
     """(learning: the held-out score's latest three evals above its first three by at
     least this; without evals,"""

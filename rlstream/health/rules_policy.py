@@ -194,9 +194,11 @@ def learning(v: View, c: C.EntropyCollapse) -> tuple[bool | None, str]:
     return r - base >= c.reward_rise_min, f"reward {r - base:+.2f} since the baseline"
 
 
-def _degenerating(v: View, c: C.EntropyCollapse) -> tuple[list[str], int]:
-    """(signs that outputs degenerate, how many output figures could be judged)."""
-    signs, judged = [], 0
+def _degenerating(v: View, c: C.EntropyCollapse, learns: bool | None) -> list[str]:
+    """Signs that outputs degenerate. While the policy is learning, fewer distinct
+    completions are expected (attempts at a task converge on its answer), so only
+    signs within completions count: repetition, length, n-gram diversity."""
+    signs = []
     checks = (
         ("repetition", lambda x, b: x - b >= c.repetition_support, "repetition {x:.2f} (baseline {b:.2f})"),
         ("len_mean", lambda x, b: x <= c.length_ratio * b, "length {x:.0f} (baseline {b:.0f})"),
@@ -205,12 +207,11 @@ def _degenerating(v: View, c: C.EntropyCollapse) -> tuple[list[str], int]:
     )  # fmt: skip
     for name, bad, text in checks:
         x, b = v.recent(name), v.base(name)
-        if any_none(x, b):
+        if any_none(x, b) or (learns and name == "distinct"):
             continue
-        judged += 1
         if bad(x, b):
             signs.append(text.format(x=x, b=b))
-    return signs, judged
+    return signs
 
 
 def entropy_collapse(
@@ -236,8 +237,8 @@ def entropy_collapse(
         )
         toward_zero = le(ent, c.zero_ratio * ent_base, active, ctx)
         sharp = le(ent, c.entropy_ratio * ent_base, active, ctx)
-        signs, _ = _degenerating(v, c)
         better, how = learning(v, c)
+        signs = _degenerating(v, c, better)
         # Entropy alone condemns only a fall toward zero; a sharper policy that is
         # learning, with outputs as long and diverse as before, is sharpening.
         by_entropy = toward_zero or (sharp and (bool(signs) or better is False))

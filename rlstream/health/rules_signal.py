@@ -102,9 +102,24 @@ def tasks_too_hard(v: View, c: C.TasksTooHard, ctx: Ctx, active: bool, row: dict
     )
     if got is None:
         return None
+    holds, evidence = got
+    if not holds:
+        # Partial credit: a few attempts score a fraction, so some groups keep a small
+        # spread and are trained; the spread over every group stays near zero.
+        part = _no_variance_from_start(
+            v, c.partial_no_variance_min, lambda r: le(r, c.reward_max, active, ctx), active, ctx
+        )
+        spread, spread_start = v.recent("group_std"), _from_start(v, "group_std")
+        if part is not None and part[0] and not any_none(spread, spread_start):
+            holds = spread_start <= c.partial_spread_max and le(
+                spread, c.partial_spread_max, active, ctx
+            )
+            evidence += (
+                f", within-group reward std {spread:.3f} (from the start: {spread_start:.3f})"
+            )
     return Verdict(
-        got[0],
-        f"{got[1]}; almost every attempt fails, so nothing is learned: use easier tasks, "
+        holds,
+        f"{evidence}; almost every attempt fails, so nothing is learned: use easier tasks, "
         "a curriculum or a stronger initial policy",
     )
 

@@ -67,7 +67,7 @@ def preset(name: str, rng: np.random.Generator) -> LearnConfig:
     base = LearnConfig(
         learning_rate=float(rng.uniform(2.5, 4.0)),
         group_size=int(rng.choice([6, 8])),
-        think_len=float(rng.uniform(6.0, 10.0)),
+        think_len=float(rng.uniform(2.0, 10.0)),
     )
     if name == "healthy":
         return base
