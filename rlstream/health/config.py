@@ -338,7 +338,13 @@ class LengthExplosion(RuleConfig):
     truncated_rise: float = 0.15
     """at least this share of completions."""
     ratio_no_cap: float = 2.5
-    """Without a known cap: the length ratio alone, at this level."""
+    """Without a known cap: the length ratio at this level, and no sign of learning
+    (reasoning RL lengthens responses as it learns; held-out score or reward risen as
+    for entropy_collapse: ``eval_rise_min``, ``reward_rise_min``)."""
+    eval_rise_min: float = 0.05
+    """See ``ratio_no_cap``."""
+    reward_rise_min: float = 0.1
+    """See ``ratio_no_cap``."""
 
 
 @dataclass(frozen=True)

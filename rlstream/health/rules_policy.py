@@ -180,7 +180,7 @@ def eval_points(v: View) -> list[tuple[float, float]]:
     return [(float(p[0]), p[1]) for p in evals[name] if p[1] is not None]
 
 
-def learning(v: View, c: C.EntropyCollapse) -> tuple[bool | None, str]:
+def learning(v: View, c: C.EntropyCollapse | C.LengthExplosion) -> tuple[bool | None, str]:
     """Is the policy getting better? The held-out score decides when there are at
     least six evals (latest three against first three kept); else reward against its
     baseline. None when neither can tell."""
@@ -292,7 +292,9 @@ def length_explosion(
         )
         holds = ge(ln, c.ratio * base, active, ctx) and near_cap and rising
     else:
+        # No cap to run into: longer responses while the policy learns are expected.
         holds = ge(ln, c.ratio_no_cap * base, active, ctx) and rising
+        holds = holds and learning(v, c)[0] is not True
     cap_s = f" of max_tokens {cap:.0f}" if cap else ""
     trunc_s = f", {trunc:.0%} truncated" if trunc is not None else ""
     return Verdict(

@@ -26,20 +26,24 @@ CONFIG = {
     "training": {"max_steps": STEPS, "group_size": 8, "groups_per_step": 8, "mode": "sync"},
     "sampling": {"max_tokens": 1024},
 }
+NO_CAP = {"training": CONFIG["training"]}
 
 
 def write_metric_run(root: Path, name: str, seed: int, variant: str) -> None:
     """variant: "sharpening" (healthy), "to_zero" (entropy toward 0, same learning),
-    "degenerate" (entropy to a third, length and diversity falling, reward flat)."""
+    "degenerate" (entropy to a third, length and diversity falling, reward flat),
+    "longer" (no max_tokens; length triples while learning), "longer_flat" (the same
+    without learning)."""
     rng = random.Random(seed)
     d = root / name
     d.mkdir(parents=True)
+    config = NO_CAP if variant.startswith("longer") else CONFIG
     (d / "run.json").write_text(
-        json.dumps({"run_id": name, "created_at": 1000.0, "config": CONFIG, "finished_at": 9e9})
+        json.dumps({"run_id": name, "created_at": 1000.0, "config": config, "finished_at": 9e9})
     )
     e0 = rng.uniform(0.8, 1.2)
-    floor = {"sharpening": 1 / 3, "to_zero": 0.03, "degenerate": 1 / 3}[variant]
-    learns = variant != "degenerate"
+    floor = {"to_zero": 0.03, "longer": 1.0, "longer_flat": 1.0}.get(variant, 1 / 3)
+    learns = variant not in ("degenerate", "longer_flat")
     lines = []
     for i in range(STEPS):
         gain = 1.0 - math.exp(-i / 60.0) if learns else 0.0
@@ -47,6 +51,8 @@ def write_metric_run(root: Path, name: str, seed: int, variant: str) -> None:
         decay = math.exp(-i / 40.0)
         entropy = e0 * (floor + (1 - floor) * decay) * math.exp(rng.gauss(0, 0.03))
         shrink = 1.0 if variant != "degenerate" else 0.45 + 0.55 * decay
+        late = 1.0 - math.exp(-max(i - 20, 0) / 30.0)  # after the baseline
+        grow = 1.0 + 2.0 * late if variant.startswith("longer") else 1.0
         rec = {
             "step": i,
             "time": 1000.0 + 60.0 * i,
@@ -57,7 +63,7 @@ def write_metric_run(root: Path, name: str, seed: int, variant: str) -> None:
             "discard/groups/no_variance": int(rng.random() < 0.3),
             "discard/groups/group_too_small": 0,
             "sampling/entropy_estimate": entropy,
-            "rollout/completion_len": 300.0 * shrink * math.exp(rng.gauss(0, 0.05)),
+            "rollout/completion_len": 300.0 * shrink * grow * math.exp(rng.gauss(0, 0.05)),
             "rollout/ngram_diversity": 0.85 * shrink + rng.gauss(0, 0.01),
         }
         if i % 10 == 0:
@@ -77,7 +83,7 @@ def loud_firings(tmp_path: Path) -> dict[str, list[tuple[str, str, int]]]:
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"), health=hook)
     out = {}
     for run_id, rs in rows.items():
-        ctx = RunContext(run_id, CONFIG, True)
+        ctx = RunContext(run_id, NO_CAP if run_id.startswith("longer") else CONFIG, True)
         state, fired = new_state(DEFAULT_RULES, run_id), []
         for row in sorted(rs, key=lambda r: r["step"]):
             state, trs = fold_step(state, row, ctx, DEFAULT_RULES)
@@ -87,13 +93,16 @@ def loud_firings(tmp_path: Path) -> dict[str, list[tuple[str, str, int]]]:
 
 
 def test_healthy_sharpening_raises_nothing_but_collapse_still_fires(tmp_path):
+    """Also: length growing while learning, without a known cap, is not an explosion."""
     runs = tmp_path / "runs"
     for i in range(4):
         write_metric_run(runs, f"sharp-{i}", 10 + i, "sharpening")
     write_metric_run(runs, "to-zero", 20, "to_zero")
     write_metric_run(runs, "degenerate", 21, "degenerate")
+    write_metric_run(runs, "longer", 22, "longer")
+    write_metric_run(runs, "longer_flat", 23, "longer_flat")
     fired = loud_firings(tmp_path)
-    assert len(fired) == 6
+    assert len(fired) == 8
     for i in range(4):
         loud = [f for f in fired[f"sharp-{i}"] if f[1] != "info"]
         assert loud == [], loud
@@ -101,3 +110,7 @@ def test_healthy_sharpening_raises_nothing_but_collapse_still_fires(tmp_path):
     assert "entropy_collapse" in {c for c, _, _ in fired["to-zero"]}
     # A third of its start with shorter, less diverse outputs and no learning.
     assert "entropy_collapse" in {c for c, _, _ in fired["degenerate"]}
+    # Without a cap to run into, responses tripling while the policy learns is what
+    # reasoning RL does; tripling with nothing learned is a runaway.
+    assert [f for f in fired["longer"] if f[1] != "info"] == []
+    assert "length_explosion" in {c for c, _, _ in fired["longer_flat"]}
