@@ -93,7 +93,7 @@ class TasksTooHard(RuleConfig):
     partial_no_variance_min: float = 0.5
     """with partial credit (a few attempts score a fraction, so fewer groups are
     all-equal): at least this share no_variance..."""
-    partial_spread_max: float = 0.06
+    partial_spread_max: float = 0.12
     """...and the within-group reward spread over every group at or below this, at the
     start and now."""
     reward_max: float = 0.1
