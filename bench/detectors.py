@@ -21,6 +21,12 @@ Reported per code (a run "fires" a code when the code reaches `firing`):
 - false alarms per healthy run: warning-or-critical firing episodes in healthy runs
   (all 300 steps), counted per run and averaged.
 
+`--learn` scores the learning trainer's runs instead (`rlstream simulate --learn`):
+per seed, `--per-scenario` runs of each pathological preset (lr_too_high, loophole,
+too_hard, stale_sampler) and `--healthy` healthy runs (half sync, half async). Each
+run is scored as the code its observed label expects (labels.json); a run whose
+preset's pathology did not happen is not scored and is counted apart.
+
 Tune on one set of seeds, report on another (`--seeds`). The suite is sized to run in
 about ten minutes on 2 idle cores with `--tokens 24 --groups 4 --group-size 4` (the
 defaults). `--cache DIR` keeps each batch's analyzed rows, keyed by the batch and the
