@@ -105,7 +105,7 @@ def sample(
 ) -> Completions:
     """Draw one completion per prompt row from the sampler's copy of the policy."""
     A, L = prompts_AL.shape
-    max_think = max_tokens  # thinking may run to the cap (then truncated)
+    max_think = max_tokens  # thinking may run to the cap (the completion is then truncated)
     think_logp = _log_softmax(_round(p.think, precision))
     prev = np.zeros(A, np.int64)
     alive = np.ones(A, bool)
@@ -167,8 +167,8 @@ def sample(
 
 
 def _token_logp(p: Params, c: Completions, answer_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """(full log-distribution per token, with columns of the token's own vocabulary
-    part) for thinking and answer tokens apart: returns (logp_think, logp_ans)."""
+    """The log-distribution each sampled token was drawn from, under ``p``: rows for the
+    thinking tokens (STOP and thinking ids) and rows for the answer digits, apart."""
     think = _log_softmax(p.think)[c.slot_T[c.kind_T == 0]]
     sl = c.slot_T[c.kind_T == 1]
     x, i = sl // answer_len, sl % answer_len
