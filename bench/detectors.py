@@ -21,6 +21,12 @@ Reported per code (a run "fires" a code when the code reaches `firing`):
 - false alarms per healthy run: warning-or-critical firing episodes in healthy runs
   (all 300 steps), counted per run and averaged.
 
+`--learn` scores the learning trainer's runs instead (`rlstream simulate --learn`):
+per seed, `--per-scenario` runs of each pathological preset (lr_too_high, loophole,
+too_hard, stale_sampler) and `--healthy` healthy runs (half sync, half async). Each
+run is scored as the code its observed label expects (labels.json); a run whose
+preset's pathology did not happen is not scored and is counted apart.
+
 Tune on one set of seeds, report on another (`--seeds`). The suite is sized to run in
 about ten minutes on 2 idle cores with `--tokens 24 --groups 4 --group-size 4` (the
 defaults). `--cache DIR` keeps each batch's analyzed rows, keyed by the batch and the
@@ -57,12 +63,15 @@ from rlstream.health import (
     typical_interval,
 )
 from rlstream.health.state import FIRING
+from rlstream.simulate.learn.observe import EXPECTED
+
+LEARN_PATHOLOGIES = tuple(EXPECTED)
 
 
 @dataclass(frozen=True)
 class Batch:
     seed: int
-    kind: str  # "suite" | "healthy-sync" | "healthy-async"
+    kind: str  # "suite" | "healthy-sync" | "healthy-async" | "learn-<preset>[-async]"
     runs: int
     steps: int
     tokens: float
@@ -72,9 +81,12 @@ class Batch:
     def key(self) -> str:
         """The batch and the simulator source it depends on: changing a scenario
         re-simulates the suites; healthy batches depend on every module but only on
-        the healthy part of scenarios.py (everything before ``def build_knobs``)."""
+        the healthy part of scenarios.py (everything before ``def build_knobs``);
+        learning batches also on ``simulate/learn/``, scripted ones not."""
         h = hashlib.sha1(repr(self).encode())
-        for src in sorted((Path(__file__).parents[1] / "rlstream" / "simulate").glob("*.py")):
+        sim = Path(__file__).parents[1] / "rlstream" / "simulate"
+        learn = self.kind.startswith("learn-")
+        for src in sorted(sim.rglob("*.py") if learn else sim.glob("*.py")):
             text = src.read_text()
             if src.name == "scenarios.py" and self.kind != "suite":
                 text = text.split("\ndef build_knobs")[0]
@@ -92,12 +104,25 @@ class RunData:
     rows: list[dict[str, Any]]
 
 
+def _learn_scenario(preset: str, codes: tuple[str, ...]) -> str:
+    """A learning run is scored as the code its observed label expects; a preset whose
+    pathology did not happen is neither a case nor a healthy run."""
+    if codes:
+        return codes[0]
+    return "healthy" if preset == "healthy" else f"unobserved:{preset}"
+
+
 def _simulate_and_analyze(batch: Batch) -> list[RunData]:
     from rlstream.pipeline.local import analyze_local
     from rlstream.pipeline.state import is_finished
     from rlstream.simulate import SCENARIOS, SimConfig, simulate
+    from rlstream.simulate.learn import simulate_learn
 
-    if batch.kind == "suite":
+    if batch.kind.startswith("learn-"):
+        preset = batch.kind.removeprefix("learn-").removesuffix("-async")
+        mode = "async" if batch.kind.endswith("-async") else "sync"
+        sim = None
+    elif batch.kind == "suite":
         sim = SimConfig(
             runs=len(SCENARIOS) * batch.runs,
             steps=batch.steps,
@@ -126,16 +151,27 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
         return []
 
     with tempfile.TemporaryDirectory(prefix="rlsd-") as tmp:
-        labels = simulate(os.path.join(tmp, "runs"), sim)
+        if sim is None:
+            labels = simulate_learn(
+                os.path.join(tmp, "runs"),
+                preset,
+                runs=batch.runs,
+                steps=batch.steps,
+                seed=batch.seed,
+                mode=mode,
+            )
+        else:
+            labels = simulate(os.path.join(tmp, "runs"), sim)
         states = analyze_local([os.path.join(tmp, "runs")], os.path.join(tmp, "out"), health=hook)
     by_id = {s.run_id: s for s in states}
     out = []
     for lab in labels:
         st = by_id[lab.run_id]
         rs = sorted(rows[lab.run_id], key=lambda r: r["step"])
-        out.append(
-            RunData(lab.run_id, lab.scenario, lab.onset_step, st.config, is_finished(st), rs)
-        )
+        scenario = lab.scenario
+        if sim is None:
+            scenario = _learn_scenario(lab.scenario, lab.expected_codes)
+        out.append(RunData(lab.run_id, scenario, lab.onset_step, st.config, is_finished(st), rs))
     return out
 
 
@@ -211,7 +247,9 @@ def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
     return RunResult(run.scenario, run.onset, first, early, len(loud), loud, at_onset or set())
 
 
-def report(results: list[RunResult], steps: int) -> tuple[str, dict[str, Any]]:
+def report(
+    results: list[RunResult], steps: int, codes: tuple[str, ...] = CODES
+) -> tuple[str, dict[str, Any]]:
     by_scen: dict[str, list[RunResult]] = defaultdict(list)
     for r in results:
         by_scen[r.scenario].append(r)
@@ -222,7 +260,7 @@ def report(results: list[RunResult], steps: int) -> tuple[str, dict[str, Any]]:
         "|---|---|---|---|---|---|---|",
     ]
     summary: dict[str, Any] = {}
-    for code in CODES:
+    for code in codes:
         own = by_scen.get(code, [])
         hits = [r for r in own if code in r.first_fire]
         fired_anywhere = [r for r in results if code in r.first_fire or code in r.early]
@@ -256,8 +294,15 @@ def report(results: list[RunResult], steps: int) -> tuple[str, dict[str, Any]]:
         f"{steps}-step runs: {fa} ({per_run:.2f} per run, {10 * per_run:.1f} per ten runs)"
         + (f"; codes: {dict(loud)}" if loud else "")
     )
+    unobserved = Counter(r.scenario for r in results if r.scenario.startswith("unobserved:"))
+    if unobserved:
+        lines.append(
+            "Runs whose preset's pathology was not observed (not scored): "
+            + ", ".join(f"{k.split(':', 1)[1]} {n}" for k, n in sorted(unobserved.items()))
+        )
     summary["_false_alarms_per_healthy_run"] = per_run
     summary["_healthy_runs"] = len(healthy)
+    summary["_unobserved"] = dict(unobserved)
     return "\n".join(lines), summary
 
 
@@ -276,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     p.add_argument("--cache", type=Path, default=None, help="keep analyzed rows here")
     p.add_argument("--json", type=Path, default=None, help="also write the summary here")
+    p.add_argument(
+        "--learn",
+        action="store_true",
+        help="score the learning trainer's runs (simulate --learn presets) instead of the "
+        "scripted simulator's: --per-scenario runs of each preset, --healthy healthy runs",
+    )
     args = p.parse_args(argv)
     cfg = load_rules(args.rules) if args.rules else DEFAULT_RULES
 
@@ -284,8 +335,17 @@ def main(argv: list[str] | None = None) -> int:
         common = dict(
             steps=args.steps, tokens=args.tokens, groups=args.groups, group_size=args.group_size
         )
-        batches.append(Batch(seed, "suite", args.per_scenario, **common))
         half = args.healthy // 2
+        if args.learn:
+            batches.extend(
+                Batch(seed, f"learn-{p}", args.per_scenario, **common) for p in LEARN_PATHOLOGIES
+            )
+            if half:
+                batches.append(Batch(seed, "learn-healthy", half, **common))
+            if args.healthy - half:
+                batches.append(Batch(seed, "learn-healthy-async", args.healthy - half, **common))
+            continue
+        batches.append(Batch(seed, "suite", args.per_scenario, **common))
         if half:
             batches.append(Batch(seed, "healthy-sync", half, **common))
         if args.healthy - half:
@@ -297,9 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = [r for b in loaded for r in b]
     results = [evaluate(r, cfg) for r in runs]
     t2 = time.time()
-    table, summary = report(results, args.steps)
+    codes = tuple(EXPECTED[p] for p in LEARN_PATHOLOGIES) if args.learn else CODES
+    table, summary = report(results, args.steps, codes)
     print(
-        f"seeds {args.seeds}: {len(runs)} runs of {args.steps} steps "
+        ("learning trainer, " if args.learn else "scripted simulator, ")
+        + f"seeds {args.seeds}: {len(runs)} runs of {args.steps} steps "
         f"(simulate + analyze {t1 - t0:.0f} s, rules {t2 - t1:.1f} s)\n"
     )
     print(table)

@@ -89,7 +89,13 @@ class TasksTooHard(RuleConfig):
 
     for_steps: int = 3
     no_variance_min: float = 0.7
-    """Share of groups discarded as no_variance, at the start and now."""
+    """Share of groups discarded as no_variance, at the start and now; or"""
+    partial_no_variance_min: float = 0.5
+    """with partial credit (a few attempts score a fraction, so fewer groups are
+    all-equal): at least this share no_variance..."""
+    partial_spread_max: float = 0.12
+    """...and the within-group reward spread over every group at or below this, at the
+    start and now."""
     reward_max: float = 0.1
     """Reward with unusable groups at or below this, at the start and now."""
 
@@ -247,6 +253,10 @@ class RewardTooFast(RuleConfig):
     """The new level must also top the best earlier level in the window (highest
     ``short_steps`` median before the compared steps) by this: reward coming back to
     where it was after a dip (an outage, a bad batch) is not a climb."""
+    eval_share: float = 0.5
+    """A climb the held-out score follows is learning, not a shortcut: with evals in
+    the compared steps and before them, the held-out score must have risen by less
+    than this share of the reward's rise to start the finding."""
 
 
 @dataclass(frozen=True)
@@ -277,10 +287,30 @@ class DegenerateOutputs(RuleConfig):
 
 @dataclass(frozen=True)
 class EntropyCollapse(RuleConfig):
-    """Entropy falling sharply, or repetition rising as distinct completions fall."""
+    """Entropy falling toward zero, or falling with outputs degenerating, or repetition
+    rising as distinct completions fall. Sharpening while learning is not collapse."""
 
+    zero_ratio: float = 0.1
+    """On entropy alone: recent entropy at or below this share of the baseline (a fall
+    toward zero); or"""
     entropy_ratio: float = 0.4
-    """Recent entropy at or below this share of the baseline; or"""
+    """recent entropy at or below this share of the baseline, with outputs degenerating
+    (any of the next four) or without evidence of learning (held-out score or reward
+    risen); or"""
+    repetition_support: float = 0.1
+    """(degenerating: repetition above its baseline by at least this,"""
+    length_ratio: float = 0.6
+    """mean completion length at or below this share of its baseline,"""
+    diversity_ratio: float = 0.8
+    """a trainer's n-gram diversity metric at or below this share of its baseline,"""
+    support_distinct_ratio: float = 0.7
+    """or, unless the policy is learning (its attempts then converge on each task's
+    answer), distinct completions at or below this share of its baseline)"""
+    eval_rise_min: float = 0.05
+    """(learning: the held-out score's latest three evals above its first three by at
+    least this; without evals,"""
+    reward_rise_min: float = 0.1
+    """reward above its baseline by at least this); or"""
     repetition_rise: float = 0.2
     """repetition above its baseline by at least this..."""
     distinct_ratio: float = 0.7
@@ -308,7 +338,13 @@ class LengthExplosion(RuleConfig):
     truncated_rise: float = 0.15
     """at least this share of completions."""
     ratio_no_cap: float = 2.5
-    """Without a known cap: the length ratio alone, at this level."""
+    """Without a known cap: the length ratio at this level, and no sign of learning
+    (reasoning RL lengthens responses as it learns; held-out score or reward risen as
+    for entropy_collapse: ``eval_rise_min``, ``reward_rise_min``)."""
+    eval_rise_min: float = 0.05
+    """See ``ratio_no_cap``."""
+    reward_rise_min: float = 0.1
+    """See ``ratio_no_cap``."""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,12 @@ Recomputed values win; where a recomputed column is null (transcripts written wi
 reported metric of the same meaning stands in. Rates are shares of the step's
 attempts (or groups) when the count is known.
 
+Metric-only runs: a trainer's own ``rollout/`` metrics stand in for completion length
+(a key containing ``completion_len``, ``response_len``, ``length`` or
+``completion_tokens``) and repetition (``repetit``); one containing ``ngram``,
+``n_gram``, ``diversity`` or ``distinct`` is the ``diversity`` figure (higher = more
+diverse).
+
 ``metric_pairs(row)`` lists (name, reported, recomputed, kind) for every metric both
 sides carry; ``metric_disagreement`` compares them.
 """
@@ -80,6 +86,23 @@ def _mean_se(
     return math.sqrt(between / groups + within / attempts)
 
 
+LENGTH_WORDS = ("completion_len", "response_len", "length", "completion_tokens")
+DIVERSITY_WORDS = ("ngram", "n_gram", "diversity", "distinct")
+
+
+def _rollout_metric(other: dict[str, Any], words: tuple[str, ...]) -> float | None:
+    """A trainer's own ``rollout/<key>`` metric (no deeper namespace, so
+    ``rollout/termination_reason/length`` is not a length) whose key contains one of
+    ``words``; the first in key order."""
+    for k in sorted(k for k in other if isinstance(k, str) and k.startswith("rollout/")):
+        tail = k.removeprefix("rollout/")
+        if "/" not in tail and any(w in tail for w in words):
+            x = num(other[k])
+            if x is not None:
+                return x
+    return None
+
+
 def extract(row: dict[str, Any]) -> dict[str, float]:
     """The row's figures; see the module docstring."""
     g = row.get
@@ -141,9 +164,10 @@ def extract(row: dict[str, Any]) -> dict[str, float]:
     f["kl"] = _first(g("mismatch_kl"), g("reported_mismatch_kl"))
     f["ess"] = _first(g("mismatch_ess"), g("reported_mismatch_ess"))
     f["entropy"] = _first(g("entropy_estimate"), g("reported_entropy_estimate"))
-    f["len_mean"] = _first(g("completion_len_mean"))
+    f["len_mean"] = _first(g("completion_len_mean"), _rollout_metric(other, LENGTH_WORDS))
     f["len_p95"] = _first(g("completion_len_p95"))
-    f["repetition"] = _first(g("repetition"))
+    f["repetition"] = _first(g("repetition"), _rollout_metric(other, ("repetit",)))
+    f["diversity"] = _rollout_metric(other, DIVERSITY_WORDS)
     f["distinct"] = _first(g("distinct_completions"))
     f["top_share"] = _first(g("top_completion_task_share"))
     # Reported minus recomputed, and the larger magnitude, per metric pair: the early

@@ -11,6 +11,7 @@ import sys
 import time
 
 from rlstream.simulate.config import SimConfig
+from rlstream.simulate.learn import PRESETS, simulate_learn
 from rlstream.simulate.scenarios import SCENARIOS
 from rlstream.simulate.writer import simulate, simulate_live
 
@@ -43,6 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("sync", "async"), default=_D.mode)
     parser.add_argument("--live", action="store_true", help="write in real time")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds per step with --live")
+    parser.add_argument(
+        "--learn",
+        action="store_true",
+        help="train the small learning trainer instead of scripting curves (with --preset)",
+    )
+    parser.add_argument(
+        "--preset",
+        default="healthy",
+        metavar="NAME",
+        help=f"with --learn: the trainer's configuration. Names: {', '.join(PRESETS)}",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
@@ -64,7 +76,31 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     )
 
 
+def run_learn(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    try:
+        labels = simulate_learn(
+            args.root,
+            args.preset,
+            runs=args.runs or 1,
+            steps=args.steps,
+            seed=args.seed,
+            mode=args.mode,
+        )
+    except (FileExistsError, ValueError) as e:
+        print(f"rlstream simulate: {e}", file=sys.stderr)
+        return 2
+    took = time.perf_counter() - start
+    print(
+        f"trained {len(labels)} {args.preset} runs x {args.steps} steps into {args.root} "
+        f"in {took:.1f}s (labels: {args.root}/labels.json)"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "learn", False):
+        return run_learn(args)
     try:
         config = config_from_args(args)
     except ValueError as e:

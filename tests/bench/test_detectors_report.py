@@ -29,3 +29,22 @@ def test_recall_and_firing_at_onset_columns():
     assert summary[code]["recall"] == 0.25
     assert summary[code]["firing_at_or_after_onset"] == 0.5
     assert summary["_false_alarms_per_healthy_run"] == 0.5
+
+
+def test_learning_runs_are_scored_by_their_observed_label():
+    from bench.detectors import _learn_scenario
+
+    assert _learn_scenario("lr_too_high", ("entropy_collapse",)) == "entropy_collapse"
+    assert _learn_scenario("healthy", ()) == "healthy"
+    # A preset whose pathology did not happen is neither a case nor a healthy run.
+    assert _learn_scenario("loophole", ()) == "unobserved:loophole"
+    runs = [
+        _run("heldout_gap", 40, first={"heldout_gap": 70}),
+        _run("unobserved:loophole", None, loud=["reward_too_fast"]),
+        _run("healthy", None),
+    ]
+    table, summary = report(runs, steps=300, codes=("heldout_gap",))
+    assert "| heldout_gap | 1 | 100% |" in table
+    assert summary["_false_alarms_per_healthy_run"] == 0.0
+    assert summary["_unobserved"] == {"unobserved:loophole": 1}
+    assert "not observed (not scored): loophole 1" in table

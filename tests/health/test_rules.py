@@ -275,3 +275,42 @@ def test_unusable_streak_sudden_collapse_fires_before_the_limit():
     _, transitions = fold_all(rows(80, "unusable_groups_streak", onset=ONSET))
     mine = [(t.to_state, t.step) for t in transitions if t.code == "unusable_groups_streak"]
     assert mine[:2] == [("pending", 62), (FIRING, 63)]
+
+
+def test_tasks_too_hard_with_partial_credit():
+    # Partial credit: a few attempts score 1/4, so only about 60 % of groups are
+    # all-equal, but the spread over every group stays near zero with reward near 0.
+    rs = rows(80)
+    for k, r in enumerate(rs):
+        r["groups"], r["groups_no_variance"] = 8, 5 if k % 2 else 4  # 0.5-0.63
+        r["groups_trained"] = 8 - r["groups_no_variance"]
+        r["reward_mean_with_unusable"], r["reward_mean"] = 0.06, 0.09
+        r["reward_group_std_mean_all"] = 0.04
+    state, _ = fold_all(rs)
+    fired = _firing(state, "tasks_too_hard")
+    assert fired and "within-group reward std 0.040" in fired[0].message
+    # The same shares on a hard start that has a real spread: not too hard.
+    for r in rs:
+        r["reward_group_std_mean_all"] = 0.15
+    state, _ = fold_all(rs)
+    assert not _firing(state, "tasks_too_hard")
+
+
+def test_reward_too_fast_quiet_when_the_heldout_score_follows():
+    # The same jump as above, but the held-out score jumps with it: learning that
+    # transfers is not a shortcut. With the held-out score flat, it fires.
+    import random
+
+    def run(follow: bool):
+        rng = random.Random(7)
+        rs = rows(140)
+        for r in rs:
+            late = r["step"] >= 100
+            level, sd = (0.9, 0.04) if late else (0.55, 0.16)
+            r["reward_mean"] = r["reward_mean_with_unusable"] = _clip01(rng.gauss(level, sd))
+            if r["reported_eval"]:
+                r["reported_eval"] = {"heldout": 0.75 if late and follow else 0.45}
+        return fold_all(rs)[0]
+
+    assert _firing(run(follow=False), "reward_too_fast")
+    assert not _firing(run(follow=True), "reward_too_fast")

@@ -1,0 +1,263 @@
+"""The learning trainer: GRPO on a tiny categorical policy, one step at a time.
+
+Contract
+--------
+``Trainer(config, steps, seed).step(t)`` runs update ``t`` and returns ``(StepData,
+Observed)``: the step's attempts, tokens and discards in the simulator's
+``StepData`` layout (so ``simulate.records`` writes them in the run format), and what
+the trainer saw that the files do not say (the task score under the true grader, the
+exact entropy of the policy, loophole use). Steps must be run in order.
+
+One step:
+
+1. ``groups`` tasks are drawn from the task pool; each gets ``group_size`` attempts.
+2. In async mode each group is sampled by a policy version ``lag`` updates old (lag
+   drawn around a mean that moves from ``lag_start`` to ``lag_end`` over the run);
+   the sampler holds its logits in ``precision`` and records logprobs from that
+   rounded distribution.
+3. Attempts fail at small rates (``rollout_failed/*``, ``grading_failed/timeout``:
+   reward null). The grader scores the rest: truncated completions get 0; otherwise
+   the share of answer digits right (``partial``) or 1 only when all are (``binary``);
+   with a ``wildcard`` digit, the grader also accepts that digit anywhere.
+4. Discards in the documented order: ``stale`` (lag above
+   ``max_steps_off_policy``), ``group_too_small`` (fewer than 2 usable attempts or
+   more than ``group_size // 2`` lost), ``no_variance`` (all usable rewards equal).
+5. The trainer scores the sampled tokens with the current policy (``lt``), and takes
+   one policy-gradient step on the trained groups with group-relative advantages
+   ``(r - mean) / std`` and truncated importance ratios ``exp(lt - ls)``.
+
+A held-out evaluation (tasks never trained on, true grader, current policy) runs every
+``eval_every`` steps. Logprobs are rounded to 5 decimals before anything is computed
+from them, so every reported metric can be recomputed exactly from the files.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from rlstream.simulate.engine import StepData
+from rlstream.simulate.learn import policy as P
+from rlstream.simulate.learn.presets import LearnConfig
+from rlstream.simulate.tokens import LOGPROB_DECIMALS, TokenArrays
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What the trainer knows about a step beyond the files (for labels)."""
+
+    step: int
+    reward_all: float | None
+    true_score: float | None
+    policy_entropy: float
+    loophole_use: float | None
+    no_variance_share: float
+    distinct: float
+    eval_true: float | None
+
+
+def _grade(answer_AL: np.ndarray, target_AL: np.ndarray, kind: str, wildcard: int | None):
+    ok = answer_AL == target_AL
+    if wildcard is not None:
+        ok = ok | (answer_AL == wildcard)
+    part = ok.mean(axis=1)
+    return part if kind == "partial" else (part == 1.0).astype(np.float64)
+
+
+class Trainer:
+    """One run of the learning trainer (mutable: its policy and random stream)."""
+
+    def __init__(self, config: LearnConfig, steps: int, seed: int | list[int]) -> None:
+        self.c = config
+        self.steps = steps
+        rng = np.random.default_rng(seed)
+        self.rng = rng
+        L = config.answer_len
+        self.perm = rng.permutation(P.N_DIGITS)  # the task: answer digit i = perm[x_i]
+        self.tasks = rng.integers(0, P.N_DIGITS, (config.n_tasks, L))
+        self.evals = rng.integers(0, P.N_DIGITS, (config.n_eval, L))
+        self.params = P.init_params(rng, L, config.think_len)
+        keep = int(np.ceil(max(config.lag_start, config.lag_end) * 3 + 3))
+        self.history: deque[P.Params] = deque([self.params.copy()], maxlen=keep)
+        self.seq = 0
+
+    def _mean_lag(self, t: int) -> float:
+        c = self.c
+        return c.lag_start + (c.lag_end - c.lag_start) * t / max(self.steps - 1, 1)
+
+    def _eval(self) -> float:
+        c = self.c
+        comp = P.sample(self.params, self.evals, c.max_tokens, self.rng, "float64")
+        score = _grade(comp.answer_AL, self.perm[self.evals], c.reward, None)
+        score[comp.truncated_A] = 0.0
+        return float(score.mean())
+
+    def step(self, t: int) -> tuple[StepData, Observed]:
+        c, rng = self.c, self.rng
+        G, N, L = c.groups, c.group_size, c.answer_len
+        A = G * N
+        task_G = rng.choice(c.n_tasks, G, replace=False)
+        if c.mode == "async":
+            lag_G = rng.poisson(self._mean_lag(t), G)
+            lag_G = np.minimum(lag_G, min(t, len(self.history) - 1))
+        else:
+            lag_G = np.zeros(G, np.int64)
+        group_A = np.repeat(np.arange(G), N)
+        prompts = self.tasks[task_G][group_A]
+
+        # Sample each group with its policy version; tokens attempt by attempt.
+        parts = []
+        for g in range(G):
+            version = self.history[-1 - int(lag_G[g])]
+            parts.append(
+                P.sample(version, prompts[g * N : (g + 1) * N], c.max_tokens, rng, c.precision)
+            )
+        comp = _concat(parts)
+        ls = np.round(comp.ls_T, LOGPROB_DECIMALS) + 0.0
+        lt_raw, ent = P.score(self.params, comp, L)
+        lt = np.round(lt_raw, LOGPROB_DECIMALS) + 0.0
+
+        target = self.perm[prompts]
+        reward = _grade(comp.answer_AL, target, c.reward, c.wildcard)
+        reward[comp.truncated_A] = 0.0
+        true = _grade(comp.answer_AL, target, c.reward, None)
+        true[comp.truncated_A] = 0.0
+
+        discard: list[str | None] = [None] * A
+        u = rng.random(A)
+        fail_r = u < c.fail_rollout
+        fail_g = ~fail_r & (u < c.fail_rollout + c.fail_grading)
+        kinds = rng.integers(0, 2, A)
+        for a in np.flatnonzero(fail_r):
+            discard[a] = "rollout_failed/" + ("timeout", "sandbox_error")[kinds[a]]
+        for a in np.flatnonzero(fail_g):
+            discard[a] = "grading_failed/timeout"
+        failed = fail_r | fail_g
+        reward = np.where(failed, np.nan, reward)
+        trained = np.zeros(A, bool)
+        adv = np.zeros(A)
+        for g in range(G):
+            m = np.flatnonzero(group_A == g)
+            usable = m[~failed[m]]
+            r = reward[usable]
+            if lag_G[g] > c.max_steps_off_policy:
+                why = "stale"
+            elif usable.size < 2 or m.size - usable.size > N // 2:
+                why = "group_too_small"
+            elif np.all(r == r[0]):
+                why = "no_variance"
+            else:
+                trained[usable] = True
+                adv[usable] = (r - r.mean()) / (r.std() + 1e-6)
+                continue
+            for a in usable:
+                discard[a] = why
+
+        # The update: token-level, trained attempts only.
+        tok_att = np.repeat(np.arange(A), np.diff(comp.offsets_A1))
+        adv_T = adv[tok_att]
+        ratio_T = np.exp(np.clip(lt - ls, -20.0, 20.0))
+        if trained.any():
+            grad = P.policy_gradient(self.params, comp, L, adv_T, ratio_T)
+            self.params = self.params.add(grad, c.learning_rate)
+        eval_true = self._eval() if t % c.eval_every == 0 else None
+        self.history.append(self.params.copy())
+
+        obs = self._observe(t, comp, target, reward, true, ent, discard, eval_true)
+        sd = self._step_data(t, comp, ls, lt, group_A, task_G, lag_G, reward, trained, discard)
+        sd = replace(sd, eval_heldout=eval_true)
+        return sd, obs
+
+    def _observe(self, t, comp, target, reward, true, ent, discard, eval_true) -> Observed:
+        c = self.c
+        ok = ~np.isnan(reward)
+        answered = ~comp.truncated_A
+        use = None
+        if c.wildcard is not None and answered.any():
+            # Digits the grader credited only because of its wildcard.
+            ans, tgt = comp.answer_AL[answered], target[answered]
+            use = float(np.mean((ans == c.wildcard) & (tgt != c.wildcard)))
+        groups_nv = len({a // c.group_size for a, d in enumerate(discard) if d == "no_variance"})
+        keys = {
+            comp.ids_T[lo:hi].tobytes()
+            for lo, hi in zip(comp.offsets_A1[:-1], comp.offsets_A1[1:], strict=True)
+        }
+        return Observed(
+            step=t,
+            reward_all=float(reward[ok].mean()) if ok.any() else None,
+            true_score=float(true[ok].mean()) if ok.any() else None,
+            policy_entropy=float(ent.mean()) if ent.size else 0.0,
+            loophole_use=use,
+            no_variance_share=groups_nv / c.groups,
+            distinct=len(keys) / (comp.offsets_A1.size - 1),
+            eval_true=eval_true,
+        )
+
+    def _step_data(self, t, comp, ls, lt, group_A, task_G, lag_G, reward, trained, discard):
+        c, rng = self.c, self.rng
+        A = group_A.size
+        finish = np.sort(rng.uniform(0.05, 0.95, A))
+        order = rng.permutation(A)  # attempt order[k] finishes k-th
+        finish_of = np.empty(A)
+        finish_of[order] = finish
+        lens = np.diff(comp.offsets_A1)
+        sl = [slice(comp.offsets_A1[a], comp.offsets_A1[a + 1]) for a in order]
+        ids = np.concatenate([comp.ids_T[s] for s in sl])
+        ls_o = np.concatenate([ls[s] for s in sl])
+        lt_o = np.concatenate([lt[s] for s in sl])
+        ids_attempts = [f"a{self.seq + k:08d}" for k in range(A)]
+        self.seq += A
+        meta = []
+        for a in order:
+            if discard[a] is not None and discard[a].startswith(("rollout_failed", "grading")):
+                term = "error" if discard[a].startswith("rollout") else "stop"
+                m = {"turns": 1, "termination_reason": term, "tool_calls": 0}
+            else:
+                term = "length" if comp.truncated_A[a] else "stop"
+                m = {"turns": 1, "termination_reason": term, "tool_calls": 0}
+                m["passed_tests"] = bool(reward[a] == 1.0)
+            meta.append(m)
+        group_done = np.array([finish_of[group_A == g].max() for g in range(c.groups)])
+        return StepData(
+            step=t,
+            duration=float(rng.uniform(25.0, 35.0)),
+            attempt_ids=ids_attempts,
+            group_A=group_A[order],
+            group_ids=[f"g{t:05d}-{g:03d}" for g in range(c.groups)],
+            task_ids=[f"t{int(x):05d}" for x in task_G],
+            policy_version_A=(t - lag_G[group_A])[order],
+            reward_A=reward[order],
+            trained_A=trained[order],
+            discard_A=[discard[a] for a in order],
+            metadata_A=meta,
+            finish_A=finish,
+            group_done_G=group_done,
+            att_gen_A1=np.arange(A + 1),
+            gen_attempt_N=np.arange(A),
+            gen_index_N=np.zeros(A, np.int64),
+            prompt_len_N=np.full(A, 12 + c.answer_len),
+            completion_len_N=lens[order],
+            stop_reason_N=["length" if comp.truncated_A[a] else "stop" for a in order],
+            gen_tok_N1=np.concatenate([[0], np.cumsum(lens[order])]).astype(np.int64),
+            sampled_T=np.ones(ids.size, bool),
+            tokens=TokenArrays(ids, ls_o, lt_o, None, None),
+            heartbeats=[],
+            eval_heldout=None,
+        )
+
+
+def _concat(parts: list[P.Completions]) -> P.Completions:
+    offs = [parts[0].offsets_A1]
+    for p in parts[1:]:
+        offs.append(p.offsets_A1[1:] + offs[-1][-1])
+    return P.Completions(
+        np.concatenate([p.ids_T for p in parts]),
+        np.concatenate([p.ls_T for p in parts]),
+        np.concatenate([p.slot_T for p in parts]),
+        np.concatenate([p.kind_T for p in parts]),
+        np.concatenate(offs),
+        np.concatenate([p.answer_AL for p in parts]),
+        np.concatenate([p.truncated_A for p in parts]),
+    )
