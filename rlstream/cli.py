@@ -4,7 +4,12 @@ rlstream simulate ROOT [...]        write simulated run directories
 rlstream analyze ROOT... --out OUT  analyze runs to the end of what exists
 rlstream watch ROOT... --out OUT    keep OUT current while runs are written
 rlstream status OUT                 every run of OUT, worst first (reads only OUT)
-rlstream report OUT -o FILE.html    a self-contained HTML report with plots
+rlstream report OUT [-o FILE.html]  a self-contained HTML report with plots
+
+Exit status: 0 done; 1 nothing to work on (no runs) or a failure; 2 usage (a bad
+option, or a ROOT/OUT that does not exist, cannot be read or is not an rlstream
+output; nothing is started); 3 analyze/watch wrote their tables but rejected runs
+whose run.json could not be read (listed at the end, and in `status`).
 rlstream demo                       simulate live runs, watch them, write the report
 """
 
@@ -18,7 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from rlstream.config import PipelineConfig
-from rlstream.errors import RlstreamError
+from rlstream.errors import EXIT_FAILURE, ConfigError, RlstreamError, exit_code
 
 
 def _storage_options(text: str | None) -> dict:
@@ -27,9 +32,9 @@ def _storage_options(text: str | None) -> dict:
     try:
         opts = json.loads(text)
     except json.JSONDecodeError as e:
-        raise RlstreamError(f"--storage-options is not JSON: {e}") from e
+        raise ConfigError(f"--storage-options is not JSON: {e}") from e
     if not isinstance(opts, dict):
-        raise RlstreamError("--storage-options must be a JSON object")
+        raise ConfigError("--storage-options must be a JSON object")
     return opts
 
 
@@ -73,10 +78,39 @@ def _runtime_config(args: argparse.Namespace):
 
 def _print_fleet(out: str, opts: dict) -> None:
     """The same table as `rlstream status OUT`: one table implementation for the CLI."""
+    from rlstream.fleet.outdir import read_rejected
     from rlstream.fleet.read import read_latest
     from rlstream.fleet.status import render_table, status_rows
 
-    print(render_table(status_rows(read_latest(out, opts))))
+    print(render_table(status_rows(read_latest(out, opts)), rejected=read_rejected(out, opts)))
+
+
+def _check_inputs(args: argparse.Namespace, cfg: PipelineConfig) -> None:
+    """Every ROOT is a folder that can be listed and OUT is not a file: checked before
+    anything starts (no Ray), so a wrong path costs nothing but a one-line error."""
+    import os
+
+    from rlstream.errors import InputError
+    from rlstream.pipeline.discover import check_root, normalize_root
+    from rlstream.pipeline.local import input_storage
+
+    storage = input_storage(args.roots, cfg.storage_options)
+    for root in args.roots:
+        check_root(storage, root)
+    out = normalize_root(args.out)
+    if "://" not in out and os.path.isfile(out):
+        raise InputError(f"OUT {args.out} is a file: give a folder for the tables")
+
+
+def _finish(outcome, out: str, verb: str, opts: dict) -> int:
+    """Say what the command did (from what the commits wrote) and pick the exit code."""
+    from rlstream.pipeline.outcome import exit_status, lines
+
+    print("\n".join(lines(outcome, out, verb)))
+    if outcome.runs:
+        print()
+        _print_fleet(out, opts)
+    return exit_status(outcome)
 
 
 def _health_hooks(args: argparse.Namespace):
@@ -91,18 +125,28 @@ def _health_hooks(args: argparse.Namespace):
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    from rlstream.errors import NoDataError
+    from rlstream.pipeline.outcome import Outcome
+
     cfg = _pipeline_config(args)
+    _check_inputs(args, cfg)
     hooks = _health_hooks(args)
+    outcome = Outcome()
     if args.in_process:
         from rlstream.pipeline.local import analyze_local
         from rlstream.runtime.malloc import keep_heap
 
         keep_heap()  # this process is the worker (what Worker actors do, see malloc.py)
-        summaries = analyze_local(args.roots, args.out, cfg, **hooks())
+        analyze_local(args.roots, args.out, cfg, outcome=outcome, **hooks())
+        if not outcome.runs and not outcome.rejected:
+            raise NoDataError(
+                f"no runs under {', '.join(args.roots)} (a run is a folder holding "
+                f"run.json); nothing was written to {args.out}"
+            )
     else:
         from rlstream.runtime.driver import run
 
-        summaries = run(
+        run(
             args.roots,
             args.out,
             cfg,
@@ -110,16 +154,19 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             watch=False,
             progress_out=sys.stderr,
             hooks_factory=hooks,
+            outcome=outcome,
         )
-    print(f"analyzed {len(summaries)} runs; tables under {args.out}")
-    _print_fleet(args.out, cfg.storage_options)
-    return 0
+    return _finish(outcome, args.out, "analyzed", cfg.storage_options)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from rlstream.runtime.driver import run
+    from rlstream.pipeline.outcome import Outcome
 
     cfg = _pipeline_config(args)
+    _check_inputs(args, cfg)
+    hooks = _health_hooks(args)
+    from rlstream.runtime.driver import run
+
     metrics = None
     if args.metrics_port is not None:
         from rlstream.fleet.prometheus import MetricsExporter
@@ -129,12 +176,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 args.out, args.metrics_host, args.metrics_port, cfg.storage_options
             ).start()
         except OSError as e:
-            raise RlstreamError(
+            raise ConfigError(
                 f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}; "
                 "choose another --metrics-port"
             ) from e
+    outcome = Outcome()
     try:
-        summaries = run(
+        run(
             args.roots,
             args.out,
             cfg,
@@ -143,38 +191,76 @@ def cmd_watch(args: argparse.Namespace) -> int:
             progress_out=sys.stderr,
             exit_when_finished=args.exit_when_finished,
             metrics=metrics,
-            hooks_factory=_health_hooks(args),
+            hooks_factory=hooks,
+            outcome=outcome,
         )
     finally:
         if metrics is not None:
             metrics.close()
-    print(f"\nwatched {len(summaries)} runs; tables under {args.out}")
-    _print_fleet(args.out, cfg.storage_options)
-    return 0
+    print()
+    return _finish(outcome, args.out, "watched", cfg.storage_options)
+
+
+def _checked_out(out: str, opts: dict) -> None:
+    from rlstream.fleet.outdir import check_out
+    from rlstream.io.storage import Storage
+    from rlstream.pipeline.discover import normalize_root
+
+    check_out(Storage.for_url(normalize_root(out), opts), out)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from rlstream.fleet.outdir import read_rejected
     from rlstream.fleet.read import read_latest
     from rlstream.fleet.status import follow
 
     opts = _storage_options(args.storage_options)
+    _checked_out(args.out, opts)
     with contextlib.suppress(BrokenPipeError):  # `rlstream status OUT | head`
-        follow(
+        shown = follow(
             lambda: read_latest(args.out, opts),
             sys.stdout,
             interval=args.interval,
             count=args.count if args.follow else 1,
             as_json=args.json,
             pretty=not args.follow,
+            load_rejected=lambda: read_rejected(args.out, opts),
         )
+        if not args.follow and not shown:
+            print(
+                f"rlstream: no runs in {args.out} yet (a watch writes them at its first commit)",
+                file=sys.stderr,
+            )
+            return EXIT_FAILURE
     return 0
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from rlstream.fleet.report import write_report
+def default_report_path(out: str) -> str:
+    """Beside a local OUT (`/data/out` -> `/data/out-report.html`); in the current
+    folder for a URL (the report is a local file)."""
+    import os
 
-    n = write_report(args.out, args.output, _storage_options(args.storage_options))
-    print(f"wrote {args.output}: {n} runs from {args.out}")
+    from rlstream.pipeline.discover import normalize_root
+
+    url = normalize_root(out)
+    name = url.rstrip("/").rsplit("/", 1)[-1] or "out"
+    if "://" in url:
+        return os.path.abspath(f"{name}-report.html")
+    return os.path.join(os.path.dirname(url), f"{name}-report.html")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import os
+
+    from rlstream.fleet.report import write_report
+    from rlstream.pipeline.outcome import plural
+
+    opts = _storage_options(args.storage_options)
+    _checked_out(args.out, opts)
+    path = os.path.abspath(args.output or default_report_path(args.out))
+    n, rejected = write_report(args.out, path, opts)
+    tail = f", {plural(rejected, 'rejected run')}" if rejected else ""
+    print(f"wrote {path}: {plural(n, 'run')}{tail} from {args.out}")
     return 0
 
 
@@ -245,7 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("report", help="write a self-contained HTML report of OUT")
     r.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")
-    r.add_argument("-o", "--output", default="report.html", help="HTML file to write")
+    r.add_argument(
+        "-o",
+        "--output",
+        help="HTML file to write (default: beside OUT, OUT-report.html; in the current "
+        "folder when OUT is a URL)",
+    )
     r.add_argument("--storage-options", help="JSON object passed to fsspec for OUT and runs")
     r.set_defaults(func=cmd_report)
 
@@ -272,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except RlstreamError as e:
         print(f"rlstream: error: {e}", file=sys.stderr)
-        return 2
+        return exit_code(e)
     except KeyboardInterrupt:
         return 130
 

@@ -14,8 +14,9 @@ from typing import Any
 from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
 from rlstream.pipeline.discover import find_runs, normalize_root
+from rlstream.pipeline.outcome import Outcome
 from rlstream.pipeline.runner import RunGroup
-from rlstream.pipeline.state import RunState
+from rlstream.pipeline.state import RunState, summary
 from rlstream.pipeline.work import Unit, UnitResult, execute
 from rlstream.sinks.parquet import ParquetSink
 
@@ -61,16 +62,24 @@ def _group_and_runs(
 
 
 def analyze_local(
-    roots: Sequence[str], out: str, cfg: PipelineConfig | None = None, **hooks: Any
+    roots: Sequence[str],
+    out: str,
+    cfg: PipelineConfig | None = None,
+    outcome: Outcome | None = None,
+    **hooks: Any,
 ) -> list[RunState]:
     """Analyze every run under `roots` to the end of what exists; write under `out`.
     Returns the final run states, sorted by run_id (kept in memory: for tests and
-    small inputs; the Ray runtime returns summaries only)."""
+    small inputs; the Ray runtime returns summaries only). `outcome`, if given, is
+    told what was read, written and rejected."""
     cfg = cfg or PipelineConfig()
     if not hooks:
         from rlstream.pipeline.verdicts import health_hooks
 
         hooks = health_hooks()
     group, urls = _group_and_runs(roots, out, cfg, **hooks)
-    states = group.analyze(urls, local_executor(group.storage))
-    return sorted(states, key=lambda s: s.run_id)
+    states = sorted(group.analyze(urls, local_executor(group.storage)), key=lambda s: s.run_id)
+    if outcome is not None:
+        outcome.add_tally(group.tally())
+        outcome.add_summaries([summary(s) for s in states])
+    return states

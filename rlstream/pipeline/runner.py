@@ -97,6 +97,8 @@ class RunGroup:
         self.rejected: dict[str, QuarantineRow] = {}
         self.rejected_files: set[str] = set()
         self.dirty: set[str] = set()
+        self.written: Counter[str] = Counter()
+        """Rows written per table by this group's commits (see `tally`)."""
 
     # -- runs ----------------------------------------------------------------------
     def add_run(self, run_url: str) -> RunState | None:
@@ -353,24 +355,27 @@ class RunGroup:
             for url, row in self.rejected.items():
                 table = self.sink.quarantine_table([row], 0)
                 self.sink.storage.write_atomic(self._rejected_url(url), table_bytes(table))
+            self.written["quarantine"] += len(self.rejected.keys() - self.rejected_files)
             self.rejected_files = set(self.rejected)
             self.dirty.discard(REJECTED)
         targets = list(self.runs.values()) if force else [self.runs[u] for u in sorted(self.dirty)]
         if len(targets) > 1 and self.cfg.commit_threads > 1:
             with ThreadPoolExecutor(min(self.cfg.commit_threads, len(targets))) as pool:
-                ok = list(pool.map(lambda st: self._commit_run(st, now), targets))
+                done = list(pool.map(lambda st: self._commit_run(st, now), targets))
         else:
-            ok = [self._commit_run(state, now) for state in targets]
+            done = [self._commit_run(state, now) for state in targets]
+        for written in done:
+            self.written.update(written or {})
         # Runs whose commit failed stay dirty: the next commit retries them.
-        self.dirty = {st.run_url for st, done in zip(targets, ok, strict=True) if not done}
-        return sum(ok)
+        self.dirty = {st.run_url for st, w in zip(targets, done, strict=True) if w is None}
+        return sum(w is not None for w in done)
 
-    def _commit_run(self, state: RunState, now: float) -> bool:
-        """One run's commit; on a write error, undo it (remove its parts, keep the rows
-        pending) so the retry neither loses nor duplicates anything."""
+    def _commit_run(self, state: RunState, now: float) -> dict[str, int] | None:
+        """One run's commit; returns the rows it wrote per table, or None after a write
+        error, which it undoes (removes its parts, keeps the rows pending) so the retry
+        neither loses nor duplicates anything."""
         try:
-            self._write_commit(state, now)
-            return True
+            return self._write_commit(state, now)
         except Exception:
             log.exception("%s: commit %d failed; it will be retried", state.run_id, state.seq)
             state.seq -= 1
@@ -378,9 +383,9 @@ class RunGroup:
                 self.sink.remove_orphans(state.run_id, state.seq)
             except Exception:
                 log.exception("%s: could not remove the failed commit's files", state.run_id)
-            return False
+            return None
 
-    def _write_commit(self, state: RunState, now: float) -> None:
+    def _write_commit(self, state: RunState, now: float) -> dict[str, int]:
         state.seq += 1
         seq, sink = state.seq, self.sink
         sink.write_part("steps", state.run_id, seq, steps_table(state.out_rows))
@@ -399,6 +404,12 @@ class RunGroup:
         except Exception:
             state.out_rows, state.out_quarantine, state.out_alerts = rows, quarantined, alerts
             raise
+        return {
+            "steps": len(rows),
+            "quarantine": len(quarantined),
+            "alerts": len(alerts),
+            "run_health": 1,
+        }
 
     def analyze(self, urls: list[str], execute: Executor) -> Iterator[RunState]:
         """Batch mode: read runs to the end of what exists, `analyze_chunk_runs` at a
@@ -412,6 +423,14 @@ class RunGroup:
             self.totals["runs_done"] += len(chunk)
             for u in chunk:
                 yield self.runs.pop(u)
+
+    def tally(self) -> dict[str, Any]:
+        """What this group's commits wrote ({table: rows}) and the runs it rejected
+        ({run URL: why}), for the command's closing report (`pipeline.outcome`)."""
+        return {
+            "written": dict(self.written),
+            "rejected": {url: row.detail for url, row in self.rejected.items()},
+        }
 
     def all_finished(self) -> bool:
         return all(
