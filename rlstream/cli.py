@@ -252,14 +252,23 @@ def default_report_path(out: str) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     import os
 
+    from rlstream.errors import NoDataError
+    from rlstream.fleet.outdir import read_rejected
+    from rlstream.fleet.read import read_latest
     from rlstream.fleet.report import write_report
     from rlstream.pipeline.outcome import plural
 
     opts = _storage_options(args.storage_options)
     _checked_out(args.out, opts)
+    rejected = len(read_rejected(args.out, opts))
+    if not rejected and not read_latest(args.out, opts):
+        raise NoDataError(
+            f"no runs in {args.out} yet (a watch writes them at its first commit); "
+            "no report written"
+        )
     path = os.path.abspath(args.output or default_report_path(args.out))
-    n, rejected = write_report(args.out, path, opts)
-    tail = f", {plural(rejected, 'rejected run')}" if rejected else ""
+    n = write_report(args.out, path, opts)
+    tail = f" and {plural(rejected, 'rejected run')}" if rejected else ""
     print(f"wrote {path}: {plural(n, 'run')}{tail} from {args.out}")
     return 0
 

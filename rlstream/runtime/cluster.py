@@ -34,6 +34,9 @@ def forwarded_env() -> dict[str, str]:
 
 
 _TEMP_DIRS: list[str] = []
+TEMP_PARENT_ENV = "RLSTREAM_RAY_TMPDIR"
+"""Folder in which a private Ray's temp folder is made (default /tmp: AF_UNIX socket
+paths under it must stay within 107 bytes, so keep it short). `disconnect` removes it."""
 
 
 def disconnect() -> None:
@@ -101,7 +104,7 @@ def connect(cfg: RayConfig) -> bool:
         log.info("joining Ray cluster at %s", address)
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
     else:
-        tmp = tempfile.mkdtemp(prefix="rls", dir="/tmp")
+        tmp = tempfile.mkdtemp(prefix="rls", dir=os.environ.get(TEMP_PARENT_ENV, "/tmp"))
         _TEMP_DIRS.append(tmp)
         log.info("starting a private local Ray (temp dir %s)", tmp)
         ray.init(
