@@ -183,7 +183,7 @@ def test_analyze_reports_rows_written_and_rejected_runs(tmp_path, capsys):
     # Prometheus: a gauge of rejected runs
     from rlstream.fleet.prometheus import MetricsExporter
 
-    exporter = MetricsExporter(str(out), port=0, min_refresh_seconds=0)
+    exporter = MetricsExporter(str(out), port=0, min_refresh_seconds=0).start()
     try:
         page = exporter.page()
     finally:
