@@ -1,11 +1,14 @@
 """`rlstream report OUT -o report.html`: one self-contained HTML file, no network.
 
-The page has a fleet overview (runs per status and the status table, sortable by a
-small inline script) and one section per run, worst first: inline SVG charts of
-reward, discards by reason, mismatch KL and ESS (recomputed and reported), entropy,
-completion length, truncation and lag, each finding marked on its chart at
-`since_step` with its message, and, for degenerate_outputs and entropy_collapse,
-example completions read from the run's newest transcripts (the one read outside OUT).
+The page has a fleet overview (a badge per status, adding up to the runs, plus the
+rejected runs; the status table, sortable by a small inline script, whose KL, ESS,
+entropy and truncation are the window medians the health rules judge), the run
+folders rejected for an unreadable run.json with their reason, and one section per
+run, worst first: the charts of `fleet.charts` (reward, discards by reason, mismatch
+KL and ESS, entropy, completion length, truncation and lag), each finding marked on
+its chart at `since_step` with its message, and, for degenerate_outputs and
+entropy_collapse, example completions read from the run's newest transcripts (the one
+read outside OUT).
 
 Safety: every string from run data (ids, URIs, discard reasons, metadata labels,
 messages, completion text) goes through `html.escape`; no run data is ever placed

@@ -1,10 +1,14 @@
 """`rlstream status`: every run of OUT in one table, worst first.
 
 `status_rows(latest, now)` turns `run_health/latest` rows (see `read.read_latest`) into
-plain dicts with JSON-ready values; `render_table(rows)` lays them out for a terminal;
-`follow(...)` redraws the table in place until interrupted. Order: status severity
-(critical, stalled, warning, healthy, finished), then more firing findings first, then
-run_id. Only OUT is read, never the runs.
+plain dicts with JSON-ready values; `render_table(rows, rejected=...)` lays them out for
+a terminal: a count line whose parts add up to the runs, the rows, a legend for the
+starred columns (KL, ESS, entropy, truncation: the window medians the health rules
+judge, so a row never contradicts its firing findings) and a footer naming the runs
+rejected for an unreadable run.json (`outdir.read_rejected`); `follow(...)` redraws
+the table in place until interrupted. Order: status severity (critical, stalled,
+warning, healthy, finished), then more firing findings first, then run_id. Only OUT is
+read, never the runs.
 """
 
 from __future__ import annotations

@@ -82,8 +82,7 @@ def test_table_shows_the_figures_the_rules_judged():
         "low_ess,mismatch_kl_rising",
     ]  # fmt: skip
     assert lines[3] == (
-        "* median of the last 5 final steps, the value the health rules judge "
-        "(reward: last step)"
+        "* median of the last 5 final steps, the value the health rules judge (reward: last step)"
     )
     # --json keeps both: the last step's value and the window's
     assert rows[0]["mismatch_ess"] == 1.0 and rows[0]["mismatch_ess_recent"] == 0.21
@@ -97,8 +96,7 @@ def test_counts_add_up_and_name_finished_runs_healthy():
     text = render_table(rows, rejected=rejected)
     lines = text.splitlines()
     assert lines[0] == (
-        "3 runs: 1 healthy running, 2 finished healthy; 1 rejected run (not analysed, "
-        "listed below)"
+        "3 runs: 1 healthy running, 2 finished healthy; 1 rejected run (not analysed, listed below)"
     )
     assert lines[-2:] == [
         "rejected (1 run; run.json could not be read):",
