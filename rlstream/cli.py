@@ -194,6 +194,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
             hooks_factory=hooks,
             outcome=outcome,
         )
+    except KeyboardInterrupt:  # the watch loop stops cleanly itself: this was before it
+        print(
+            "\nrlstream: interrupted while the watch was starting or stopping; "
+            f"`rlstream status {args.out}` shows what was committed",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         if metrics is not None:
             metrics.close()
@@ -373,7 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RlstreamError as e:
         print(f"rlstream: error: {e}", file=sys.stderr)
         return exit_code(e)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before a watch loop began, or during analyze
+        print("\nrlstream: interrupted", file=sys.stderr)
         return 130
 
 
