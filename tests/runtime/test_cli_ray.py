@@ -5,6 +5,11 @@ s3:// paths (no bucket, no prefix, not an OUT) fail like local ones, before Ray.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
 
 import boto3
 import pyarrow.dataset as ds
@@ -14,6 +19,7 @@ from rlstream.cli import main
 from rlstream.config import PipelineConfig
 from rlstream.errors import EXIT_REJECTED, EXIT_USAGE
 from rlstream.pipeline.outcome import Outcome, lines
+from rlstream.runtime.cluster import TEMP_PARENT_ENV
 from rlstream.runtime.driver import RuntimeConfig
 from rlstream.runtime.driver import run as run_pipeline
 from rlstream.simulate import SimConfig, simulate
@@ -90,3 +96,35 @@ def test_wrong_s3_paths_fail_before_ray(bucket, tmp_path, capsys, monkeypatch):
         assert err.startswith("rlstream: error: ") and words in err, (argv, err)
         assert argv[1] in err
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "o").exists()
+
+
+def test_interrupted_ray_start_leaves_no_temp_folder(tmp_path):
+    # In its own interpreter: `disconnect` must not touch the tests' shared Ray.
+    parent = tempfile.mkdtemp(prefix="rlc", dir="/tmp")
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from rlstream.runtime import cluster
+
+        def interrupted(*a):
+            os.makedirs(os.path.join(cluster._TEMP_DIRS[0], "session_x"))  # Ray began
+            raise KeyboardInterrupt
+
+        cluster._init_private = interrupted
+        try:
+            cluster.connect(cluster.RayConfig())
+        except KeyboardInterrupt:
+            print("interrupted", cluster.private_ray())
+        """
+    )
+    try:
+        env = {**os.environ, TEMP_PARENT_ENV: parent}
+        env.pop("RAY_ADDRESS", None)
+        res = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert res.stdout.split() == ["interrupted", "False"]
+        assert os.listdir(parent) == []
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
