@@ -192,3 +192,23 @@ def dir_bytes(root: Path, pattern: str) -> int:
 
 def ray_env() -> dict[str, str]:
     return {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
+def held_clock(go: Callable[[], bool], hold_after_s: float) -> Callable[[], float]:
+    """A clock for `simulate_live` that stops ``hold_after_s`` seconds after its first
+    reading (every run has begun) until ``go()`` is true (the watch is up), so the steps
+    a live bench measures do not depend on how long the watch took to start."""
+    hold_after: list[float] = []
+
+    def clock() -> float:
+        now = time.time()
+        if not hold_after:
+            hold_after.append(now + hold_after_s)
+        while now > hold_after[0] and not go():
+            time.sleep(0.05)
+            now = time.time()
+        if now > hold_after[0]:
+            hold_after[0] = float("inf")  # released for good
+        return now
+
+    return clock

@@ -5,139 +5,61 @@ rlstream analyze ROOT... --out OUT  analyze runs to the end of what exists
 rlstream watch ROOT... --out OUT    keep OUT current while runs are written
 rlstream status OUT                 every run of OUT, worst first (reads only OUT)
 rlstream report OUT [-o FILE.html]  a self-contained HTML report with plots
+rlstream compact OUT                compact OUT's tables, checkpoint logs, vacuum
+rlstream demo                       simulate live runs, watch them, write the report
 
 Exit status: 0 done; 1 nothing to work on (no runs) or a failure; 2 usage (a bad
 option, or a ROOT/OUT that does not exist, cannot be read or is not an rlstream
 output; nothing is started); 3 analyze/watch wrote their tables but rejected runs
 whose run.json could not be read (listed at the end, and in `status`).
-rlstream demo                       simulate live runs, watch them, write the report
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import sys
 from collections.abc import Sequence
 
-from rlstream.config import PipelineConfig
+from rlstream.cli_support import (
+    check_inputs,
+    checked_out,
+    common,
+    default_report_path,
+    finish,
+    maintenance_config,
+    pipeline_config,
+    retention,
+    retention_kw,
+    rules_hooks,
+    runtime_config,
+    storage_options,
+)
 from rlstream.errors import EXIT_FAILURE, ConfigError, RlstreamError, exit_code
-
-
-def _storage_options(text: str | None) -> dict:
-    if not text:
-        return {}
-    try:
-        opts = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"--storage-options is not JSON: {e}") from e
-    if not isinstance(opts, dict):
-        raise ConfigError("--storage-options must be a JSON object")
-    return opts
-
-
-def _pipeline_config(args: argparse.Namespace) -> PipelineConfig:
-    kw: dict = {"storage_options": _storage_options(getattr(args, "storage_options", None))}
-    if getattr(args, "poll", None) is not None:
-        kw["poll_seconds"] = args.poll
-    if getattr(args, "commit_every", None) is not None:
-        kw["commit_seconds"] = args.commit_every
-    return PipelineConfig(**kw)
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("roots", nargs="+", metavar="ROOT", help="folder or URL holding runs")
-    p.add_argument("--out", required=True, help="output folder or URL for the Parquet tables")
-    p.add_argument("--storage-options", help="JSON object passed to fsspec for every URL")
-    p.add_argument(
-        "--ray-address",
-        help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)",
-    )
-    p.add_argument(
-        "--rules", metavar="FILE", help="TOML file overriding health rule settings (docs/health.md)"
-    )
-    p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
-    p.add_argument(
-        "--tailers",
-        type=int,
-        help="tailer actors owning shards of runs (default: watch, as many as workers; "
-        "analyze, one per 8 workers; at most 4)",
-    )
-
-
-def _runtime_config(args: argparse.Namespace):
-    from rlstream.runtime.cluster import RayConfig
-    from rlstream.runtime.driver import RuntimeConfig
-
-    return RuntimeConfig(
-        workers=args.workers, tailers=args.tailers, ray=RayConfig(address=args.ray_address)
-    )
-
-
-def _print_fleet(out: str, opts: dict) -> None:
-    """The same table as `rlstream status OUT`: one table implementation for the CLI."""
-    from rlstream.fleet.outdir import read_rejected
-    from rlstream.fleet.read import read_latest
-    from rlstream.fleet.status import render_table, status_rows
-
-    print(render_table(status_rows(read_latest(out, opts)), rejected=read_rejected(out, opts)))
-
-
-def _check_inputs(args: argparse.Namespace, cfg: PipelineConfig) -> None:
-    """Every ROOT is a folder that can be listed and OUT is not a file: checked before
-    anything starts (no Ray), so a wrong path costs nothing but a one-line error."""
-    import os
-
-    from rlstream.errors import InputError
-    from rlstream.pipeline.discover import check_root, normalize_root
-    from rlstream.pipeline.local import input_storage
-
-    storage = input_storage(args.roots, cfg.storage_options)
-    for root in args.roots:
-        check_root(storage, root)
-    out = normalize_root(args.out)
-    if "://" not in out and os.path.isfile(out):
-        raise InputError(f"OUT {args.out} is a file: give a folder for the tables")
-
-
-def _finish(outcome, out: str, verb: str, opts: dict) -> int:
-    """Say what the command did (from what the commits wrote) and pick the exit code."""
-    from rlstream.pipeline.outcome import exit_status, lines
-
-    print("\n".join(lines(outcome, out, verb)))
-    if outcome.runs:
-        print()
-        _print_fleet(out, opts)
-    return exit_status(outcome)
-
-
-def _health_hooks(args: argparse.Namespace):
-    """A picklable factory of the health hook with the `--rules` file applied."""
-    import functools
-
-    from rlstream.health import DEFAULT_RULES, load_rules
-    from rlstream.pipeline.verdicts import health_hooks
-
-    rules = load_rules(args.rules) if args.rules else DEFAULT_RULES
-    return functools.partial(health_hooks, rules)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from rlstream.errors import NoDataError
     from rlstream.pipeline.outcome import Outcome
 
-    cfg = _pipeline_config(args)
-    _check_inputs(args, cfg)
-    hooks = _health_hooks(args)
+    cfg = pipeline_config(args)
+    check_inputs(args, cfg)
+    hooks = rules_hooks(args)
     outcome = Outcome()
     if args.in_process:
         from rlstream.pipeline.local import analyze_local
         from rlstream.runtime.malloc import keep_heap
 
         keep_heap()  # this process is the worker (what Worker actors do, see malloc.py)
-        analyze_local(args.roots, args.out, cfg, outcome=outcome, **hooks())
+        analyze_local(
+            args.roots,
+            args.out,
+            cfg,
+            outcome=outcome,
+            maintenance=maintenance_config(args),
+            **hooks(),
+        )
         if not outcome.runs and not outcome.rejected:
             raise NoDataError(
                 f"no runs under {', '.join(args.roots)} (a run is a folder holding "
@@ -150,21 +72,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             args.roots,
             args.out,
             cfg,
-            _runtime_config(args),
+            runtime_config(args),
             watch=False,
             progress_out=sys.stderr,
             hooks_factory=hooks,
             outcome=outcome,
         )
-    return _finish(outcome, args.out, "analyzed", cfg.storage_options)
+    return finish(outcome, args.out, "analyzed", cfg.storage_options)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from rlstream.pipeline.outcome import Outcome
 
-    cfg = _pipeline_config(args)
-    _check_inputs(args, cfg)
-    hooks = _health_hooks(args)
+    cfg = pipeline_config(args)
+    check_inputs(args, cfg)
+    hooks = rules_hooks(args)
     from rlstream.runtime.driver import run
 
     metrics = None
@@ -186,7 +108,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             args.roots,
             args.out,
             cfg,
-            _runtime_config(args),
+            runtime_config(args),
             watch=True,
             progress_out=sys.stderr,
             exit_when_finished=args.exit_when_finished,
@@ -205,15 +127,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.close()
     print()
-    return _finish(outcome, args.out, "watched", cfg.storage_options)
-
-
-def _checked_out(out: str, opts: dict) -> None:
-    from rlstream.fleet.outdir import check_out
-    from rlstream.io.storage import Storage
-    from rlstream.pipeline.discover import normalize_root
-
-    check_out(Storage.for_url(normalize_root(out), opts), out)
+    return finish(outcome, args.out, "watched", cfg.storage_options)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -221,8 +135,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rlstream.fleet.read import read_latest
     from rlstream.fleet.status import follow
 
-    opts = _storage_options(args.storage_options)
-    _checked_out(args.out, opts)
+    opts = storage_options(args.storage_options)
+    checked_out(args.out, opts)
     with contextlib.suppress(BrokenPipeError):  # `rlstream status OUT | head`
         shown = follow(
             lambda: read_latest(args.out, opts),
@@ -242,20 +156,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def default_report_path(out: str) -> str:
-    """Beside a local OUT (`/data/out` -> `/data/out-report.html`); in the current
-    folder for a URL (the report is a local file)."""
-    import os
-
-    from rlstream.pipeline.discover import normalize_root
-
-    url = normalize_root(out)
-    name = url.rstrip("/").rsplit("/", 1)[-1] or "out"
-    if "://" in url:
-        return os.path.abspath(f"{name}-report.html")
-    return os.path.join(os.path.dirname(url), f"{name}-report.html")
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     import os
 
@@ -265,8 +165,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from rlstream.fleet.report import write_report
     from rlstream.pipeline.outcome import plural
 
-    opts = _storage_options(args.storage_options)
-    _checked_out(args.out, opts)
+    opts = storage_options(args.storage_options)
+    checked_out(args.out, opts)
     rejected = len(read_rejected(args.out, opts))
     if not rejected and not read_latest(args.out, opts):
         raise NoDataError(
@@ -278,6 +178,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     tail = f" and {plural(rejected, 'rejected run')}" if rejected else ""
     print(f"wrote {path}: {plural(n, 'run')}{tail} from {args.out}")
     return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from rlstream.fleet.read import out_sink
+    from rlstream.sinks.maintain import maintain
+
+    opts = storage_options(args.storage_options)
+    checked_out(args.out, opts)
+    sink = out_sink(args.out, opts, **retention_kw(args))
+    report = maintain(sink, maintenance_config(args))
+    for table, got in report.items():
+        print(f"{table}: {got}")
+    failed = [t for t, got in report.items() if isinstance(got, dict) and "error" in got]
+    return EXIT_FAILURE if failed else 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -307,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_simulate)
 
     a = sub.add_parser("analyze", help="analyze runs to the end of what exists, then exit")
-    _common(a)
+    common(a)
     a.add_argument(
         "--in-process",
         action="store_true",
@@ -316,9 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_analyze)
 
     w = sub.add_parser("watch", help="tail runs live and keep the tables current until Ctrl-C")
-    _common(w)
+    common(w)
     w.add_argument("--poll", type=float, help="seconds between polls (default 1)")
     w.add_argument("--commit-every", type=float, help="seconds between commits (default 2)")
+    w.add_argument(
+        "--maintain-every",
+        type=float,
+        help="seconds between maintenance passes over OUT (compaction, log checkpoints, "
+        "vacuum; default 120, 0 turns them off)",
+    )
     w.add_argument(
         "--exit-when-finished",
         action="store_true",
@@ -355,6 +275,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--storage-options", help="JSON object passed to fsspec for OUT and runs")
     r.set_defaults(func=cmd_report)
+
+    c = sub.add_parser(
+        "compact",
+        help="compact OUT's tables, checkpoint their logs and vacuum old files (watch and "
+        "analyze do it themselves; safe beside a running watch)",
+    )
+    c.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")
+    c.add_argument("--storage-options", help="JSON object passed to fsspec for OUT")
+    retention(c)
+    c.set_defaults(func=cmd_compact)
 
     d = sub.add_parser(
         "demo", help="simulate live runs, watch them on a local Ray, write the HTML report"

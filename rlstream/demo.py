@@ -5,7 +5,7 @@ appended, sometimes half a line first; transcripts appearing whole) under a temp
 folder; `watch` tails them on a private local Ray and the live status table is redrawn
 from OUT while they run (what `rlstream status OUT --follow` shows). When every run has
 finished or stalled, the demo writes the HTML report and says where it is, how to query
-the Parquet tables with DuckDB, which commands show the same views, and that its folder
+the Delta tables, which commands show the same views, and that its folder
 may be deleted. It stops the Ray it started and removes Ray's temp folder.
 """
 
@@ -79,7 +79,7 @@ class _LiveTable:
         if now - self.last < REFRESH_SECONDS:
             return False
         self.last = now
-        if (self.out / "run_health" / "latest").exists():
+        if (self.out / "run_health" / "_delta_log").exists():
             self.rows = status_rows(read_latest(str(self.out)))
         head = (
             f"rlstream demo: watching {len(self.rows)} live runs "
@@ -155,8 +155,6 @@ def run_demo(args: argparse.Namespace) -> int:
     rows = status_rows(read_latest(str(out)))
     report = base / "report.html"
     write_report(str(out), str(report))
-    steps_glob = f"{out}/steps/*/*.parquet"
-    health_glob = f"{out}/run_health/latest/*.parquet"
     py = sys.executable
     print(
         f"\nwatched {plural(len(rows), 'run')} on a local Ray for {time.monotonic() - live.start:.0f}s "
@@ -169,12 +167,10 @@ def run_demo(args: argparse.Namespace) -> int:
         "The same views from the command line:\n"
         f"  rlstream status {out}            (add --follow while a watch runs, --json for scripts)\n"
         f"  rlstream report {out}            (writes {out}-report.html)\n\n"
-        "Query the Parquet tables with DuckDB (installed with the dev extra):\n"
-        f'  {py} -c "import duckdb; duckdb.sql(\\"select run_id, step, reward_mean, '
-        f"mismatch_kl, entropy_estimate from read_parquet('{steps_glob}') "
-        f'order by run_id, step\\").show()"\n'
-        f'  {py} -c "import duckdb; duckdb.sql(\\"select run_id, status, findings from '
-        f"read_parquet('{health_glob}')\\\").show()\""
+        "Query the Delta tables (docs/schema.md has DuckDB, Spark, polars and more):\n"
+        f"  {py} -c \"from deltalake import DeltaTable; print(DeltaTable('{out}/steps')"
+        ".to_pandas(columns=['run_id', 'step', 'reward_mean', 'mismatch_kl']))\"\n"
+        f"  duckdb -c \"select run_id, step, reward_mean from delta_scan('{out}/steps')\""
     )
     print(
         f"\nEverything the demo wrote ({_size_mb(base):.1f} MB: runs, tables, report) is "

@@ -8,11 +8,12 @@ import json
 import os
 from pathlib import Path
 
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 import pytest
 
 from rlstream.cli import default_report_path, main
 from rlstream.errors import EXIT_FAILURE, EXIT_REJECTED, EXIT_USAGE
+from rlstream.fleet.read import read_table
 from rlstream.simulate import SimConfig, simulate
 
 BAD_JSON = b'{"run_id": "x", not json'
@@ -99,7 +100,7 @@ def test_empty_root_is_no_data_and_writes_nothing(in_process, tmp_path, capsys, 
     assert not out.exists()
 
 
-@pytest.mark.parametrize("command", ["status", "report"])
+@pytest.mark.parametrize("command", ["status", "report", "compact"])
 def test_missing_out(command, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main([command, str(tmp_path / "nope")]) == EXIT_USAGE
@@ -109,7 +110,7 @@ def test_missing_out(command, tmp_path, capsys, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # no report.html left anywhere
 
 
-@pytest.mark.parametrize("command", ["status", "report"])
+@pytest.mark.parametrize("command", ["status", "report", "compact"])
 def test_folder_that_is_not_an_out(command, tmp_path, capsys):
     other = tmp_path / "photos"
     (other / "2024").mkdir(parents=True)
@@ -118,10 +119,26 @@ def test_folder_that_is_not_an_out(command, tmp_path, capsys):
     assert not (tmp_path / "photos-report.html").exists()
 
 
-@pytest.mark.parametrize("command", ["status", "report"])
-def test_out_with_no_runs_yet_is_no_data(command, tmp_path, capsys):
+@pytest.mark.parametrize("command", ["status", "report", "compact"])
+def test_out_of_the_earlier_parquet_layout_is_refused(command, tmp_path, capsys):
     out = tmp_path / "out"
     (out / "_checkpoints").mkdir(parents=True)
+    (out / "run_health" / "latest").mkdir(parents=True)
+    assert main([command, str(out)]) == EXIT_USAGE
+    line = _error(capsys)
+    assert f"{out} holds outputs of an earlier rlstream" in line
+    assert "Use a new --out" in line
+    assert not (tmp_path / "out-report.html").exists()
+
+
+@pytest.mark.parametrize("command", ["status", "report"])
+def test_out_with_no_runs_yet_is_no_data(command, tmp_path, capsys):
+    from deltalake import write_deltalake
+
+    from rlstream.sinks.health import RUN_HEALTH_SCHEMA
+
+    out = tmp_path / "out"
+    write_deltalake(str(out / "run_health"), RUN_HEALTH_SCHEMA.empty_table())
     assert main([command, str(out)]) == EXIT_FAILURE
     assert f"no runs in {out} yet" in capsys.readouterr().err
     assert not (tmp_path / "out-report.html").exists()
@@ -137,8 +154,8 @@ def test_storage_options_not_json_is_usage(tmp_path, capsys):
 # -- what analyze did: from the commits, rejected runs everywhere ---------------------
 
 
-def _rows(folder: Path) -> int:
-    return ds.dataset(str(folder), format="parquet", partitioning="hive").count_rows()
+def _rows(out: Path, table: str) -> int:
+    return read_table(str(out), table).num_rows
 
 
 def test_analyze_reports_rows_written_and_rejected_runs(tmp_path, capsys):
@@ -147,16 +164,16 @@ def test_analyze_reports_rows_written_and_rejected_runs(tmp_path, capsys):
     text = capsys.readouterr().out
     lines = text.splitlines()
     # The counts printed are what the commits wrote: check them against OUT itself.
-    steps, quarantine = _rows(out / "steps"), _rows(out / "quarantine")
-    health = _rows(out / "run_health" / "snapshots")
+    steps, quarantine = _rows(out, "steps"), _rows(out, "quarantine")
+    health = _rows(out, "run_health")
     assert (steps, health) == (10, 2)
     assert lines[0] == (
         f"analyzed 2 runs; wrote {steps + health + quarantine} rows under {out} "
         f"(steps {steps}, run_health {health}, quarantine {quarantine})"
     )
-    assert lines[1] == "1 run rejected (run.json could not be read):"
+    assert lines[1] == "1 run rejected (run.json or resume state unreadable):"
     assert lines[2].startswith(f"  {root / 'broken-0'}: run.json is not valid JSON")
-    assert f"{out}/quarantine/run_id=_rejected/" in lines[3]
+    assert f"{out}/quarantine (run_id '_rejected')" in lines[3]
     assert "tables under" not in text
 
     # status: its own footer; --json lists it
@@ -196,12 +213,32 @@ def test_every_run_rejected_is_a_failure_with_the_reasons(tmp_path, capsys):
     assert main(["analyze", str(root), "--out", str(out), "--in-process"]) == EXIT_FAILURE
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"analyzed 0 runs; wrote 5 rows under {out} (quarantine 5)"
-    assert lines[1] == "5 runs rejected (run.json could not be read):"
+    assert lines[1] == "5 runs rejected (run.json or resume state unreadable):"
     assert [line.split(":")[0].strip() for line in lines[2:5]] == [
         str(root / f"broken-{i}") for i in range(3)
     ]
     assert lines[5] == "  ... and 2 more runs"
-    assert _rows(out / "quarantine") == 5
+    assert _rows(out, "quarantine") == 5
+
+
+def test_a_rejected_run_read_since_is_no_longer_listed(tmp_path, capsys):
+    from rlstream.fleet.outdir import read_rejected
+
+    root, out = _runs(tmp_path / "runs", good=1, bad=2), tmp_path / "out"
+    assert main(["analyze", str(root), "--out", str(out), "--in-process"]) == EXIT_REJECTED
+    assert [r["run_uri"] for r in read_rejected(str(out))] == [
+        str(root / "broken-0"),
+        str(root / "broken-1"),
+    ]
+    (root / "broken-0" / "run.json").write_bytes(b'{"run_id": "fixed"}')
+    capsys.readouterr()
+    assert main(["analyze", str(root), "--out", str(out), "--in-process"]) == EXIT_REJECTED
+    said = capsys.readouterr().out.splitlines()
+    assert said[0].startswith("analyzed 2 runs; wrote ")
+    assert said[1] == "1 run rejected (run.json or resume state unreadable):"
+    assert [r["run_uri"] for r in read_rejected(str(out))] == [str(root / "broken-1")]
+    rejected = read_table(str(out), "quarantine").filter(pc.field("run_id") == "_rejected")
+    assert rejected.num_rows == 2  # the rejection rows stay, each written once
 
 
 def test_rerun_writes_nothing_new_and_says_so(tmp_path, capsys):

@@ -27,7 +27,7 @@ from typing import Any
 
 from rlstream.fleet.charts import STEP_COLUMNS, run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
-from rlstream.fleet.read import example_completions, read_latest, read_steps
+from rlstream.fleet.read import StepsTable, example_completions, read_latest
 from rlstream.fleet.status import (
     STATUS_LABEL,
     STATUS_ORDER,
@@ -154,7 +154,7 @@ def rejected_section(rejected: list[dict[str, Any]], out: str) -> str:
         return ""
     items = "".join(
         f'<tr class="rejected-run"><td>{_e(r["run_uri"])}</td><td>{_e(r["reason"])}</td>'
-        f"<td>run.json {_e(r.get('detail'))}</td></tr>"
+        f"<td>{'run.json ' if r['reason'] == 'bad_run_json' else ''}{_e(r.get('detail'))}</td></tr>"
         for r in rejected
     )
     return (
@@ -223,11 +223,11 @@ def run_section(
     i: int,
     row: dict[str, Any],
     latest: dict[str, Any],
-    out: str,
+    steps: StepsTable,
     storage_options: dict[str, Any] | None,
 ) -> str:
     findings = list(latest.get("findings") or [])
-    cols = read_steps(out, row["run_id"], STEP_COLUMNS, storage_options)
+    cols = steps.run(row["run_id"], STEP_COLUMNS)
     charts = run_charts(cols, findings)
     unplaced = [f for f in findings if f.get("since_step") is None]
     extra = "".join(
@@ -269,12 +269,13 @@ def render_report(
 ) -> str:
     """The whole report as one HTML document."""
     latest = read_latest(out, storage_options)
-    rejected = read_rejected(out, storage_options)
+    rejected = read_rejected(out, storage_options, [r["run_uri"] for r in latest])
     by_id = {r["run_id"]: r for r in latest}
     rows = status_rows(latest, now)
     now_dt = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
+    steps = StepsTable(out, storage_options)
     sections = "".join(
-        run_section(i, r, by_id[r["run_id"]], out, storage_options) for i, r in enumerate(rows)
+        run_section(i, r, by_id[r["run_id"]], steps, storage_options) for i, r in enumerate(rows)
     )
     csp = (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
@@ -290,7 +291,7 @@ def render_report(
         f'<div class="sub">{plural(len(rows), "run")}{extra} from {_e(out)} · generated '
         f"{now_dt:%Y-%m-%d %H:%M:%S} UTC · click a column to sort</div>"
         f'<div class="counts">{count_badges(rows, len(rejected))}</div>'
-        + (overview_table(rows) if rows else "<p>No runs under run_health/latest.</p>")
+        + (overview_table(rows) if rows else "<p>No runs in run_health yet.</p>")
         + rejected_section(rejected, out)
         + sections
         + f"<script>{SORT_SCRIPT}</script></body></html>\n"

@@ -1,6 +1,6 @@
 """`rlstream status`: every run of OUT in one table, worst first.
 
-`status_rows(latest, now)` turns `run_health/latest` rows (see `read.read_latest`) into
+`status_rows(latest, now)` turns the latest run_health rows (see `read.read_latest`) into
 plain dicts with JSON-ready values; `render_table(rows, rejected=...)` lays them out for
 a terminal: a count line whose parts add up to the runs, the rows, a legend for the
 starred columns (KL, ESS, entropy, truncation: the window medians the health rules
@@ -207,7 +207,7 @@ def render_table(
     if rows:
         lines.append(recent_legend(rows))
     else:
-        lines.append("(no runs yet: nothing under run_health/latest)")
+        lines.append("(no runs yet: nothing in run_health)")
     lines.extend(rejected_lines(rejected or []))
     return "\n".join(lines) + "\n"
 

@@ -7,6 +7,12 @@ inode that cursors use to detect replacement). Object stores go through fsspec; 
 listings are never cached, because a grown object must show its new size and ETag.
 
 Paths given to the methods are full URLs or local paths, as returned by `join`.
+
+Round trips: on an object store each request waits a first-byte latency (10-50 ms on
+S3), so the batch methods keep many requests in flight on fsspec's event loop:
+`read_many` (whole files, yielded in the order given, bytes in flight bounded by
+`read_inflight_bytes`, see `rlstream.io.window`) and `stat_many`. On local disk they
+are plain loops (a read there costs microseconds and threads would only add work).
 """
 
 from __future__ import annotations
@@ -14,10 +20,19 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlstream.errors import StorageError
+from rlstream.io.window import read_window
+
+READ_CONCURRENCY = 64
+"""Requests in flight per process in `read_many` and `stat_many`; also the size of the
+S3 connection pool (aiobotocore's default, 10, would queue the rest)."""
+
+DEFAULT_INFLIGHT_BYTES = 64 << 20
+"""`read_many`'s default bound on bytes in flight (PipelineConfig.read_inflight_bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +43,14 @@ class FileStat:
     etag: str | None = None
     mtime: float | None = None
     inode: int | None = None
+
+
+def _file_stat(info: dict[str, Any]) -> FileStat | None:
+    """A FileStat from an fsspec `info` dict (None for a directory)."""
+    if info.get("type") == "directory":
+        return None
+    etag = info.get("ETag") or info.get("etag")
+    return FileStat(size=int(info["size"]), etag=str(etag).strip('"') if etag else None)
 
 
 def split_protocol(url: str) -> tuple[str, str]:
@@ -46,19 +69,32 @@ class Storage:
 
     protocol: str = "file"
     options: tuple[tuple[str, Any], ...] = ()
+    read_inflight_bytes: int = DEFAULT_INFLIGHT_BYTES
+    """Bound on the bytes `read_many` holds in flight (read ahead, not yet consumed)."""
     _fs: Any = field(default=None, compare=False, repr=False)
 
     @staticmethod
-    def for_url(url: str, options: dict[str, Any] | None = None) -> Storage:
+    def for_url(
+        url: str,
+        options: dict[str, Any] | None = None,
+        read_inflight_bytes: int = DEFAULT_INFLIGHT_BYTES,
+    ) -> Storage:
         proto, _ = split_protocol(url)
-        return Storage(proto, tuple(sorted((options or {}).items())))
+        return Storage(proto, tuple(sorted((options or {}).items())), read_inflight_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "options": self.options}
+        return {
+            "protocol": self.protocol,
+            "options": self.options,
+            "read_inflight_bytes": self.read_inflight_bytes,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         object.__setattr__(self, "protocol", state["protocol"])
         object.__setattr__(self, "options", state["options"])
+        object.__setattr__(
+            self, "read_inflight_bytes", state.get("read_inflight_bytes", DEFAULT_INFLIGHT_BYTES)
+        )
         object.__setattr__(self, "_fs", None)
 
     @property
@@ -75,6 +111,7 @@ class Storage:
             if self.protocol in ("s3", "s3a"):
                 opts.setdefault("skip_instance_cache", True)
                 opts.setdefault("use_listings_cache", False)
+                opts.setdefault("config_kwargs", {"max_pool_connections": READ_CONCURRENCY})
                 endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
                     "AWS_ENDPOINT_URL"
                 )
@@ -111,17 +148,79 @@ class Storage:
             info = self.fs.info(path)
         except FileNotFoundError:
             return None
-        if info.get("type") == "directory":
-            return None
-        etag = info.get("ETag") or info.get("etag")
-        return FileStat(size=int(info["size"]), etag=str(etag).strip('"') if etag else None)
+        return _file_stat(info)
 
     def read(self, url: str) -> bytes:
         path = self.strip(url)
         if self.is_local:
             with open(path, "rb") as f:
                 return f.read()
-        return self.fs.cat_file(path)
+        return self.fs.cat_file(path, **self._whole_get)
+
+    @property
+    def _whole_get(self) -> dict[str, Any]:
+        """s3fs reads a whole object with a HEAD (its size, to split large objects into
+        parallel ranges) then a GET: two round trips. One GET will do for files of a
+        run (transcripts, run.json: small objects)."""
+        return {"max_concurrency": 1} if self.protocol in ("s3", "s3a") else {}
+
+    def read_many(self, urls: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
+        """Whole files, yielded as `(url, bytes)` in the order of `urls`; `None` for a
+        file that does not exist. Other errors are raised (after the retries of the
+        filesystem's client: S3 throttling, `SlowDown`/503, is retried with backoff).
+
+        On an async fsspec filesystem (s3fs) up to `READ_CONCURRENCY` reads run at
+        once on its event loop, holding at most about `read_inflight_bytes` (see
+        `rlstream.io.window`); elsewhere the files are read one after the other.
+        """
+        if self.is_local or not getattr(self.fs, "async_impl", False):
+            for url in urls:
+                try:
+                    yield url, self.read(url)
+                except FileNotFoundError:
+                    yield url, None
+            return
+        import asyncio
+
+        fs = self.fs
+
+        def submit(url: str) -> Any:
+            coro = fs._cat_file(self.strip(url), **self._whole_get)
+            return asyncio.run_coroutine_threadsafe(coro, fs.loop)
+
+        for url, got in read_window(submit, urls, self.read_inflight_bytes, READ_CONCURRENCY):
+            if isinstance(got, FileNotFoundError):
+                yield url, None
+            elif isinstance(got, BaseException):
+                raise got
+            else:
+                yield url, got
+
+    def stat_many(self, urls: Sequence[str]) -> list[FileStat | None]:
+        """`stat` of each URL, in order; concurrent on an async filesystem (one round
+        trip for all of them instead of one each)."""
+        if self.is_local or not getattr(self.fs, "async_impl", False):
+            return [self.stat(u) for u in urls]
+        import asyncio
+
+        from fsspec.asyn import sync
+
+        fs = self.fs
+
+        async def all_infos() -> list[Any]:
+            return await asyncio.gather(
+                *(fs._info(self.strip(u)) for u in urls), return_exceptions=True
+            )
+
+        out: list[FileStat | None] = []
+        for info in sync(fs.loop, all_infos):
+            if isinstance(info, FileNotFoundError):
+                out.append(None)
+            elif isinstance(info, BaseException):
+                raise info
+            else:
+                out.append(_file_stat(info))
+        return out
 
     def read_range(self, url: str, start: int, end: int) -> bytes:
         """Bytes [start, end); empty when the range is empty (never a request then)."""

@@ -69,17 +69,22 @@ def find_runs(storage: Storage, root: str, max_depth: int = 4) -> list[str]:
     root = normalize_root(root)
     found: list[str] = []
 
-    def walk(url: str, depth: int) -> None:
-        if storage.stat(Storage.join(url, RUN_JSON)) is not None:
-            found.append(url)
-            return
-        if depth >= max_depth:
-            return
-        for name in storage.list_dirs(url):
-            if not name.startswith((".", "_")):
-                walk(Storage.join(url, name), depth + 1)
-
-    walk(root, 0)
+    # Level by level: the run.json stats of a level go out together (`stat_many`: one
+    # round trip on an object store, not one per folder).
+    level, depth = [root], 0
+    while level:
+        stats = storage.stat_many([Storage.join(u, RUN_JSON) for u in level])
+        deeper: list[str] = []
+        for url, st in zip(level, stats, strict=True):
+            if st is not None:
+                found.append(url)
+            elif depth < max_depth:
+                deeper.extend(
+                    Storage.join(url, name)
+                    for name in storage.list_dirs(url)
+                    if not name.startswith((".", "_"))
+                )
+        level, depth = deeper, depth + 1
     if not found:
         log.warning(
             "no runs under %s (a run is a folder holding run.json)%s",

@@ -18,7 +18,8 @@ from rlstream.pipeline.outcome import Outcome
 from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import RunState, summary
 from rlstream.pipeline.work import Unit, UnitResult, execute
-from rlstream.sinks.parquet import ParquetSink
+from rlstream.sinks.delta import DeltaSink
+from rlstream.sinks.maintain import MaintenanceConfig, maintain
 
 
 def local_executor(storage: Storage):
@@ -29,9 +30,12 @@ def local_executor(storage: Storage):
     return run
 
 
-def input_storage(roots: Sequence[str], options: dict[str, Any]) -> Storage:
+def input_storage(
+    roots: Sequence[str], options: dict[str, Any], read_inflight_bytes: int | None = None
+) -> Storage:
     """One `Storage` for every ROOT; they must share a protocol."""
-    stores = {Storage.for_url(normalize_root(r), options) for r in roots}
+    extra = {} if read_inflight_bytes is None else {"read_inflight_bytes": read_inflight_bytes}
+    stores = {Storage.for_url(normalize_root(r), options, **extra) for r in roots}
     protocols = {s.protocol for s in stores}
     if len(protocols) != 1:
         from rlstream.errors import ConfigError
@@ -54,9 +58,11 @@ def build_group(roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: An
 def _group_and_runs(
     roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: Any
 ) -> tuple[RunGroup, list[str]]:
-    storage = input_storage(roots, cfg.storage_options)
+    storage = input_storage(roots, cfg.storage_options, cfg.read_inflight_bytes)
     out_url = normalize_root(out)
-    sink = ParquetSink(out_url, Storage.for_url(out_url, cfg.storage_options), cfg.fsync)
+    out_storage = Storage.for_url(out_url, cfg.storage_options)
+    sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
+    sink.check_layout()
     urls = [u for root in roots for u in find_runs(storage, root)]
     return RunGroup(storage, sink, cfg, **hooks), urls
 
@@ -66,12 +72,14 @@ def analyze_local(
     out: str,
     cfg: PipelineConfig | None = None,
     outcome: Outcome | None = None,
+    maintenance: MaintenanceConfig | None = None,
     **hooks: Any,
 ) -> list[RunState]:
     """Analyze every run under `roots` to the end of what exists; write under `out`.
     Returns the final run states, sorted by run_id (kept in memory: for tests and
     small inputs; the Ray runtime returns summaries only). `outcome`, if given, is
-    told what was read, written and rejected."""
+    told what was read, written and rejected. Ends with one maintenance pass over OUT
+    (rlstream.sinks.maintain)."""
     cfg = cfg or PipelineConfig()
     if not hooks:
         from rlstream.pipeline.verdicts import health_hooks
@@ -79,6 +87,7 @@ def analyze_local(
         hooks = health_hooks()
     group, urls = _group_and_runs(roots, out, cfg, **hooks)
     states = sorted(group.analyze(urls, local_executor(group.storage)), key=lambda s: s.run_id)
+    maintain(group.sink, maintenance)
     if outcome is not None:
         outcome.add_tally(group.tally())
         outcome.add_summaries([summary(s) for s in states])

@@ -67,14 +67,16 @@ def lines(outcome: Outcome, out: str, verb: str) -> list[str]:
         head += f"; {plural(o.quarantined, 'record')} of these runs quarantined"
     out_lines = [head]
     if o.rejected:
-        out_lines.append(f"{plural(len(o.rejected), 'run')} rejected (run.json could not be read):")
+        out_lines.append(
+            f"{plural(len(o.rejected), 'run')} rejected (run.json or resume state unreadable):"
+        )
         items = sorted(o.rejected.items())
         for url, why in items[:REASONS_INLINE]:
-            out_lines.append(f"  {url}: run.json {why}")
+            out_lines.append(f"  {url}: {why}")
         if len(items) > REASONS_INLINE:
             out_lines.append(f"  ... and {plural(len(items) - REASONS_INLINE, 'more run')}")
         out_lines.append(
-            f"  every rejected run has a row in {out}/quarantine/run_id=_rejected/ "
+            f"  every rejected run has a row in {out}/quarantine (run_id '_rejected') "
             f"(also shown by `rlstream status {out}`)"
         )
     if o.quarantined and not o.rejected:

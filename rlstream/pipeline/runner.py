@@ -3,8 +3,12 @@
 One poll: for every run, check run.json, stat steps.jsonl and rollouts.jsonl, list new
 transcripts, and turn what is new into work units; an executor runs the units (in
 this process, or on Ray worker actors) and each result is folded into its run's
-state. Then rows that passed the watermark are finalized. `commit` writes each
-changed run's new rows, quarantine rows and health, then its checkpoint.
+state. Then rows that passed the watermark are finalized. `commit` hands every
+changed run to the commit protocol (rlstream.pipeline.commit): resume states first,
+then one Delta append per table.
+
+On an object store the runs of a poll are planned concurrently and each run's three
+stats go out together, so a poll costs a few round trips, not a few per run.
 
 The stat of each JSONL file is taken before the transcript listing, and a worker
 reads exactly up to that size: so every transcript written before a step's line was
@@ -13,6 +17,7 @@ listed in the poll that read the line, and the watermark is safe.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import time
@@ -22,15 +27,23 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlstream.config import PipelineConfig
-from rlstream.errors import CheckpointError, RlstreamError
-from rlstream.formats.loops import FORMAT_VERSION, BadRecord, parse_json
+from rlstream.errors import RlstreamError
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
+from rlstream.pipeline.commit import (
+    Written,
+    app_id,
+    commit_group,
+    load_state,
+    settle,
+    write_rejected,
+)
 from rlstream.pipeline.discover import RUN_JSON
-from rlstream.pipeline.rows import steps_table
+from rlstream.pipeline.names import advance_names, check_below
+from rlstream.pipeline.resume import ResumeStateError
+from rlstream.pipeline.runjson import apply_run_json, read_run_json
 from rlstream.pipeline.state import (
-    CHECKPOINT_VERSION,
     RunState,
     finalize,
     fold,
@@ -47,8 +60,7 @@ from rlstream.pipeline.work import (
     UnitFailure,
     UnitResult,
 )
-from rlstream.sinks.health import alerts_table, health_row, run_health_table
-from rlstream.sinks.parquet import ParquetSink, table_bytes
+from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
 
@@ -63,6 +75,9 @@ firing codes and findings, and returns alert events. Called for every run each p
 
 UNIT_RETRIES = 3
 """Extra rounds for failed units in batch mode before `analyze` gives up loudly."""
+
+PLAN_THREADS = 16
+"""Runs planned at once on an object store (stats and listings, a round trip each)."""
 
 MTIME_SLACK = 2.0
 """Seconds after which a folder's unchanged mtime proves no file was added."""
@@ -82,7 +97,7 @@ class RunGroup:
     def __init__(
         self,
         storage: Storage,
-        sink: ParquetSink,
+        sink: DeltaSink,
         cfg: PipelineConfig,
         health: HealthHook | None = None,
     ) -> None:
@@ -95,17 +110,18 @@ class RunGroup:
         self.totals: Counter[str] = Counter()
         """Running totals for progress displays: bytes, tokens, units, rows, runs_done."""
         self.rejected: dict[str, QuarantineRow] = {}
-        self.rejected_files: set[str] = set()
+        """Run URLs that could not be added (no readable run.json or resume state)."""
+        self.rejected_written: set[str] = set()
         self.dirty: set[str] = set()
-        self.written: Counter[str] = Counter()
-        """Rows written per table by this group's commits (see `tally`)."""
+        self.written = Written()
+        """Rows that landed per table in this group's appends (`pipeline.commit`; see `tally`)."""
 
     # -- runs ----------------------------------------------------------------------
     def add_run(self, run_url: str) -> RunState | None:
-        """Start tracking a run, resuming from its checkpoint when one exists."""
+        """Start tracking a run, resuming from its resume state when one exists."""
         if run_url in self.runs:
             return self.runs[run_url]
-        meta, stat, bad = self._read_run_json(run_url)
+        meta, stat, bad = read_run_json(self.storage, run_url)
         if meta is None:
             log.warning("skipping %s: run.json %s", run_url, bad)
             if run_url not in self.rejected:
@@ -115,73 +131,38 @@ class RunGroup:
         if self.rejected.pop(run_url, None) is not None:
             self.dirty.add(REJECTED)
         run_id = meta["run_id"]
-        state = self.sink.load_checkpoint(run_id)
-        if state is not None and getattr(state, "version", None) != CHECKPOINT_VERSION:
-            raise CheckpointError(
-                f"checkpoint of run {run_id} under {self.sink.out} was written by another "
-                f"rlstream version (checkpoint format {getattr(state, 'version', '?')}, this "
-                f"one reads {CHECKPOINT_VERSION}); delete it to reprocess the run"
-            )
+        try:
+            state = load_state(self.sink, run_id, reset=run_id in self.cfg.reset_runs)
+        except ResumeStateError as e:
+            # One unreadable state stops its run only: the others keep going.
+            log.error("skipping run %s: %s", run_id, e)
+            if run_url not in self.rejected:
+                self.rejected[run_url] = QuarantineRow(
+                    REJECTED, self.sink.state_url(run_id), None, "bad_resume_state", str(e)
+                )
+                self.dirty.add(REJECTED)
+            return None
         if state is not None:
+            state.run_url = state.run_url or run_url  # a --reset-run state has none yet
             if state.run_url != run_url:
                 log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
                 return None
-            removed = self.sink.remove_orphans(run_id, state.seq)
-            if removed:
-                log.info("%s: removed %d files of an uncommitted commit", run_id, removed)
+            if state.unconfirmed:
+                self.dirty.add(run_url)  # the next commit checks what landed
         else:
-            # A crash during a run's first commit leaves parts but no checkpoint.
-            self.sink.remove_orphans(run_id, 0)
             state = RunState(run_id=run_id, run_url=run_url)
-        self._apply_run_json(state, meta, stat)
+        apply_run_json(state, meta, stat)
         self.runs[run_url] = state
         return state
 
-    def _read_run_json(self, run_url: str) -> tuple[dict[str, Any] | None, Any, str]:
-        url = Storage.join(run_url, RUN_JSON)
-        stat = self.storage.stat(url)
-        if stat is None:
-            return None, None, "is missing"
-        try:
-            data = self.storage.read(url)
-        except FileNotFoundError:
-            return None, None, "vanished while being read"
-        try:
-            obj = parse_json(data)
-        except BadRecord as e:
-            return None, stat, f"is not valid JSON ({e}): {excerpt(data)!r}"
-        if not isinstance(obj, dict) or not isinstance(obj.get("run_id"), str) or not obj["run_id"]:
-            return None, stat, "has no string run_id"
-        if not isinstance(obj.get("config", {}), dict):
-            return None, stat, "has a config that is not an object"
-        version = obj.get("format_version", FORMAT_VERSION)
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            return (
-                None,
-                stat,
-                (
-                    f"has format_version {version!r}; this rlstream reads version {FORMAT_VERSION}: "
-                    "upgrade rlstream"
-                ),
-            )
-        return obj, stat, ""
-
-    def _apply_run_json(self, state: RunState, meta: dict[str, Any], stat: Any) -> None:
-        state.config = meta.get("config") or {}
-        ca = meta.get("created_at")
-        state.created_at = float(ca) if isinstance(ca, (int, float)) else None
-        state.finished = meta.get("finished_at") is not None
-        state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
-
-    def _refresh_run_json(self, state: RunState) -> None:
-        url = Storage.join(state.run_url, RUN_JSON)
-        stat = self.storage.stat(url)
+    def _refresh_run_json(self, state: RunState, stat: Any) -> None:
+        """Reread run.json when `stat` (taken this poll) differs from the last one."""
         rj = state.run_json
         if stat is None or (
             rj and (stat.size, stat.etag, stat.mtime) == (rj.size, rj.etag, rj.mtime)
         ):
             return
-        meta, stat, bad = self._read_run_json(state.run_url)
+        meta, stat, bad = read_run_json(self.storage, state.run_url)
         if stat is None:
             return  # gone between stat and read (being replaced): look again next poll
         if meta is None:
@@ -191,15 +172,19 @@ class RunGroup:
             state.counters["quarantined"] += 1
             state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
             return
-        self._apply_run_json(state, meta, stat)
+        apply_run_json(state, meta, stat)
 
     # -- polling -------------------------------------------------------------------
     def plan(self, state: RunState) -> list[Unit]:
         """Units for what is new in one run (stats and listings only; no data read)."""
-        self._refresh_run_json(state)
+        files = (STEPS_FILE, ROLLOUTS_FILE)
+        # One round trip for the three stats on an object store (stat_many).
+        run_json, *stats = self.storage.stat_many(
+            [Storage.join(state.run_url, f) for f in (RUN_JSON, *files)]
+        )
+        self._refresh_run_json(state, run_json)
         units: list[Unit] = []
-        for file in (STEPS_FILE, ROLLOUTS_FILE):
-            stat = self.storage.stat(Storage.join(state.run_url, file))
+        for file, stat in zip(files, stats, strict=True):
             cur = state.cursors[file]
             if stat is None or (
                 (stat.size, stat.etag, stat.mtime, stat.inode)
@@ -234,8 +219,19 @@ class RunGroup:
                 return []
             names = self.storage.list_names(folder)
         else:
-            names = self.storage.list_names(folder, None if full else state.last_name)
-        new = [n for n in names if n.endswith(".json") and n not in state.seen]
+            names = self.storage.list_names(folder, None if full else state.names_low)
+        low = state.names_low
+        start = 0 if low is None else bisect.bisect_right(names, low)
+        window = self.cfg.transcript_window
+        if (
+            low is not None
+            and (full or self.storage.is_local)
+            and check_below(state, names, start, window)
+        ):
+            self.dirty.add(state.run_url)
+        window = set(state.names_window)
+        state.listed = [n for n in names[start:] if n.endswith(".json")]
+        new = [n for n in state.listed if n not in window]
         if self.storage.is_local and not new:
             # Only an unchanged folder with nothing unseen may be skipped next time: names
             # listed now are not yet folded (their unit may fail and need a retry).
@@ -247,9 +243,7 @@ class RunGroup:
         now = time.time() if now is None else now
         self.polls += 1
         due = [s for s in self.runs.values() if final or self._due(s, now)]
-        units: list[Unit] = []
-        for state in due:
-            units.extend(self.plan(state))
+        units = [u for plan in self._plan_all(due) for u in plan]
         by_id = {s.run_id: s for s in due}
         failed = self._run_units(execute, units, by_id, now)
         # Batch mode finalizes everything it has, so a unit whose worker kept dying
@@ -263,10 +257,11 @@ class RunGroup:
         if failed and final:
             raise RlstreamError(
                 f"{len(failed)} work units failed {UNIT_RETRIES + 1} times (last: {failed[0]!r}); "
-                "nothing was finalized from them: rerun to resume from the checkpoints"
+                "nothing was finalized from them: rerun to resume from the resume states"
             )
         new_rows = 0
         for state in due:
+            advance_names(state, self.cfg.transcript_window)
             if final:
                 self._note_leftovers(state)
             rows = finalize(state, watermark(state, now, self.cfg, final))
@@ -280,6 +275,16 @@ class RunGroup:
                     state.out_alerts.extend(events)
                     self.dirty.add(state.run_url)
         return new_rows
+
+    def _plan_all(self, due: list[RunState]) -> list[list[Unit]]:
+        """`plan` of every due run. On an object store the runs are planned by
+        `PLAN_THREADS` threads, so a poll costs a few round trips, not a few per run
+        (each `plan` touches only its own run's state)."""
+        if self.storage.is_local or len(due) < 2:
+            return [self.plan(s) for s in due]
+        _ = self.storage.fs  # opened once, before the threads share it
+        with ThreadPoolExecutor(min(len(due), PLAN_THREADS), "rlstream-plan") as pool:
+            return list(pool.map(self.plan, due))
 
     def _run_units(
         self, execute: Executor, units: list[Unit], by_id: dict[str, RunState], now: float
@@ -336,80 +341,20 @@ class RunGroup:
                 self.dirty.add(state.run_url)
 
     # -- committing ----------------------------------------------------------------
-    def _rejected_url(self, run_url: str) -> str:
-        name = f"rejected-{run_key(run_url)[:16]}.parquet"
-        return Storage.join(self.sink.out, "quarantine", f"run_id={REJECTED}", name)
-
     def commit(self, now: float | None = None, force: bool = False) -> int:
-        """Write every changed run's outputs, then its checkpoint. Returns runs written.
-
-        Runs are independent (own files, own checkpoint), so they are written by a pool
-        of `commit_threads` threads: Parquet encoding, fsync and object-store PUTs all
-        release the GIL. Within a run the order is data files, latest, checkpoint."""
+        """Commit every changed run (rlstream.pipeline.commit). Returns runs written;
+        runs whose commit failed stay dirty, and the next commit retries them."""
         now = time.time() if now is None else now
         if REJECTED in self.dirty:
-            # Runs whose run.json cannot be read have no run_id: one file per run URL
-            # under the `_rejected` partition, removed once the run can be read.
-            for url in self.rejected_files - self.rejected.keys():
-                self.sink.storage.remove(self._rejected_url(url))
-            for url, row in self.rejected.items():
-                table = self.sink.quarantine_table([row], 0)
-                self.sink.storage.write_atomic(self._rejected_url(url), table_bytes(table))
-            self.written["quarantine"] += len(self.rejected.keys() - self.rejected_files)
-            self.rejected_files = set(self.rejected)
-            self.dirty.discard(REJECTED)
-        targets = list(self.runs.values()) if force else [self.runs[u] for u in sorted(self.dirty)]
-        if len(targets) > 1 and self.cfg.commit_threads > 1:
-            with ThreadPoolExecutor(min(self.cfg.commit_threads, len(targets))) as pool:
-                done = list(pool.map(lambda st: self._commit_run(st, now), targets))
-        else:
-            done = [self._commit_run(state, now) for state in targets]
-        for written in done:
-            self.written.update(written or {})
-        # Runs whose commit failed stay dirty: the next commit retries them.
-        self.dirty = {st.run_url for st, w in zip(targets, done, strict=True) if w is None}
-        return sum(w is not None for w in done)
-
-    def _commit_run(self, state: RunState, now: float) -> dict[str, int] | None:
-        """One run's commit; returns the rows it wrote per table, or None after a write
-        error, which it undoes (removes its parts, keeps the rows pending) so the retry
-        neither loses nor duplicates anything."""
-        try:
-            return self._write_commit(state, now)
-        except Exception:
-            log.exception("%s: commit %d failed; it will be retried", state.run_id, state.seq)
-            state.seq -= 1
-            try:
-                self.sink.remove_orphans(state.run_id, state.seq)
-            except Exception:
-                log.exception("%s: could not remove the failed commit's files", state.run_id)
-            return None
-
-    def _write_commit(self, state: RunState, now: float) -> dict[str, int]:
-        state.seq += 1
-        seq, sink = state.seq, self.sink
-        sink.write_part("steps", state.run_id, seq, steps_table(state.out_rows))
-        sink.write_part(
-            "quarantine", state.run_id, seq, sink.quarantine_table(state.out_quarantine, seq)
-        )
-        health = table_bytes(run_health_table([health_row(state, now)]))  # encoded once
-        sink.write_part("run_health/snapshots", state.run_id, seq, health)
-        sink.write_latest("run_health/latest", state.run_id, health)
-        if state.out_alerts:
-            sink.write_part("alerts", state.run_id, seq, alerts_table(state.out_alerts))
-        rows, quarantined, alerts = state.out_rows, state.out_quarantine, state.out_alerts
-        state.out_rows, state.out_quarantine, state.out_alerts = [], [], []
-        try:
-            sink.save_checkpoint(state.run_id, state)
-        except Exception:
-            state.out_rows, state.out_quarantine, state.out_alerts = rows, quarantined, alerts
-            raise
-        return {
-            "steps": len(rows),
-            "quarantine": len(quarantined),
-            "alerts": len(alerts),
-            "run_health": 1,
-        }
+            todo = {u: r for u, r in self.rejected.items() if u not in self.rejected_written}
+            ids = {app_id(f"{REJECTED}:{run_key(u)[:16]}"): r for u, r in todo.items()}
+            if write_rejected(self.sink, ids, self.written):
+                self.rejected_written.update(todo)
+                self.dirty.discard(REJECTED)
+        urls = set(self.runs) if force else self.dirty - {REJECTED}
+        retry = commit_group(self.sink, self.runs, urls, now, self.cfg.commit_threads, self.written)
+        self.dirty = (self.dirty & {REJECTED}) | retry
+        return len(urls - retry)
 
     def analyze(self, urls: list[str], execute: Executor) -> Iterator[RunState]:
         """Batch mode: read runs to the end of what exists, `analyze_chunk_runs` at a
@@ -420,6 +365,7 @@ class RunGroup:
             chunk = [u for u in urls[i : i + step] if self.add_run(u) is not None]
             self.poll(execute, final=True)
             self.commit()
+            settle(self.sink, [self.runs[u] for u in chunk if u in self.runs])
             self.totals["runs_done"] += len(chunk)
             for u in chunk:
                 yield self.runs.pop(u)
@@ -428,8 +374,11 @@ class RunGroup:
         """What this group's commits wrote ({table: rows}) and the runs it rejected
         ({run URL: why}), for the command's closing report (`pipeline.outcome`)."""
         return {
-            "written": dict(self.written),
-            "rejected": {url: row.detail for url, row in self.rejected.items()},
+            "written": dict(self.written.rows),
+            "rejected": {
+                url: f"run.json {r.detail}" if r.reason == "bad_run_json" else str(r.detail)
+                for url, r in self.rejected.items()
+            },
         }
 
     def all_finished(self) -> bool:

@@ -1,9 +1,17 @@
 """Per-run state and the fold over unit results.
 
 `RunState` is everything the pipeline knows about one run between commits: file
-cursors, the transcript names consumed, the partial aggregates of steps that are not
-final yet, and counters. It is exactly what a checkpoint holds (it pickles), so a
-restarted process continues from it with nothing lost or counted twice.
+cursors, a bounded window over the transcript names consumed, the partial aggregates
+of steps that are not final yet, and counters. Its fields (but the `TRANSIENT` ones)
+are exactly what its resume state holds (`rlstream.pipeline.resume`, never a pickle),
+so a restarted process continues from it with nothing lost or counted twice. Its size
+is O(1) in the run's length (the pending steps, the name window and the health window).
+
+Transcript names: every name at or below `names_low` was consumed (`names_below` of
+them), and `names_window` holds the consumed names above it, at most
+`cfg.transcript_window` past the first gap. This relies on names sorting in write order
+up to that many names of reordering (docs/run-format.md); a name that appears below
+`names_low` after it was passed is counted and quarantined, never silently missed.
 
 - `fold(state, result)` merges one unit's result (in any order of units).
 - `watermark(state, now, cfg)` says up to which step rows are final.
@@ -24,12 +32,14 @@ from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
 
-CHECKPOINT_VERSION = 2
+TRANSIENT = frozenset({"out_rows", "out_quarantine", "out_alerts", "listed", "unconfirmed"})
+"""Fields a resume state does not hold: rows waiting for the next commit (a commit
+moves them into `outbox` first), and what one poll or process learnt."""
 
 
 @dataclass(slots=True)
 class RunState:
-    """What the pipeline holds for one run; what its checkpoint holds."""
+    """What the pipeline holds for one run; what its resume state holds."""
 
     run_id: str
     run_url: str
@@ -40,8 +50,9 @@ class RunState:
     cursors: dict[str, FileCursor] = field(
         default_factory=lambda: {STEPS_FILE: FileCursor(), ROLLOUTS_FILE: FileCursor()}
     )
-    seen: set[str] = field(default_factory=set)
-    last_name: str | None = None
+    names_low: str | None = None
+    names_below: int = 0
+    names_window: list[str] = field(default_factory=list)
     transcripts_mark: float | None = None
     polls: int = 0
     pending: dict[int, StepPartial] = field(default_factory=dict)
@@ -63,7 +74,16 @@ class RunState:
     firing: list[str] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
     headline: dict[str, Any] = field(default_factory=dict)
-    version: int = CHECKPOINT_VERSION
+    health_sig: str | None = None
+    """Digest of the last run_health row written (as_of and commit_seq aside)."""
+    outbox_seq: int = 0
+    outbox: dict[str, bytes] = field(default_factory=dict)
+    """table -> Arrow IPC rows of commit `outbox_seq` not yet known to be in that table."""
+    unconfirmed: set[str] = field(default_factory=set)
+    """Tables of `outbox` whose append is not known to have landed (all of them after a
+    restart): the next commit checks their txn versions."""
+    listed: list[str] = field(default_factory=list)
+    """Transcript names above `names_low` in this poll's listing."""
 
     @property
     def max_known_step(self) -> int:
@@ -96,10 +116,7 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
     if res.cursor is not None:
         state.cursors[res.file] = res.cursor
     if res.names:
-        state.seen.update(res.names)
-        top = max(res.names)
-        if state.last_name is None or top > state.last_name:
-            state.last_name = top
+        state.names_window = sorted({*state.names_window, *res.names})
         c["transcripts"] += len(res.names)
     if res.heartbeat is not None:
         state.last_activity = max(state.last_activity or res.heartbeat, res.heartbeat)

@@ -3,7 +3,9 @@
 A unit names a byte range of a JSONL file (with the cursor it continues from and the
 `FileStat` the tailer saw) or a batch of transcript files. `execute` reads the bytes
 itself, parses, validates, aggregates per step and returns a small `UnitResult`.
-It is a pure function of the unit and the files' bytes: running it twice gives the
+Transcripts are read with `Storage.read_many` (many reads in flight on object
+stores, bytes in flight bounded) and folded in the unit's order, so the result is
+the one of a serial read. It is a pure function of the unit and the files' bytes: running it twice gives the
 same result, so a retried unit after a worker crash is harmless as long as the
 tailer folds each unit's result once.
 
@@ -169,11 +171,11 @@ def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
     res = UnitResult(unit.run_id, TRANSCRIPTS_DIR, names=unit.names)
     parser = TranscriptParser()
     folder = Storage.join(unit.run_url, TRANSCRIPTS_DIR)
-    for name in unit.names:
+    urls = [Storage.join(folder, name) for name in unit.names]
+    # Many reads in flight on object stores, folded in the unit's order.
+    for name, (_, data) in zip(unit.names, storage.read_many(urls), strict=True):
         file = f"{TRANSCRIPTS_DIR}/{name}"
-        try:
-            data = storage.read(Storage.join(folder, name))
-        except FileNotFoundError:
+        if data is None:
             res.quarantine.append(
                 QuarantineRow(unit.run_id, file, None, "vanished", "listed but gone when read")
             )

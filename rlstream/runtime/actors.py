@@ -22,15 +22,23 @@ from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import state_summary
 from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
 from rlstream.runtime.malloc import keep_heap
-from rlstream.sinks.parquet import ParquetSink
+from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
+
+
+OBJECT_STORE_UNITS_PER_WORKER = 4
+"""Units a Worker runs at once (threads) when it reads an object store: a unit waits
+on round trips (a range GET, a window of transcript GETs) that the others' parsing
+overlaps. Local disk: one at a time. Worker memory is this many units' peak."""
 
 
 @ray.remote(max_restarts=-1, max_task_retries=3)
 class Worker:
     """Reads the bytes of a unit itself, parses and aggregates them. Placed one per
-    CPU across the nodes (`_RoundRobinNodes` below)."""
+    CPU across the nodes (`_RoundRobinNodes` below). Runs several units at once on
+    object stores (`OBJECT_STORE_UNITS_PER_WORKER`, a threaded actor): `execute` keeps
+    no state but a counter."""
 
     def __init__(self, storage: Storage) -> None:
         logging.basicConfig(level=logging.INFO)
@@ -107,7 +115,10 @@ class Tailer:
     ) -> None:
         logging.basicConfig(level=logging.INFO)
         hooks = hooks_factory() if hooks_factory is not None else {}
-        self.group = RunGroup(storage, ParquetSink(out_url, out_storage, cfg.fsync), cfg, **hooks)
+        sink = DeltaSink(
+            out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds
+        )
+        self.group = RunGroup(storage, sink, cfg, **hooks)
         self.execute = ray_executor([], cfg.max_inflight_units)
 
     def set_workers(self, workers: list[Any]) -> None:

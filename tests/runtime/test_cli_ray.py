@@ -12,12 +12,12 @@ import tempfile
 import textwrap
 
 import boto3
-import pyarrow.dataset as ds
 import pytest
 
 from rlstream.cli import main
 from rlstream.config import PipelineConfig
 from rlstream.errors import EXIT_REJECTED, EXIT_USAGE
+from rlstream.fleet.read import read_table
 from rlstream.pipeline.outcome import Outcome, lines
 from rlstream.runtime.cluster import TEMP_PARENT_ENV
 from rlstream.runtime.driver import RuntimeConfig
@@ -38,7 +38,7 @@ def test_analyze_on_ray_reports_the_same_counts_as_in_process(ray_session, tmp_p
         said[mode] = capsys.readouterr().out.splitlines()
     local = [line.replace(str(tmp_path / "local"), str(tmp_path / "ray")) for line in said["local"]]
     assert said["ray"][:4] == local[:4]
-    steps = ds.dataset(str(tmp_path / "ray" / "steps"), format="parquet").count_rows()
+    steps = read_table(str(tmp_path / "ray"), "steps").num_rows
     assert steps == 12
     assert said["ray"][0].startswith("analyzed 2 runs; wrote ")
     assert f"(steps {steps}, run_health 2, " in said["ray"][0]
