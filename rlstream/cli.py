@@ -4,165 +4,91 @@ rlstream simulate ROOT [...]        write simulated run directories
 rlstream analyze ROOT... --out OUT  analyze runs to the end of what exists
 rlstream watch ROOT... --out OUT    keep OUT current while runs are written
 rlstream status OUT                 every run of OUT, worst first (reads only OUT)
-rlstream report OUT -o FILE.html    a self-contained HTML report with plots
+rlstream report OUT [-o FILE.html]  a self-contained HTML report with plots
 rlstream compact OUT                compact OUT's tables, checkpoint logs, vacuum
 rlstream demo                       simulate live runs, watch them, write the report
+
+Exit status: 0 done; 1 nothing to work on (no runs) or a failure; 2 usage (a bad
+option, or a ROOT/OUT that does not exist, cannot be read or is not an rlstream
+output; nothing is started); 3 analyze/watch wrote their tables but rejected runs
+whose run.json could not be read (listed at the end, and in `status`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import sys
 from collections.abc import Sequence
 
-from rlstream.config import PipelineConfig
-from rlstream.errors import RlstreamError
-
-
-def _storage_options(text: str | None) -> dict:
-    if not text:
-        return {}
-    try:
-        opts = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise RlstreamError(f"--storage-options is not JSON: {e}") from e
-    if not isinstance(opts, dict):
-        raise RlstreamError("--storage-options must be a JSON object")
-    return opts
-
-
-def _pipeline_config(args: argparse.Namespace) -> PipelineConfig:
-    kw: dict = {"storage_options": _storage_options(getattr(args, "storage_options", None))}
-    if getattr(args, "poll", None) is not None:
-        kw["poll_seconds"] = args.poll
-    if getattr(args, "commit_every", None) is not None:
-        kw["commit_seconds"] = args.commit_every
-    if getattr(args, "reset_run", None):
-        kw["reset_runs"] = tuple(args.reset_run)
-    kw.update(_retention_kw(args))
-    return PipelineConfig(**kw)
-
-
-def _retention_kw(args: argparse.Namespace) -> dict:
-    if getattr(args, "retention", None) is None:
-        return {}
-    if args.retention < 0:
-        raise RlstreamError("--retention must be >= 0 seconds")
-    return {"retention_seconds": int(args.retention)}
-
-
-def _maintenance_config(args: argparse.Namespace):
-    from rlstream.sinks.maintain import MaintenanceConfig
-
-    kw: dict = {}
-    if getattr(args, "maintain_every", None) is not None:
-        kw["every_seconds"] = args.maintain_every
-    return MaintenanceConfig(**kw)
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("roots", nargs="+", metavar="ROOT", help="folder or URL holding runs")
-    p.add_argument("--out", required=True, help="output folder or URL for the Delta tables")
-    p.add_argument("--storage-options", help="JSON object passed to fsspec for every URL")
-    p.add_argument(
-        "--ray-address",
-        help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)",
-    )
-    p.add_argument(
-        "--rules", metavar="FILE", help="TOML file overriding health rule settings (docs/health.md)"
-    )
-    p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
-    p.add_argument(
-        "--tailers",
-        type=int,
-        help="tailer actors owning shards of runs (default: watch, as many as workers; "
-        "analyze, one per 8 workers; at most 4)",
-    )
-    p.add_argument(
-        "--reset-run",
-        action="append",
-        metavar="RUN_ID",
-        help="read this run again from the start: its resume state is moved aside and its "
-        "rows deleted (a corrupt or unreadable resume state); repeatable",
-    )
-    _retention(p)
-
-
-def _retention(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--retention",
-        type=float,
-        help="seconds removed files and log entries are kept before vacuum deletes them "
-        "(default 300; readers that take longer than this may fail)",
-    )
-
-
-def _runtime_config(args: argparse.Namespace):
-    from rlstream.runtime.cluster import RayConfig
-    from rlstream.runtime.driver import RuntimeConfig
-
-    return RuntimeConfig(
-        workers=args.workers,
-        tailers=args.tailers,
-        ray=RayConfig(address=args.ray_address),
-        maintenance=_maintenance_config(args),
-    )
-
-
-def _print_fleet(out: str, opts: dict) -> None:
-    """The same table as `rlstream status OUT`: one table implementation for the CLI."""
-    from rlstream.fleet.read import read_latest
-    from rlstream.fleet.status import render_table, status_rows
-
-    print(render_table(status_rows(read_latest(out, opts))))
-
-
-def _health_hooks(args: argparse.Namespace):
-    """A picklable factory of the health hook with the `--rules` file applied."""
-    import functools
-
-    from rlstream.health import DEFAULT_RULES, load_rules
-    from rlstream.pipeline.verdicts import health_hooks
-
-    rules = load_rules(args.rules) if args.rules else DEFAULT_RULES
-    return functools.partial(health_hooks, rules)
+from rlstream.cli_support import (
+    check_inputs,
+    checked_out,
+    common,
+    default_report_path,
+    finish,
+    maintenance_config,
+    pipeline_config,
+    retention,
+    retention_kw,
+    rules_hooks,
+    runtime_config,
+    storage_options,
+)
+from rlstream.errors import EXIT_FAILURE, ConfigError, RlstreamError, exit_code
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    cfg = _pipeline_config(args)
-    hooks = _health_hooks(args)
+    from rlstream.errors import NoDataError
+    from rlstream.pipeline.outcome import Outcome
+
+    cfg = pipeline_config(args)
+    check_inputs(args, cfg)
+    hooks = rules_hooks(args)
+    outcome = Outcome()
     if args.in_process:
         from rlstream.pipeline.local import analyze_local
         from rlstream.runtime.malloc import keep_heap
 
         keep_heap()  # this process is the worker (what Worker actors do, see malloc.py)
-        summaries = analyze_local(
-            args.roots, args.out, cfg, maintenance=_maintenance_config(args), **hooks()
-        )
-    else:
-        from rlstream.runtime.driver import run
-
-        summaries = run(
+        analyze_local(
             args.roots,
             args.out,
             cfg,
-            _runtime_config(args),
+            outcome=outcome,
+            maintenance=maintenance_config(args),
+            **hooks(),
+        )
+        if not outcome.runs and not outcome.rejected:
+            raise NoDataError(
+                f"no runs under {', '.join(args.roots)} (a run is a folder holding "
+                f"run.json); nothing was written to {args.out}"
+            )
+    else:
+        from rlstream.runtime.driver import run
+
+        run(
+            args.roots,
+            args.out,
+            cfg,
+            runtime_config(args),
             watch=False,
             progress_out=sys.stderr,
             hooks_factory=hooks,
+            outcome=outcome,
         )
-    print(f"analyzed {len(summaries)} runs; tables under {args.out}")
-    _print_fleet(args.out, cfg.storage_options)
-    return 0
+    return finish(outcome, args.out, "analyzed", cfg.storage_options)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    from rlstream.pipeline.outcome import Outcome
+
+    cfg = pipeline_config(args)
+    check_inputs(args, cfg)
+    hooks = rules_hooks(args)
     from rlstream.runtime.driver import run
 
-    cfg = _pipeline_config(args)
     metrics = None
     if args.metrics_port is not None:
         from rlstream.fleet.prometheus import MetricsExporter
@@ -172,52 +98,85 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 args.out, args.metrics_host, args.metrics_port, cfg.storage_options
             ).start()
         except OSError as e:
-            raise RlstreamError(
+            raise ConfigError(
                 f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}; "
                 "choose another --metrics-port"
             ) from e
+    outcome = Outcome()
     try:
-        summaries = run(
+        run(
             args.roots,
             args.out,
             cfg,
-            _runtime_config(args),
+            runtime_config(args),
             watch=True,
             progress_out=sys.stderr,
             exit_when_finished=args.exit_when_finished,
             metrics=metrics,
-            hooks_factory=_health_hooks(args),
+            hooks_factory=hooks,
+            outcome=outcome,
         )
+    except KeyboardInterrupt:  # the watch loop stops cleanly itself: this was before it
+        print(
+            "\nrlstream: interrupted while the watch was starting or stopping; "
+            f"`rlstream status {args.out}` shows what was committed",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         if metrics is not None:
             metrics.close()
-    print(f"\nwatched {len(summaries)} runs; tables under {args.out}")
-    _print_fleet(args.out, cfg.storage_options)
-    return 0
+    print()
+    return finish(outcome, args.out, "watched", cfg.storage_options)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from rlstream.fleet.outdir import read_rejected
     from rlstream.fleet.read import read_latest
     from rlstream.fleet.status import follow
 
-    opts = _storage_options(args.storage_options)
+    opts = storage_options(args.storage_options)
+    checked_out(args.out, opts)
     with contextlib.suppress(BrokenPipeError):  # `rlstream status OUT | head`
-        follow(
+        shown = follow(
             lambda: read_latest(args.out, opts),
             sys.stdout,
             interval=args.interval,
             count=args.count if args.follow else 1,
             as_json=args.json,
             pretty=not args.follow,
+            load_rejected=lambda: read_rejected(args.out, opts),
         )
+        if not args.follow and not shown:
+            print(
+                f"rlstream: no runs in {args.out} yet (a watch writes them at its first commit)",
+                file=sys.stderr,
+            )
+            return EXIT_FAILURE
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from rlstream.fleet.report import write_report
+    import os
 
-    n = write_report(args.out, args.output, _storage_options(args.storage_options))
-    print(f"wrote {args.output}: {n} runs from {args.out}")
+    from rlstream.errors import NoDataError
+    from rlstream.fleet.outdir import read_rejected
+    from rlstream.fleet.read import read_latest
+    from rlstream.fleet.report import write_report
+    from rlstream.pipeline.outcome import plural
+
+    opts = storage_options(args.storage_options)
+    checked_out(args.out, opts)
+    rejected = len(read_rejected(args.out, opts))
+    if not rejected and not read_latest(args.out, opts):
+        raise NoDataError(
+            f"no runs in {args.out} yet (a watch writes them at its first commit); "
+            "no report written"
+        )
+    path = os.path.abspath(args.output or default_report_path(args.out))
+    n = write_report(args.out, path, opts)
+    tail = f" and {plural(rejected, 'rejected run')}" if rejected else ""
+    print(f"wrote {path}: {plural(n, 'run')}{tail} from {args.out}")
     return 0
 
 
@@ -225,14 +184,14 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from rlstream.fleet.read import out_sink
     from rlstream.sinks.maintain import maintain
 
-    sink = out_sink(args.out, _storage_options(args.storage_options), **_retention_kw(args))
-    if not sink.exists("run_health") and not sink.exists("steps"):
-        raise RlstreamError(f"{args.out} holds no rlstream tables (no steps or run_health)")
-    report = maintain(sink, _maintenance_config(args))
+    opts = storage_options(args.storage_options)
+    checked_out(args.out, opts)
+    sink = out_sink(args.out, opts, **retention_kw(args))
+    report = maintain(sink, maintenance_config(args))
     for table, got in report.items():
         print(f"{table}: {got}")
     failed = [t for t, got in report.items() if isinstance(got, dict) and "error" in got]
-    return 1 if failed else 0
+    return EXIT_FAILURE if failed else 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -262,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_simulate)
 
     a = sub.add_parser("analyze", help="analyze runs to the end of what exists, then exit")
-    _common(a)
+    common(a)
     a.add_argument(
         "--in-process",
         action="store_true",
@@ -271,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_analyze)
 
     w = sub.add_parser("watch", help="tail runs live and keep the tables current until Ctrl-C")
-    _common(w)
+    common(w)
     w.add_argument("--poll", type=float, help="seconds between polls (default 1)")
     w.add_argument("--commit-every", type=float, help="seconds between commits (default 2)")
     w.add_argument(
@@ -308,7 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("report", help="write a self-contained HTML report of OUT")
     r.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")
-    r.add_argument("-o", "--output", default="report.html", help="HTML file to write")
+    r.add_argument(
+        "-o",
+        "--output",
+        help="HTML file to write (default: beside OUT, OUT-report.html; in the current "
+        "folder when OUT is a URL)",
+    )
     r.add_argument("--storage-options", help="JSON object passed to fsspec for OUT and runs")
     r.set_defaults(func=cmd_report)
 
@@ -319,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")
     c.add_argument("--storage-options", help="JSON object passed to fsspec for OUT")
-    _retention(c)
+    retention(c)
     c.set_defaults(func=cmd_compact)
 
     d = sub.add_parser(
@@ -345,8 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except RlstreamError as e:
         print(f"rlstream: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+        return exit_code(e)
+    except KeyboardInterrupt:  # before a watch loop began, or during analyze
+        print("\nrlstream: interrupted", file=sys.stderr)
         return 130
 
 

@@ -5,7 +5,8 @@ appended, sometimes half a line first; transcripts appearing whole) under a temp
 folder; `watch` tails them on a private local Ray and the live status table is redrawn
 from OUT while they run (what `rlstream status OUT --follow` shows). When every run has
 finished or stalled, the demo writes the HTML report and says where it is, how to query
-the Parquet tables with DuckDB, and which commands show the same views.
+the Delta tables, which commands show the same views, and that its folder
+may be deleted. It stops the Ray it started and removes Ray's temp folder.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ def run_demo(args: argparse.Namespace) -> int:
     from rlstream.fleet.read import read_latest
     from rlstream.fleet.report import write_report
     from rlstream.fleet.status import render_table, status_rows
-    from rlstream.runtime.cluster import RayConfig, connect
+    from rlstream.pipeline.outcome import plural
+    from rlstream.runtime.cluster import RayConfig, connect, disconnect
     from rlstream.runtime.driver import RuntimeConfig, run
     from rlstream.simulate import SimConfig
 
@@ -147,9 +149,7 @@ def run_demo(args: argparse.Namespace) -> int:
     finally:
         logger.setLevel(level)
         if started:
-            import ray
-
-            ray.shutdown()
+            disconnect()  # stops the private Ray and removes its temp folder
     if writer.error is not None:
         raise RlstreamError(f"the demo's run writer failed: {writer.error}")
     rows = status_rows(read_latest(str(out)))
@@ -157,7 +157,7 @@ def run_demo(args: argparse.Namespace) -> int:
     write_report(str(out), str(report))
     py = sys.executable
     print(
-        f"\nwatched {len(rows)} runs on a local Ray for {time.monotonic() - live.start:.0f}s "
+        f"\nwatched {plural(len(rows), 'run')} on a local Ray for {time.monotonic() - live.start:.0f}s "
         f"({time.monotonic() - t0:.0f}s with start-up); "
         f"tables under {out}\n\n" + render_table(rows, color=sys.stdout.isatty())
     )
@@ -166,10 +166,18 @@ def run_demo(args: argparse.Namespace) -> int:
         f"  open it in a browser: file://{report}\n\n"
         "The same views from the command line:\n"
         f"  rlstream status {out}            (add --follow while a watch runs, --json for scripts)\n"
-        f"  rlstream report {out} -o report.html\n\n"
+        f"  rlstream report {out}            (writes {out}-report.html)\n\n"
         "Query the Delta tables (docs/schema.md has DuckDB, Spark, polars and more):\n"
         f"  {py} -c \"from deltalake import DeltaTable; print(DeltaTable('{out}/steps')"
         ".to_pandas(columns=['run_id', 'step', 'reward_mean', 'mismatch_kl']))\"\n"
         f"  duckdb -c \"select run_id, step, reward_mean from delta_scan('{out}/steps')\""
     )
+    print(
+        f"\nEverything the demo wrote ({_size_mb(base):.1f} MB: runs, tables, report) is "
+        f"under {base}; nothing else is left behind. Delete it when done: rm -rf {base}"
+    )
     return 0
+
+
+def _size_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6

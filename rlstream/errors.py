@@ -21,3 +21,29 @@ class StorageError(RlstreamError):
 
 class CheckpointError(RlstreamError):
     """A resume state under the output folder cannot be read or belongs to other inputs."""
+
+
+class InputError(ConfigError):
+    """A path named on the command line does not exist, cannot be read, or is not what
+    the command needs (a ROOT folder, an rlstream OUT). The command stops before it
+    starts anything (no Ray) and exits with status 2, as for any usage error."""
+
+
+class NoDataError(RlstreamError):
+    """The inputs are valid but hold nothing to work on (no runs under the ROOTs, none
+    in OUT). Exit status 1."""
+
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+"""Nothing to work on, or the work failed (`NoDataError`, any other `RlstreamError`)."""
+EXIT_USAGE = 2
+"""Bad command line: an option, or a path (`ConfigError`, `InputError`, argparse)."""
+EXIT_REJECTED = 3
+"""`analyze`/`watch` wrote their tables but some runs could not be read (rejected into
+the quarantine table)."""
+
+
+def exit_code(error: RlstreamError) -> int:
+    """The process exit status for an error that stops a command."""
+    return EXIT_USAGE if isinstance(error, ConfigError) else EXIT_FAILURE

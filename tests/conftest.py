@@ -1,11 +1,13 @@
 """Shared fixtures: the session-scoped local Ray
 (`ray_session`) that tests/runtime and tests/fleet share: one cluster per session,
-stopped at its end; nothing else on the machine is touched (no `ray stop`). The moto
+stopped at its end and its temp folder removed; nothing else on the machine is
+touched (no `ray stop`). The moto
 S3 server lives in tests/runtime/conftest.py."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -27,3 +29,6 @@ def ray_session():
     )
     yield ray
     ray.shutdown()
+    # Nothing left behind: the session's Ray temp folder goes with it.
+    shutil.rmtree(tmp, ignore_errors=True)
+    assert not os.path.exists(tmp), f"Ray temp folder {tmp} left behind"

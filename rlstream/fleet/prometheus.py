@@ -3,7 +3,8 @@
 Two sources, rendered in the text exposition format (version 0.0.4):
 
 - per-run gauges, from OUT's latest run_health rows read at scrape time (cached for
-  `min_refresh_seconds`), the same rows `rlstream status` shows;
+  `min_refresh_seconds`), the same rows `rlstream status` shows, and the number of
+  runs rejected because their run.json could not be read;
 - the pipeline's own health, pushed by the driver after every poll (`on_poll`) and
   commit (`on_commit`): files, bytes, tokens and step rows processed, quarantined and
   late records, how far the tables are behind the writers, worker and tailer restarts.
@@ -54,6 +55,7 @@ METRIC_NAMES = frozenset(
     [
         "rlstream_runs",
         "rlstream_runs_not_exported",
+        "rlstream_runs_rejected",
         "rlstream_run_status",
         "rlstream_run_finished",
         "rlstream_run_last_step",
@@ -108,8 +110,10 @@ def render_metrics(
     pipeline: dict[str, Any],
     now: float,
     max_runs: int = 1000,
+    rejected: int = 0,
 ) -> str:
-    """The /metrics page for `latest` (run_health rows) and the pipeline's figures."""
+    """The /metrics page for `latest` (run_health rows), the number of `rejected`
+    runs (`fleet.outdir.read_rejected`) and the pipeline's figures."""
     o = _Out()
     rows = status_rows(latest, now)
     by_status = dict.fromkeys(STATUS_ORDER, 0)
@@ -122,6 +126,13 @@ def render_metrics(
         "gauge",
         "Runs left out of the per-run series by the max_runs cap (the best ones).",
         max(0, len(rows) - max_runs),
+    )
+    o.add(
+        "rlstream_runs_rejected",
+        "gauge",
+        "Run folders whose run.json could not be read: not analysed, so in no other "
+        "series (`rlstream status OUT` lists them and why).",
+        rejected,
     )
     for r in rows[:max_runs]:
         rid = r["run_id"]
@@ -245,10 +256,16 @@ class MetricsExporter:
         max_runs: int = 1000,
         min_refresh_seconds: float = 1.0,
         load: Callable[[], list[dict[str, Any]]] | None = None,
+        load_rejected: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
+        from rlstream.fleet.outdir import read_rejected
         from rlstream.fleet.read import read_latest
 
         self.load = load or (lambda: read_latest(out, storage_options))
+        if load_rejected is None and load is None:
+            load_rejected = lambda: read_rejected(out, storage_options)  # noqa: E731
+        self.load_rejected = load_rejected or (lambda: [])
+        self._rejected = 0
         self.max_runs = max_runs
         self.min_refresh = min_refresh_seconds
         self.lock = threading.Lock()
@@ -330,12 +347,14 @@ class MetricsExporter:
         now = time.time()
         if now - self._loaded_at >= self.min_refresh:
             try:
-                latest = self.load()
+                latest, rejected = self.load(), len(self.load_rejected())
                 with self.lock:
-                    self._latest, self._loaded_at = latest, now
+                    self._latest, self._rejected, self._loaded_at = latest, rejected, now
             except Exception as e:  # OUT unreachable: serve the last good read
                 log.warning("metrics: cannot read run_health: %s", e)
                 with self.lock:
                     self.pipeline["out_read_errors"] += 1
         with self.lock:
-            return render_metrics(self._latest, dict(self.pipeline), now, self.max_runs)
+            return render_metrics(
+                self._latest, dict(self.pipeline), now, self.max_runs, self._rejected
+            )

@@ -103,8 +103,16 @@ def read_steps(
     return StepsTable(out, storage_options).run(run_id, columns)
 
 
-def read_table(out: str, table: str, storage_options: dict[str, Any] | None = None) -> pa.Table:
-    """A whole table of OUT as Arrow (empty, with its schema, before its first commit)."""
+def read_table(
+    out: str,
+    table: str,
+    storage_options: dict[str, Any] | None = None,
+    columns: list[str] | None = None,
+    where: tuple[str, Any] | None = None,
+) -> pa.Table:
+    """A table of OUT as Arrow (empty, with its schema, before its first commit):
+    `columns` only, if given, and only the rows where column `where[0]` equals
+    `where[1]` (a filter the file statistics and partitions can prune with)."""
     from deltalake import DeltaTable
 
     from rlstream.pipeline.rows import STEPS_SCHEMA
@@ -120,8 +128,11 @@ def read_table(out: str, table: str, storage_options: dict[str, Any] | None = No
             "run_health": RUN_HEALTH_SCHEMA,
             "run_latest": RUN_HEALTH_SCHEMA,
         }
-        return schemas[table].empty_table() if table in schemas else pa.table({})
-    return DeltaTable(sink.uri(table), storage_options=sink.options).to_pyarrow_dataset().to_table()
+        empty = schemas[table].empty_table() if table in schemas else pa.table({})
+        return empty.select(columns) if columns and empty.num_columns else empty
+    ds = DeltaTable(sink.uri(table), storage_options=sink.options).to_pyarrow_dataset()
+    flt = None if where is None else pc.field(where[0]) == where[1]
+    return ds.to_table(columns=columns, filter=flt)
 
 
 def example_completions(

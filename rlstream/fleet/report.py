@@ -1,11 +1,14 @@
 """`rlstream report OUT -o report.html`: one self-contained HTML file, no network.
 
-The page has a fleet overview (runs per status and the status table, sortable by a
-small inline script) and one section per run, worst first: inline SVG charts of
-reward, discards by reason, mismatch KL and ESS (recomputed and reported), entropy,
-completion length, truncation and lag, each finding marked on its chart at
-`since_step` with its message, and, for degenerate_outputs and entropy_collapse,
-example completions read from the run's newest transcripts (the one read outside OUT).
+The page has a fleet overview (a badge per status, adding up to the runs, plus the
+rejected runs; the status table, sortable by a small inline script, whose KL, ESS,
+entropy and truncation are the window medians the health rules judge), the run
+folders rejected for an unreadable run.json with their reason, and one section per
+run, worst first: the charts of `fleet.charts` (reward, discards by reason, mismatch
+KL and ESS, entropy, completion length, truncation and lag), each finding marked on
+its chart at `since_step` with its message, and, for degenerate_outputs and
+entropy_collapse, example completions read from the run's newest transcripts (the one
+read outside OUT).
 
 Safety: every string from run data (ids, URIs, discard reasons, metadata labels,
 messages, completion text) goes through `html.escape`; no run data is ever placed
@@ -22,8 +25,11 @@ import logging
 from html import escape
 from typing import Any
 
+from rlstream.fleet.charts import STEP_COLUMNS, run_charts
+from rlstream.fleet.outdir import read_rejected, rejected_folder
 from rlstream.fleet.read import StepsTable, example_completions, read_latest
 from rlstream.fleet.status import (
+    STATUS_LABEL,
     STATUS_ORDER,
     counts,
     fmt_age,
@@ -31,56 +37,14 @@ from rlstream.fleet.status import (
     status_rows,
     trend_arrow,
 )
-from rlstream.fleet.svg import Chart, Marker, Series, line_chart
+from rlstream.fleet.svg import Chart, line_chart
+from rlstream.pipeline.outcome import plural
+
+__all__ = ["STEP_COLUMNS", "render_report", "run_charts", "write_report"]
 
 log = logging.getLogger("rlstream")
 
 EXAMPLE_CODES = ("degenerate_outputs", "entropy_collapse")
-
-STEP_COLUMNS = [
-    "reward_mean",
-    "reward_mean_with_unusable",
-    "reward_group_std_mean",
-    "reported_reward_mean",
-    "discards",
-    "groups_no_variance",
-    "groups_group_too_small",
-    "mismatch_kl",
-    "reported_mismatch_kl",
-    "mismatch_ess",
-    "mismatch_ess_seq",
-    "reported_mismatch_ess",
-    "entropy_estimate",
-    "reported_entropy_estimate",
-    "repetition",
-    "distinct_completions",
-    "completion_len_mean",
-    "completion_len_p95",
-    "truncated_frac",
-    "lag_mean",
-    "lag_p90",
-    "reported_lag_mean",
-    "rollout_metadata",
-]
-
-# Which chart a finding is marked on; codes not listed go on the reward chart.
-CHART_OF = {
-    "unusable_groups_streak": "discards",
-    "rollout_failure_burst": "discards",
-    "grading_failure_burst": "discards",
-    "mismatch_kl_rising": "kl",
-    "metric_disagreement": "kl",
-    "low_ess": "ess",
-    "entropy_collapse": "entropy",
-    "entropy_too_high": "entropy",
-    "degenerate_outputs": "entropy",
-    "length_explosion": "length",
-    "length_collapse": "length",
-    "out_of_room": "truncation",
-    "stale_rollouts": "lag",
-}
-MAX_DISCARD_SERIES = 6
-
 SORT_SCRIPT = """
 (function () {
   document.querySelectorAll("table.sortable").forEach(function (table) {
@@ -111,6 +75,7 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 6px;border-top
 .sub{color:#666} .counts span{display:inline-block;padding:4px 10px;margin:8px 6px 8px 0;border-radius:4px;color:#fff}
 .s-critical{background:#c0392b} .s-stalled{background:#7d3c98} .s-warning{background:#d68910}
 .s-healthy{background:#229954} .s-finished{background:#566573} .s-unknown{background:#999}
+.s-rejected{background:#6e2c00} .counts .s-rejected a{color:#fff}
 table{border-collapse:collapse;margin:6px 0} th,td{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap}
 th{cursor:pointer;background:#f4f6f7;user-select:none} td.n{text-align:right;font-variant-numeric:tabular-nums}
 .badge{padding:1px 6px;border-radius:3px;color:#fff;font-size:12px}
@@ -142,16 +107,27 @@ def _numcell(v: float | None, text: str) -> str:
     return f'<td class="n" data-v="{"" if v is None else _e(v)}">{_e(text)}</td>'
 
 
+def _window(rows: list[dict[str, Any]]) -> str:
+    ns = sorted({r["recent_steps"] for r in rows if r.get("recent_steps")})
+    return f"median of last {ns[0]} steps" if len(ns) == 1 else "median of last steps"
+
+
 def overview_table(rows: list[dict[str, Any]]) -> str:
+    """The fleet table. KL, ESS, entropy and truncation are the window medians the
+    health rules judge (as in `rlstream status`), so they agree with the findings."""
+    w = _window(rows)
     head = (
-        "<tr><th>run</th><th>status</th><th>last step</th><th>updated</th><th>reward</th>"
-        "<th>trend/100 steps</th><th>mismatch KL</th><th>ESS</th><th>entropy</th>"
-        "<th>truncation</th><th>firing findings</th></tr>"
+        "<tr><th>run</th><th>status</th><th>last step</th><th>updated</th>"
+        "<th>reward (last step)</th><th>trend/100 steps</th>"
+        f"<th>mismatch KL ({w})</th><th>ESS ({w})</th><th>entropy ({w})</th>"
+        f"<th>truncation ({w})</th><th>firing findings</th></tr>"
     )
     body = []
     for i, r in enumerate(rows):
         codes = ", ".join(f["code"] for f in r["firing"]) or "-"
         trend = r.get("reward_trend")
+        kl, ess = r.get("mismatch_kl_recent"), r.get("mismatch_ess_recent")
+        ent, trunc = r.get("entropy_recent"), r.get("truncated_recent")
         body.append(
             "<tr>"
             f'<td data-v="{_e(r["run_id"])}"><a href="#run-{i}">{_e(r["run_id"])}</a></td>'
@@ -160,10 +136,10 @@ def overview_table(rows: list[dict[str, Any]]) -> str:
             + _numcell(r.get("seconds_since_update"), fmt_age(r.get("seconds_since_update")))
             + _numcell(r.get("reward_mean"), fmt_num(r.get("reward_mean"), ".3f"))
             + _numcell(trend, trend_arrow(trend) or "-")
-            + _numcell(r.get("mismatch_kl"), fmt_num(r.get("mismatch_kl"), ".2e"))
-            + _numcell(r.get("mismatch_ess"), fmt_num(r.get("mismatch_ess"), ".3f"))
-            + _numcell(r.get("entropy_estimate"), fmt_num(r.get("entropy_estimate"), ".3f"))
-            + _numcell(r.get("truncated_frac"), fmt_num(r.get("truncated_frac"), ".2f"))
+            + _numcell(kl, fmt_num(kl, ".2e"))
+            + _numcell(ess, fmt_num(ess, ".3f"))
+            + _numcell(ent, fmt_num(ent, ".3f"))
+            + _numcell(trunc, fmt_num(trunc, ".2f"))
             + f'<td data-v="{len(r["firing"])}">{_e(codes)}</td></tr>'
         )
     return (
@@ -172,102 +148,21 @@ def overview_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def _map_series(steps: list[int], maps: list[Any]) -> dict[str, list[float | None]]:
-    """Per-key series of a map column (list of (key, value) pairs per row); a key
-    missing at a step counts 0 (a discard reason that did not occur)."""
-    keys: dict[str, float] = {}
-    rows = []
-    for m in maps:
-        d = dict(m or [])
-        rows.append(d)
-        for k, v in d.items():
-            keys[k] = keys.get(k, 0) + (v or 0)
-    top = sorted(keys, key=lambda k: (-keys[k], k))[:MAX_DISCARD_SERIES]
-    return {k: [float(d.get(k) or 0) for d in rows] for k in top}
-
-
-def run_charts(cols: dict[str, list[Any]], findings: list[dict[str, Any]]) -> list[Chart]:
-    steps = cols["step"]
-
-    def s(col: str, label: str, dashed: bool = False) -> Series:
-        return Series(label, steps, cols[col], dashed)
-
-    charts = {
-        "reward": (
-            "reward",
-            [
-                s("reward_mean", "mean"),
-                s("reward_mean_with_unusable", "mean with unusable"),
-                s("reward_group_std_mean", "within-group std"),
-                s("reported_reward_mean", "reported mean", True),
-            ],
-            False,
-        ),
-        "discards": (
-            "discards by reason (attempts) and no-variance groups",
-            [
-                *(Series(k, steps, v) for k, v in _map_series(steps, cols["discards"]).items()),
-                s("groups_no_variance", "groups: no_variance", True),
-            ],
-            False,
-        ),
-        "kl": (
-            "sampler/trainer mismatch KL (k3, log scale)",
-            [s("mismatch_kl", "recomputed"), s("reported_mismatch_kl", "reported", True)],
-            True,
-        ),
-        "ess": (
-            "importance-weight ESS",
-            [
-                s("mismatch_ess", "recomputed (token)"),
-                s("reported_mismatch_ess", "reported", True),
-                s("mismatch_ess_seq", "recomputed (sequence)"),
-            ],
-            False,
-        ),
-        "entropy": (
-            "entropy (nats/token), repetition, distinct completions",
-            [
-                s("entropy_estimate", "entropy recomputed"),
-                s("reported_entropy_estimate", "entropy reported", True),
-                s("repetition", "repetition"),
-                s("distinct_completions", "distinct completions"),
-            ],
-            False,
-        ),
-        "length": (
-            "completion length (tokens)",
-            [s("completion_len_mean", "mean"), s("completion_len_p95", "p95")],
-            False,
-        ),
-        "truncation": ("truncated share", [s("truncated_frac", "stop_reason = length")], False),
-        "lag": (
-            "policy lag (steps)",
-            [
-                s("lag_mean", "mean"),
-                s("lag_p90", "p90"),
-                s("reported_lag_mean", "reported mean", True),
-            ],
-            False,
-        ),
-    }
-    markers: dict[str, list[Marker]] = {k: [] for k in charts}
-    for n, f in enumerate(findings, 1):
-        if f.get("since_step") is None:
-            continue
-        key = CHART_OF.get(f.get("code"), "reward")
-        markers[key].append(
-            Marker(
-                f["since_step"],
-                str(f.get("code")),
-                str(f.get("severity")),
-                str(f.get("message") or ""),
-                n,
-            )
-        )
-    return [
-        Chart(title, series, markers[key], log_y) for key, (title, series, log_y) in charts.items()
-    ]
+def rejected_section(rejected: list[dict[str, Any]], out: str) -> str:
+    """The runs whose run.json could not be read: they have no section of their own."""
+    if not rejected:
+        return ""
+    items = "".join(
+        f'<tr class="rejected-run"><td>{_e(r["run_uri"])}</td><td>{_e(r["reason"])}</td>'
+        f"<td>{'run.json ' if r['reason'] == 'bad_run_json' else ''}{_e(r.get('detail'))}</td></tr>"
+        for r in rejected
+    )
+    return (
+        f'<h2 id="rejected">{plural(len(rejected), "rejected run")}</h2>'
+        '<p class="sub">These run folders could not be read, so they are not analysed: '
+        f"fix their run.json and analyze again. Rows: {_e(rejected_folder(out))}</p>"
+        f"<table><tr><th>run folder</th><th>reason</th><th>detail</th></tr>{items}</table>"
+    )
 
 
 def _figure(chart: Chart, findings: list[dict[str, Any]]) -> str:
@@ -343,13 +238,28 @@ def run_section(
     return (
         f'<section class="run" id="run-{i}"><h2>{_e(row["run_id"])} {_badge(row.get("status"))}</h2>'
         f'<div class="sub">{_e(row.get("run_uri"))} · last step {_e(row.get("last_step"))} · '
-        f"{len(cols['step'])} final steps · {len(findings)} findings</div>"
+        f"{plural(len(cols['step']), 'final step')} · {plural(len(findings), 'finding')}</div>"
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
         + _examples(latest, storage_options)
         + _metadata(cols)
         + "</section>"
     )
+
+
+def count_badges(rows: list[dict[str, Any]], rejected: int) -> str:
+    """One badge per status (they add up to the runs), then the rejected runs."""
+    c = counts(rows)
+    badges = [
+        f'<span class="s-{s}">{n} {_e(STATUS_LABEL.get(s, s))}</span>'
+        for s, n in c.items()
+        if n or s in STATUS_ORDER
+    ]
+    if rejected:
+        badges.append(
+            f'<span class="s-rejected"><a href="#rejected">{rejected} rejected</a></span>'
+        )
+    return "".join(badges)
 
 
 def render_report(
@@ -359,13 +269,10 @@ def render_report(
 ) -> str:
     """The whole report as one HTML document."""
     latest = read_latest(out, storage_options)
+    rejected = read_rejected(out, storage_options, [r["run_uri"] for r in latest])
     by_id = {r["run_id"]: r for r in latest}
     rows = status_rows(latest, now)
     now_dt = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
-    c = counts(rows)
-    count_html = "".join(
-        f'<span class="s-{s}">{n} {s}</span>' for s, n in c.items() if n or s in STATUS_ORDER
-    )
     steps = StepsTable(out, storage_options)
     sections = "".join(
         run_section(i, r, by_id[r["run_id"]], steps, storage_options) for i, r in enumerate(rows)
@@ -374,23 +281,26 @@ def render_report(
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
         f"script-src 'sha256-{_sha256_b64(SORT_SCRIPT)}'"
     )
+    extra = f" (and {plural(len(rejected), 'rejected run')})" if rejected else ""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
         "<title>rlstream fleet report</title>"
         f"<style>{STYLE}</style></head><body>"
         "<h1>rlstream fleet report</h1>"
-        f'<div class="sub">{len(rows)} runs from {_e(out)} · generated '
+        f'<div class="sub">{plural(len(rows), "run")}{extra} from {_e(out)} · generated '
         f"{now_dt:%Y-%m-%d %H:%M:%S} UTC · click a column to sort</div>"
-        f'<div class="counts">{count_html}</div>'
+        f'<div class="counts">{count_badges(rows, len(rejected))}</div>'
         + (overview_table(rows) if rows else "<p>No runs in run_health yet.</p>")
+        + rejected_section(rejected, out)
         + sections
         + f"<script>{SORT_SCRIPT}</script></body></html>\n"
     )
 
 
 def write_report(out: str, path: str, storage_options: dict[str, Any] | None = None) -> int:
-    """Write the report to `path` (a local file); returns the number of runs."""
+    """Write the report to `path` (a local file); returns the number of runs with a
+    section (rejected runs are listed, not counted)."""
     html = render_report(out, storage_options)
     with open(path, "w", encoding="utf-8") as f:
         f.write(html)

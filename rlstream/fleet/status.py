@@ -1,10 +1,14 @@
 """`rlstream status`: every run of OUT in one table, worst first.
 
 `status_rows(latest, now)` turns the latest run_health rows (see `read.read_latest`) into
-plain dicts with JSON-ready values; `render_table(rows)` lays them out for a terminal;
-`follow(...)` redraws the table in place until interrupted. Order: status severity
-(critical, stalled, warning, healthy, finished), then more firing findings first, then
-run_id. Only OUT is read, never the runs.
+plain dicts with JSON-ready values; `render_table(rows, rejected=...)` lays them out for
+a terminal: a count line whose parts add up to the runs, the rows, a legend for the
+starred columns (KL, ESS, entropy, truncation: the window medians the health rules
+judge, so a row never contradicts its firing findings) and a footer naming the runs
+rejected for an unreadable run.json (`outdir.read_rejected`); `follow(...)` redraws
+the table in place until interrupted. Order: status severity (critical, stalled,
+warning, healthy, finished), then more firing findings first, then run_id. Only OUT is
+read, never the runs.
 """
 
 from __future__ import annotations
@@ -15,7 +19,15 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from rlstream.pipeline.outcome import plural
+from rlstream.pipeline.verdicts import RECENT_FIGURES
+
 STATUS_ORDER = {"critical": 0, "stalled": 1, "warning": 2, "healthy": 3, "finished": 4}
+STATUS_LABEL = {"healthy": "healthy running", "finished": "finished healthy"}
+"""How counts name a status: `finished` means finished with no warning or critical
+finding firing, so a finished run is visibly counted as healthy too."""
+RECENT_KEYS = tuple(RECENT_FIGURES)
+"""run_health columns holding the window median each health rule judges."""
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
@@ -62,6 +74,8 @@ def status_rows(latest: list[dict[str, Any]], now: float | None = None) -> list[
                 "mismatch_ess": r.get("mismatch_ess"),
                 "entropy_estimate": r.get("entropy_estimate"),
                 "truncated_frac": r.get("truncated_frac"),
+                **{k: r.get(k) for k in RECENT_KEYS},
+                "recent_steps": _int(r.get("recent_steps")),
                 "firing": [
                     {k: f.get(k) for k in ("code", "severity", "since_step", "message")}
                     for f in firing(r.get("findings"))
@@ -71,6 +85,10 @@ def status_rows(latest: list[dict[str, Any]], now: float | None = None) -> list[
         )
     rows.sort(key=sort_key)
     return rows
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
 
 
 def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -107,8 +125,8 @@ def trend_arrow(slope: float | None) -> str:
     return f"{arrow}{per100:+.2f}"
 
 
-HEADS = ("run", "status", "step", "updated", "reward", "trend/100", "kl", "ess", "entropy")
-HEADS += ("trunc", "findings")
+HEADS = ("run", "status", "step", "updated", "reward", "trend/100", "kl*", "ess*", "entropy*")
+HEADS += ("trunc*", "findings")
 
 
 def table_cells(r: dict[str, Any]) -> list[str]:
@@ -119,12 +137,45 @@ def table_cells(r: dict[str, Any]) -> list[str]:
         fmt_age(r.get("seconds_since_update")),
         fmt_num(r.get("reward_mean"), ".3f"),
         trend_arrow(r.get("reward_trend")) or "-",
-        fmt_num(r.get("mismatch_kl"), ".2e"),
-        fmt_num(r.get("mismatch_ess"), ".3f"),
-        fmt_num(r.get("entropy_estimate"), ".3f"),
-        fmt_num(r.get("truncated_frac"), ".2f"),
+        fmt_num(r.get("mismatch_kl_recent"), ".2e"),
+        fmt_num(r.get("mismatch_ess_recent"), ".3f"),
+        fmt_num(r.get("entropy_recent"), ".3f"),
+        fmt_num(r.get("truncated_recent"), ".2f"),
         ",".join(f["code"] for f in r["firing"]) or "-",
     ]
+
+
+def recent_legend(rows: list[dict[str, Any]]) -> str:
+    """What the starred columns show: the window median the health rules judge, so a
+    firing finding and the figure beside it never disagree."""
+    ns = sorted({r["recent_steps"] for r in rows if r.get("recent_steps")})
+    window = f"the last {ns[0]} final steps" if len(ns) == 1 else "each run's last few final steps"
+    return f"* median of {window}, the value the health rules judge (reward: last step)"
+
+
+def summary_line(rows: list[dict[str, Any]], rejected: int = 0) -> str:
+    """`5 runs: 1 critical, 4 finished healthy; 1 rejected run`: the parts add up."""
+    c = counts(rows)
+    parts = ", ".join(f"{n} {STATUS_LABEL.get(s, s)}" for s, n in c.items() if n)
+    line = f"{plural(len(rows), 'run')}" + (f": {parts}" if parts else "")
+    if rejected:
+        line += f"; {plural(rejected, 'rejected run')} (not analysed, listed below)"
+    return line
+
+
+REJECTED_SHOWN = 10
+
+
+def rejected_lines(rejected: list[dict[str, Any]]) -> list[str]:
+    """A footer naming the runs whose run.json could not be read, and why."""
+    if not rejected:
+        return []
+    out = [f"rejected ({plural(len(rejected), 'run')}; run.json could not be read):"]
+    for r in rejected[:REJECTED_SHOWN]:
+        out.append(_printable(f"  {r['run_uri']}: run.json {r.get('detail') or r['reason']}"))
+    if len(rejected) > REJECTED_SHOWN:
+        out.append(f"  ... and {plural(len(rejected) - REJECTED_SHOWN, 'more run')}")
+    return out
 
 
 def _printable(s: str) -> str:
@@ -133,13 +184,19 @@ def _printable(s: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
-def render_table(rows: list[dict[str, Any]], color: bool = False) -> str:
-    """The table as text, one line per run, with a status count line on top."""
+def render_table(
+    rows: list[dict[str, Any]],
+    color: bool = False,
+    rejected: list[dict[str, Any]] | None = None,
+) -> str:
+    """The table as text: a count line, one line per run, the legend of the starred
+    columns, and the rejected runs, if any."""
     cells = [[_printable(c) for c in table_cells(r)] for r in rows]
     widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(HEADS)]
-    c = counts(rows)
-    top = f"{len(rows)} runs: " + ", ".join(f"{n} {s}" for s, n in c.items() if n)
-    lines = [top, "  ".join(h.ljust(w) for h, w in zip(HEADS, widths, strict=True)).rstrip()]
+    lines = [
+        summary_line(rows, len(rejected or [])),
+        "  ".join(h.ljust(w) for h, w in zip(HEADS, widths, strict=True)).rstrip(),
+    ]
     for r, row in zip(rows, cells, strict=True):
         line = "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
         if color:
@@ -147,8 +204,11 @@ def render_table(rows: list[dict[str, Any]], color: bool = False) -> str:
             if code:
                 line = f"\x1b[{code}m{line}\x1b[0m"
         lines.append(line)
-    if not rows:
+    if rows:
+        lines.append(recent_legend(rows))
+    else:
         lines.append("(no runs yet: nothing in run_health)")
+    lines.extend(rejected_lines(rejected or []))
     return "\n".join(lines) + "\n"
 
 
@@ -160,27 +220,32 @@ def follow(
     as_json: bool = False,
     pretty: bool = False,
     sleep: Callable[[float], None] = time.sleep,
-) -> None:
+    load_rejected: Callable[[], list[dict[str, Any]]] | None = None,
+) -> int:
     """Redraw every `interval` seconds (in place on a terminal) `count` times, or until
     Ctrl-C. With `as_json`, one JSON document per refresh: on one line each (for
-    scripts reading a stream), or indented with `pretty`."""
+    scripts reading a stream), or indented with `pretty`. Returns how many runs
+    (analysed or rejected) the last refresh showed."""
     tty = out.isatty()
-    n = 0
+    n = shown = 0
     while count is None or n < count:
         if n:
             sleep(interval)
         now = time.time()
         rows = status_rows(load(), now)
+        rejected = load_rejected() if load_rejected is not None else []
+        shown = len(rows) + len(rejected)
         if as_json:
-            doc = {"as_of": now, "counts": counts(rows), "runs": rows}
+            doc = {"as_of": now, "counts": counts(rows), "runs": rows, "rejected": rejected}
             out.write(json.dumps(doc, indent=1 if pretty else None) + "\n")
         else:
             stamp = time.strftime("%H:%M:%S", time.localtime(now))
             head = f"rlstream status  {stamp}  (Ctrl-C to stop)\n" if count != 1 else ""
-            text = head + render_table(rows, tty)
+            text = head + render_table(rows, tty, rejected)
             if tty and count != 1:
                 out.write("\x1b[H\x1b[2J" + text)
             else:
                 out.write(text + "\n")
         out.flush()
         n += 1
+    return shown

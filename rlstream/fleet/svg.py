@@ -1,23 +1,26 @@
 """Inline SVG line charts for the HTML report: no JavaScript, no network.
 
-`line_chart(series, markers, ...)` draws series of (step, value) points, with gaps
-where a value is missing (a series longer than twice the plot's width in pixels is
-thinned to each pixel column's lowest and highest point, and its gaps, with numpy: what can be
-seen is kept, and a chart costs the same after 1,000 steps or 100,000), axes with a few ticks, a legend, and vertical markers at
-findings' `since_step` carrying the finding's message as a tooltip. Every text that
+`line_chart(chart)` draws series of (step, value) points, with gaps where a value is
+missing (the first series' gaps shaded and named in the legend; a series longer than
+twice the plot's width in pixels is thinned to each pixel column's lowest and highest
+point, and its gaps, with numpy: what can be seen is kept, and a chart costs the same
+after 1,000 steps or 100,000), axes with a few ticks that stay within the quantity's
+bounds (`Chart.y_min`/`y_max`), a legend, and vertical markers at findings'
+`since_step` carrying the finding's message as a tooltip. Every text that
 may come from run data (series labels, marker codes and messages) is escaped here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from html import escape
 
 import numpy as np
 import pyarrow as pa
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
+GAP_COLOR = "#e8e8e8"
 SEVERITY_COLOR = {"critical": "#c0392b", "warning": "#d68910", "info": "#2e86c1"}
 
 
@@ -44,6 +47,13 @@ class Chart:
     series: list[Series]
     markers: list[Marker] = field(default_factory=list)
     log_y: bool = False
+    y_min: float | None = None
+    """Lowest value the quantity can take (0 for shares, counts, lags): the axis never
+    extends below it unless a value does."""
+    y_max: float | None = None
+    """Highest value the quantity can take (1 for shares)."""
+    gap_note: str = "no value at these steps"
+    """Legend text for the shaded steps where the first series has no value."""
 
 
 def _finite(v: float | None) -> bool:
@@ -71,6 +81,37 @@ def _fmt(v: float) -> str:
     if abs(v) >= 1e4 or abs(v) < 1e-2:
         return f"{v:.1e}"
     return f"{v:.3g}"
+
+
+def gap_bands(chart: Chart) -> list[tuple[int, int]]:
+    """Runs of consecutive steps (first, last) where the chart's first series has no
+    value, when it has one elsewhere: a gap that must be seen, not a missing series."""
+    if not chart.series:
+        return []
+    ser = chart.series[0]
+    ok = [_finite(v) and (not chart.log_y or v > 0) for v in ser.values]
+    if not any(ok):
+        return []
+    bands: list[tuple[int, int]] = []
+    for step, good in zip(ser.steps, ok, strict=True):
+        if good:
+            continue
+        if bands and step == bands[-1][1] + 1:
+            bands[-1] = (bands[-1][0], step)
+        else:
+            bands.append((step, step))
+    return bands
+
+
+def _merge_bands(bands: list[tuple[int, int]], within: int) -> list[tuple[int, int]]:
+    """Bands closer than `within` steps (one pixel column of a thinned chart) as one."""
+    merged: list[tuple[int, int]] = []
+    for a, b in bands:
+        if merged and a - merged[-1][1] <= within:
+            merged[-1] = (merged[-1][0], b)
+        else:
+            merged.append((a, b))
+    return merged
 
 
 def thin(ser: Series, columns: int) -> Series:
@@ -107,7 +148,10 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     """The chart as an `<svg>` element (a string of escaped markup)."""
     left, right, top, bottom = 58, 12, 26, 58
     pw, ph = width - left - right, height - top - bottom
-    chart = Chart(chart.title, [thin(s, pw) for s in chart.series], chart.markers, chart.log_y)
+    bands = gap_bands(chart)  # on the full series: thinning keeps a gap, not its extent
+    if chart.series and len(chart.series[0].steps) > 2 * pw:
+        bands = _merge_bands(bands, -(-len(chart.series[0].steps) // pw))
+    chart = replace(chart, series=[thin(s, pw) for s in chart.series])
     xs = [s for ser in chart.series for s, v in zip(ser.steps, ser.values, strict=True)]
     ys = [v for ser in chart.series for v in ser.values if _finite(v)]
     if chart.log_y:
@@ -131,12 +175,20 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
         x1 = x0 + 1
     tf = (lambda v: math.log10(v)) if chart.log_y else (lambda v: v)
     y0, y1 = tf(min(ys)), tf(max(ys))
+    lo, hi = y0, y1
     if y1 - y0 < 1e-12:
         pad = abs(y0) * 0.1 or 1.0
         y0, y1 = y0 - pad, y1 + pad
     else:
         pad = (y1 - y0) * 0.06
         y0, y1 = y0 - pad, y1 + pad
+    if not chart.log_y:  # padding never takes the axis past what the quantity can be
+        if chart.y_min is not None:
+            y0 = max(y0, min(chart.y_min, lo))
+        if chart.y_max is not None:
+            y1 = min(y1, max(chart.y_max, hi))
+        if y1 - y0 < 1e-12:
+            y1 = y0 + 1.0
 
     def px(s: float) -> float:
         return left + (s - x0) / (x1 - x0) * pw
@@ -145,6 +197,13 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
         return top + ph - (tf(v) - y0) / (y1 - y0) * ph
 
     parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>')
+    for a, b in bands:
+        xa, xb = max(px(a - 0.5), left), min(px(b + 0.5), left + pw)
+        parts.append(
+            f'<rect x="{xa:.1f}" y="{top}" width="{max(xb - xa, 1.0):.1f}" height="{ph}" '
+            f'class="gap" fill="{GAP_COLOR}"><title>steps {a}-{b}: '
+            f"{escape(chart.gap_note)}</title></rect>"
+        )
     yt = [10**t for t in _ticks(y0, y1)] if chart.log_y else _ticks(y0, y1)
     for v in yt:
         y = py(v)
@@ -184,6 +243,14 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             f'<text x="{lx + 18:.0f}" y="{ly}" class="lg">{label}</text>'
         )
         lx += 30 + 6.5 * len(ser.label)
+    if bands:
+        note = escape(chart.gap_note)
+        if lx + 22 + 6.5 * len(chart.gap_note) > width and lx > left:
+            lx, ly = left, ly + 13
+        parts.append(
+            f'<rect x="{lx:.0f}" y="{ly - 9}" width="14" height="10" fill="{GAP_COLOR}" '
+            f'stroke="#bbb"/><text x="{lx + 18:.0f}" y="{ly}" class="lg">{note}</text>'
+        )
     for m in chart.markers:
         x = px(m.step)
         color = SEVERITY_COLOR.get(m.severity, "#555")

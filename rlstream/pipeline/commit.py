@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -47,6 +48,22 @@ log = logging.getLogger("rlstream")
 
 COMMIT_TABLES = ("steps", "quarantine", "alerts", "run_health")
 """Tables the commits append to, in this order (run_latest is maintenance's)."""
+
+
+class Written:
+    """Rows that landed per table in this process's appends (`rows`), for a command's
+    closing report. An append that raised may still have landed: its rows wait in
+    `unsure` ((run URL, table, outbox seq) -> rows) until `resolve` reads the txn and
+    counts them if they did; rows carried into a later append count when it lands."""
+
+    def __init__(self) -> None:
+        self.rows: Counter[str] = Counter()
+        self.unsure: dict[tuple[str, str, int], int] = {}
+
+    def landed(self, state: RunState, table: str, rows: int) -> None:
+        self.rows[table] += rows
+        for key in [k for k in self.unsure if k[:2] == (state.run_url, table)]:
+            del self.unsure[key]
 
 
 def app_id(run_id: str) -> str:
@@ -76,8 +93,9 @@ def _health_sig(row: dict[str, Any]) -> str:
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 
 
-def resolve(sink: DeltaSink, states: Iterable[RunState]) -> None:
-    """Drop from each run's `unconfirmed` the tables where its outbox landed."""
+def resolve(sink: DeltaSink, states: Iterable[RunState], written: Written | None = None) -> None:
+    """Drop from each run's `unconfirmed` the tables where its outbox landed (counted in
+    `written` when this process's append of it raised)."""
     by_table: dict[str, list[RunState]] = {}
     for st in states:
         for t in st.unconfirmed:
@@ -88,6 +106,9 @@ def resolve(sink: DeltaSink, states: Iterable[RunState]) -> None:
             v = got[app_id(s.run_id)]
             if v is not None and v >= s.outbox_seq:
                 s.unconfirmed.discard(table)
+                if written is not None:
+                    n = written.unsure.pop((s.run_url, table, s.outbox_seq), 0)
+                    written.landed(s, table, n)
 
 
 def _new_rows(states: list[RunState], now: float) -> list[dict[str, pa.Table]]:
@@ -144,10 +165,15 @@ def _save(sink: DeltaSink, state: RunState) -> None:
 
 
 def commit_runs(
-    sink: DeltaSink, states: list[RunState], now: float, threads: int = 8
+    sink: DeltaSink,
+    states: list[RunState],
+    now: float,
+    threads: int = 8,
+    written: Written | None = None,
 ) -> tuple[list[RunState], list[RunState]]:
     """Commit these runs (steps 2-4 above; run `resolve` first). Returns (runs whose
-    state was written, runs to retry: state not written or an append failed)."""
+    state was written, runs to retry: state not written or an append failed).
+    `written`, if given, counts the rows of each append that landed (`Written`)."""
     saved = {
         id(st): (st.seq, st.outbox, st.outbox_seq, set(st.unconfirmed), st.health_sig)
         for st in states
@@ -173,36 +199,47 @@ def commit_runs(
             ok = list(pool.map(save, states))
     else:
         ok = [save(st) for st in states]
-    written, retry = [], []
+    saved_ok: list[RunState] = []
+    retry: list[RunState] = []
     for st, done, rows in zip(states, ok, pending, strict=True):
         if done:
-            written.append(st)
+            saved_ok.append(st)
         else:
             _undo(st, saved[id(st)])
             st.out_rows, st.out_quarantine, st.out_alerts = rows
             retry.append(st)
     failpoint("after_states")
-    failed = append_outboxes(sink, written)
-    return written, retry + [st for st in written if st.run_url in failed]
+    failed = append_outboxes(sink, saved_ok, written)
+    return saved_ok, retry + [st for st in saved_ok if st.run_url in failed]
 
 
-def append_outboxes(sink: DeltaSink, states: list[RunState]) -> set[str]:
+def append_outboxes(
+    sink: DeltaSink, states: list[RunState], written: Written | None = None
+) -> set[str]:
     """One append per table of the unconfirmed outbox rows of `states`; returns the
-    run URLs whose rows did not land in some table (their txn is checked next time)."""
+    run URLs whose rows did not land in some table (their txn is checked next time).
+    `written` counts, per table, the rows of each append that returned (new rows and
+    carried outbox rows alike); the rows of one that raised wait in `written.unsure`."""
     failed: set[str] = set()
     for table in COMMIT_TABLES:
         sts = [s for s in states if table in s.unconfirmed]
         if not sts:
             continue
-        data = pa.concat_tables([from_ipc(s.outbox[table]) for s in sts], promote_options="default")
+        parts = [from_ipc(s.outbox[table]) for s in sts]
+        data = pa.concat_tables(parts, promote_options="default")
         try:
             sink.append(table, data, {app_id(s.run_id): s.outbox_seq for s in sts})
         except Exception:
             log.exception("append to %s failed for %d runs; retried", table, len(sts))
             failed.update(s.run_url for s in sts)
+            if written is not None:
+                for s, part in zip(sts, parts, strict=True):
+                    written.unsure[(s.run_url, table, s.outbox_seq)] = part.num_rows
             continue
-        for s in sts:
+        for s, part in zip(sts, parts, strict=True):
             s.unconfirmed.discard(table)
+            if written is not None:
+                written.landed(s, table, part.num_rows)
         failpoint("after_append")
     return failed
 
@@ -246,15 +283,18 @@ def load_state(sink: DeltaSink, run_id: str, reset: bool = False) -> RunState | 
     return decode_state(data, sink.state_url(run_id), way_out)
 
 
-def write_rejected(sink: DeltaSink, rows: dict[str, Any]) -> bool:
+def write_rejected(sink: DeltaSink, rows: dict[str, Any], written: Written | None = None) -> bool:
     """Quarantine rows of runs that could not be added (app id -> row), each written
-    once: its txn (version 1) says whether it already was. False if it failed."""
+    once: its txn (version 1) says whether it already was. False if it failed.
+    `written` counts the rows appended."""
     try:
         done = sink.txn_versions("quarantine", list(rows)) if rows else {}
         todo = {a: r for a, r in rows.items() if done[a] is None}
         if todo:
             table = quarantine_table(list(todo.values()), 0)
             sink.append("quarantine", table, dict.fromkeys(todo, 1))
+            if written is not None:
+                written.rows["quarantine"] += table.num_rows
         return True
     except Exception:
         log.exception("could not write the rejected runs' quarantine rows; retried")
@@ -262,14 +302,19 @@ def write_rejected(sink: DeltaSink, rows: dict[str, Any]) -> bool:
 
 
 def commit_group(
-    sink: DeltaSink, runs: dict[str, RunState], urls: set[str], now: float, threads: int
+    sink: DeltaSink,
+    runs: dict[str, RunState],
+    urls: set[str],
+    now: float,
+    threads: int,
+    written: Written | None = None,
 ) -> set[str]:
     """One commit of a tailer's runs (by URL): the runs in `urls` and those whose last
     outbox is not known to have landed. Runs outside the commit whose outbox landed are
     `settle`d. Returns the URLs of the runs to retry at the next commit."""
     unsure = [s for s in runs.values() if s.unconfirmed]
     try:
-        resolve(sink, unsure)
+        resolve(sink, unsure, written)
     except Exception:
         log.exception("could not read the tables' transactions; commit retried")
         return set(urls) | {s.run_url for s in unsure}
@@ -278,5 +323,5 @@ def commit_group(
     settle(sink, [s for s in runs.values() if s.run_url not in urls])
     if not targets:
         return set()
-    _, retry = commit_runs(sink, targets, now, threads)
+    _, retry = commit_runs(sink, targets, now, threads, written)
     return {st.run_url for st in retry}

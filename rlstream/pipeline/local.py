@@ -14,8 +14,9 @@ from typing import Any
 from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
 from rlstream.pipeline.discover import find_runs, normalize_root
+from rlstream.pipeline.outcome import Outcome
 from rlstream.pipeline.runner import RunGroup
-from rlstream.pipeline.state import RunState
+from rlstream.pipeline.state import RunState, summary
 from rlstream.pipeline.work import Unit, UnitResult, execute
 from rlstream.sinks.delta import DeltaSink
 from rlstream.sinks.maintain import MaintenanceConfig, maintain
@@ -70,19 +71,24 @@ def analyze_local(
     roots: Sequence[str],
     out: str,
     cfg: PipelineConfig | None = None,
+    outcome: Outcome | None = None,
     maintenance: MaintenanceConfig | None = None,
     **hooks: Any,
 ) -> list[RunState]:
     """Analyze every run under `roots` to the end of what exists; write under `out`.
-        Returns the final run states, sorted by run_id (kept in memory: for tests and
-        small inputs; the Ray runtime returns summaries only). Ends with one maintenance
-    pass over OUT (rlstream.sinks.maintain)."""
+    Returns the final run states, sorted by run_id (kept in memory: for tests and
+    small inputs; the Ray runtime returns summaries only). `outcome`, if given, is
+    told what was read, written and rejected. Ends with one maintenance pass over OUT
+    (rlstream.sinks.maintain)."""
     cfg = cfg or PipelineConfig()
     if not hooks:
         from rlstream.pipeline.verdicts import health_hooks
 
         hooks = health_hooks()
     group, urls = _group_and_runs(roots, out, cfg, **hooks)
-    states = list(group.analyze(urls, local_executor(group.storage)))
+    states = sorted(group.analyze(urls, local_executor(group.storage)), key=lambda s: s.run_id)
     maintain(group.sink, maintenance)
-    return sorted(states, key=lambda s: s.run_id)
+    if outcome is not None:
+        outcome.add_tally(group.tally())
+        outcome.add_summaries([summary(s) for s in states])
+    return states

@@ -28,14 +28,21 @@ from typing import Any
 
 from rlstream.config import PipelineConfig
 from rlstream.errors import RlstreamError
-from rlstream.formats.loops import FORMAT_VERSION, BadRecord, parse_json
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
-from rlstream.pipeline.commit import app_id, commit_group, load_state, settle, write_rejected
+from rlstream.pipeline.commit import (
+    Written,
+    app_id,
+    commit_group,
+    load_state,
+    settle,
+    write_rejected,
+)
 from rlstream.pipeline.discover import RUN_JSON
 from rlstream.pipeline.names import advance_names, check_below
 from rlstream.pipeline.resume import ResumeStateError
+from rlstream.pipeline.runjson import apply_run_json, read_run_json
 from rlstream.pipeline.state import (
     RunState,
     finalize,
@@ -106,13 +113,15 @@ class RunGroup:
         """Run URLs that could not be added (no readable run.json or resume state)."""
         self.rejected_written: set[str] = set()
         self.dirty: set[str] = set()
+        self.written = Written()
+        """Rows that landed per table in this group's appends (`pipeline.commit`; see `tally`)."""
 
     # -- runs ----------------------------------------------------------------------
     def add_run(self, run_url: str) -> RunState | None:
         """Start tracking a run, resuming from its resume state when one exists."""
         if run_url in self.runs:
             return self.runs[run_url]
-        meta, stat, bad = self._read_run_json(run_url)
+        meta, stat, bad = read_run_json(self.storage, run_url)
         if meta is None:
             log.warning("skipping %s: run.json %s", run_url, bad)
             if run_url not in self.rejected:
@@ -142,45 +151,9 @@ class RunGroup:
                 self.dirty.add(run_url)  # the next commit checks what landed
         else:
             state = RunState(run_id=run_id, run_url=run_url)
-        self._apply_run_json(state, meta, stat)
+        apply_run_json(state, meta, stat)
         self.runs[run_url] = state
         return state
-
-    def _read_run_json(self, run_url: str) -> tuple[dict[str, Any] | None, Any, str]:
-        url = Storage.join(run_url, RUN_JSON)
-        stat = self.storage.stat(url)
-        if stat is None:
-            return None, None, "is missing"
-        try:
-            data = self.storage.read(url)
-        except FileNotFoundError:
-            return None, None, "vanished while being read"
-        try:
-            obj = parse_json(data)
-        except BadRecord as e:
-            return None, stat, f"is not valid JSON ({e}): {excerpt(data)!r}"
-        if not isinstance(obj, dict) or not isinstance(obj.get("run_id"), str) or not obj["run_id"]:
-            return None, stat, "has no string run_id"
-        if not isinstance(obj.get("config", {}), dict):
-            return None, stat, "has a config that is not an object"
-        version = obj.get("format_version", FORMAT_VERSION)
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            return (
-                None,
-                stat,
-                (
-                    f"has format_version {version!r}; this rlstream reads version {FORMAT_VERSION}: "
-                    "upgrade rlstream"
-                ),
-            )
-        return obj, stat, ""
-
-    def _apply_run_json(self, state: RunState, meta: dict[str, Any], stat: Any) -> None:
-        state.config = meta.get("config") or {}
-        ca = meta.get("created_at")
-        state.created_at = float(ca) if isinstance(ca, (int, float)) else None
-        state.finished = meta.get("finished_at") is not None
-        state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
 
     def _refresh_run_json(self, state: RunState, stat: Any) -> None:
         """Reread run.json when `stat` (taken this poll) differs from the last one."""
@@ -189,7 +162,7 @@ class RunGroup:
             rj and (stat.size, stat.etag, stat.mtime) == (rj.size, rj.etag, rj.mtime)
         ):
             return
-        meta, stat, bad = self._read_run_json(state.run_url)
+        meta, stat, bad = read_run_json(self.storage, state.run_url)
         if stat is None:
             return  # gone between stat and read (being replaced): look again next poll
         if meta is None:
@@ -199,7 +172,7 @@ class RunGroup:
             state.counters["quarantined"] += 1
             state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
             return
-        self._apply_run_json(state, meta, stat)
+        apply_run_json(state, meta, stat)
 
     # -- polling -------------------------------------------------------------------
     def plan(self, state: RunState) -> list[Unit]:
@@ -375,11 +348,11 @@ class RunGroup:
         if REJECTED in self.dirty:
             todo = {u: r for u, r in self.rejected.items() if u not in self.rejected_written}
             ids = {app_id(f"{REJECTED}:{run_key(u)[:16]}"): r for u, r in todo.items()}
-            if write_rejected(self.sink, ids):
+            if write_rejected(self.sink, ids, self.written):
                 self.rejected_written.update(todo)
                 self.dirty.discard(REJECTED)
         urls = set(self.runs) if force else self.dirty - {REJECTED}
-        retry = commit_group(self.sink, self.runs, urls, now, self.cfg.commit_threads)
+        retry = commit_group(self.sink, self.runs, urls, now, self.cfg.commit_threads, self.written)
         self.dirty = (self.dirty & {REJECTED}) | retry
         return len(urls - retry)
 
@@ -396,6 +369,17 @@ class RunGroup:
             self.totals["runs_done"] += len(chunk)
             for u in chunk:
                 yield self.runs.pop(u)
+
+    def tally(self) -> dict[str, Any]:
+        """What this group's commits wrote ({table: rows}) and the runs it rejected
+        ({run URL: why}), for the command's closing report (`pipeline.outcome`)."""
+        return {
+            "written": dict(self.written.rows),
+            "rejected": {
+                url: f"run.json {r.detail}" if r.reason == "bad_run_json" else str(r.detail)
+                for url, r in self.rejected.items()
+            },
+        }
 
     def all_finished(self) -> bool:
         return all(

@@ -22,7 +22,18 @@ from rlstream.health import (
     new_state,
     run_status,
 )
+from rlstream.health.state import View
 from rlstream.pipeline.state import RunState, is_finished
+
+RECENT_FIGURES = {
+    "mismatch_kl_recent": "kl",
+    "mismatch_ess_recent": "ess",
+    "entropy_recent": "entropy",
+    "truncated_recent": "truncated",
+}
+"""run_health columns holding, per run, the median over the rules' recent window
+(`[history] recent_steps`) of the figure that kl/ESS/entropy/truncation rules judge
+(`rlstream.health.figures`); `recent_steps` holds that window's length."""
 
 
 class HealthFold:
@@ -49,6 +60,12 @@ class HealthFold:
         current = findings(hs)
         state.findings = [asdict(f) for f in current]
         state.firing = [f.code for f in current if f.state == "firing"]
+        # The figures the rules judged, beside the findings in the fleet views.
+        h = self.rules.history
+        view = View(hs, h.recent_steps, h.baseline_steps)
+        for key, figure in RECENT_FIGURES.items():
+            state.headline[key] = view.recent(figure)
+        state.headline["recent_steps"] = float(h.recent_steps)
         return [{"run_id": state.run_id, **asdict(t)} for t in transitions]
 
 

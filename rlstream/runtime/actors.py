@@ -160,6 +160,10 @@ class Tailer:
     def all_finished(self) -> bool:
         return self.group.all_finished()
 
+    def tally(self) -> dict[str, Any]:
+        """Rows written per table and runs rejected (`RunGroup.tally`)."""
+        return self.group.tally()
+
 
 class _Placed:
     """An actor class whose instances are placed by `where()` unless the caller says

@@ -34,6 +34,9 @@ def forwarded_env() -> dict[str, str]:
 
 
 _TEMP_DIRS: list[str] = []
+TEMP_PARENT_ENV = "RLSTREAM_RAY_TMPDIR"
+"""Folder in which a private Ray's temp folder is made (default /tmp: AF_UNIX socket
+paths under it must stay within 107 bytes, so keep it short). `disconnect` removes it."""
 
 
 def disconnect() -> None:
@@ -101,23 +104,33 @@ def connect(cfg: RayConfig) -> bool:
         log.info("joining Ray cluster at %s", address)
         ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
     else:
-        tmp = tempfile.mkdtemp(prefix="rls", dir="/tmp")
+        tmp = tempfile.mkdtemp(prefix="rls", dir=os.environ.get(TEMP_PARENT_ENV, "/tmp"))
         _TEMP_DIRS.append(tmp)
         log.info("starting a private local Ray (temp dir %s)", tmp)
-        ray.init(
-            address="local",
-            num_cpus=cfg.num_cpus,
-            include_dashboard=False,
-            _temp_dir=tmp,
-            runtime_env=runtime_env,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-            # Only actors run here, each in its own process: the idle workers Ray
-            # would prestart for the first tasks only take CPU while the actors start
-            # (0.9 s of 10.9 end to end on 2 cores) and while watch idles.
-            _system_config={"prestart_worker_first_driver": False},
-        )
+        try:
+            _init_private(tmp, cfg, runtime_env)
+        except BaseException:  # Ctrl-C or a failure while starting: leave nothing behind
+            disconnect()
+            raise
     return True
+
+
+def _init_private(tmp: str, cfg: RayConfig, runtime_env: dict | None) -> None:
+    import ray
+
+    ray.init(
+        address="local",
+        num_cpus=cfg.num_cpus,
+        include_dashboard=False,
+        _temp_dir=tmp,
+        runtime_env=runtime_env,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+        # Only actors run here, each in its own process: the idle workers Ray
+        # would prestart for the first tasks only take CPU while the actors start
+        # (0.9 s of 10.9 end to end on 2 cores) and while watch idles.
+        _system_config={"prestart_worker_first_driver": False},
+    )
 
 
 def cluster_cpus() -> int:

@@ -22,9 +22,11 @@ from typing import Any, TextIO
 import ray
 
 from rlstream.config import PipelineConfig
+from rlstream.errors import NoDataError
 from rlstream.io.storage import Storage
 from rlstream.pipeline.discover import find_runs, normalize_root
 from rlstream.pipeline.local import input_storage
+from rlstream.pipeline.outcome import Outcome
 from rlstream.pipeline.runner import run_key
 from rlstream.runtime.actors import OBJECT_STORE_UNITS_PER_WORKER, Tailer, Worker
 from rlstream.runtime.cluster import (
@@ -179,12 +181,16 @@ class Fleet:
         self.owned.update(added)
         return len(added)
 
-    def analyze(self, progress: Progress | None = None) -> list[dict[str, Any]]:
-        """Batch mode: every tailer reads its shard of the runs a chunk at a time."""
+    def analyze(
+        self, progress: Progress | None = None, urls: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Batch mode: every tailer reads its shard of the runs (`urls`, default: found
+        under the roots now) a chunk at a time."""
+        if urls is None:
+            urls = [u for root in self.roots for u in find_runs(self.storage, root)]
         shards: list[list[str]] = [[] for _ in self.tailers]
-        for root in self.roots:
-            for url in find_runs(self.storage, root):
-                shards[int(run_key(url), 16) % self.n_tailers].append(url)
+        for url in urls:
+            shards[int(run_key(url), 16) % self.n_tailers].append(url)
         refs = [t.analyze.remote(urls) for t, urls in zip(self.tailers, shards, strict=True)]
         total = sum(len(s) for s in shards)
         while len(ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
@@ -233,6 +239,10 @@ class Fleet:
 
     def all_finished(self) -> bool:
         return bool(self.owned) and all(self._call("all_finished"))
+
+    def tally(self, outcome: Outcome) -> None:
+        for got in self._call("tally"):
+            outcome.add_tally(got)
 
     def check_workers(self) -> int:
         """Count worker restarts: Ray restarts a dead worker in a new process, so its
@@ -285,15 +295,27 @@ def run(
     progress_out: TextIO | None = None,
     exit_when_finished: bool = False,
     metrics: Any = None,
+    outcome: Outcome | None = None,
 ) -> list[dict[str, Any]]:
     """Run analyze (watch=False) or watch on Ray; returns per-run summaries.
 
     `metrics` (watch only; a `rlstream.fleet.prometheus.MetricsExporter`) is told
-    about every poll and commit."""
+    about every poll and commit. `outcome`, if given, is told what was read, written
+    and rejected. `analyze` finds its runs before Ray starts and raises `NoDataError`
+    without starting it when there are none."""
     if hooks_factory is None:
         from rlstream.pipeline.verdicts import health_hooks
 
         hooks_factory = health_hooks
+    urls: list[str] | None = None
+    if not watch:
+        storage = input_storage([normalize_root(r) for r in roots], cfg.storage_options)
+        urls = [u for r in roots for u in find_runs(storage, normalize_root(r))]
+        if not urls:
+            raise NoDataError(
+                f"no runs under {', '.join(roots)} (a run is a folder holding run.json); "
+                f"nothing was written to {out}"
+            )
     out_url = normalize_root(out)
     out_storage = Storage.for_url(out_url, cfg.storage_options)
     sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
@@ -317,8 +339,11 @@ def run(
             t_actors - t_ray,
         )
         if not watch:
-            summaries = fleet.analyze(progress)
+            summaries = fleet.analyze(progress, urls)
             log.info("analyzed %d runs in %.1f s", len(summaries), time.monotonic() - t_actors)
+            if outcome is not None:
+                fleet.tally(outcome)
+                outcome.add_summaries(summaries)
             maintainer.run_once()
             return summaries
         fleet.discover()
@@ -364,7 +389,11 @@ def run(
             log.info("interrupted: committing before exit")
         fleet.poll()
         fleet.commit()
-        return fleet.summaries()
+        summaries = fleet.summaries()
+        if outcome is not None:
+            fleet.tally(outcome)
+            outcome.add_summaries(summaries)
+        return summaries
     finally:
         maintainer.stop()
         progress.close()

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from rlstream.pipeline.state import HEADLINE_KEYS
+from rlstream.pipeline.verdicts import RECENT_FIGURES
 
 FINDING = pa.struct(
     [
@@ -23,8 +24,9 @@ FINDING = pa.struct(
     ]
 )
 
-HEADLINE = (*HEADLINE_KEYS, "reward_trend")
-"""Headline figures of a run: the latest value of these steps columns, and the trend."""
+HEADLINE = (*HEADLINE_KEYS, "reward_trend", *RECENT_FIGURES, "recent_steps")
+"""Headline figures of a run: the latest value of these steps columns, the trend, and
+the window medians the health rules judged (`pipeline.verdicts.RECENT_FIGURES`)."""
 
 RUN_HEALTH_SCHEMA = pa.schema(
     [

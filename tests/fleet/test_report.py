@@ -102,6 +102,54 @@ def _unescape(s: str) -> str:
     return html.unescape(s)
 
 
+def _yticks(svg: str) -> list[float]:
+    return [float(t) for t in re.findall(r'class="yt">([^<]+)<', svg)]
+
+
+def test_axes_fit_the_quantity_and_gaps_are_shaded_and_explained():
+    # A lag that is 0 throughout, with no value at step 2: axis 0-1, not -1 to 1.
+    lag = Chart(
+        "lag",
+        [Series("mean", [0, 1, 2, 3, 4], [0.0, 0.0, None, None, 0.0])],
+        y_min=0.0,
+        gap_note="no trained attempt at these steps",
+    )
+    svg = line_chart(lag, width=300, height=160)
+    ticks = _yticks(svg)
+    assert min(ticks) == 0.0 and max(ticks) == 1.0
+    assert svg.count('class="gap"') == 1  # steps 2-3: one band
+    assert "<title>steps 2-3: no trained attempt at these steps</title>" in svg
+    assert 'class="lg">no trained attempt at these steps</text>' in svg
+    # A share near 1 stays within 0-1; no gap, no gap legend.
+    # (plot area: y from 26 at the top to 26 + 76 = 102 at the bottom)
+    assert '<polyline points="58.0,102.0 115.5,102.0"' in svg  # 0 sits on the bottom
+    # A share from 0 to 1: the axis is exactly 0-1, no padding beyond either end.
+    ess = Chart("ess", [Series("r", [0, 1, 2], [0.0, 1.0, 0.5])], y_min=0.0, y_max=1.0)
+    svg = line_chart(ess, width=300, height=160)
+    assert '<polyline points="58.0,102.0 173.0,26.0 288.0,64.0"' in svg
+    assert 'class="gap"' not in svg and "no value at these steps" not in svg
+    # Without bounds the padding still goes both ways (a reward may be negative).
+    free = line_chart(Chart("r", [Series("r", [0, 1], [0.0, 0.0])]), width=300, height=160)
+    assert min(_yticks(free)) < 0
+
+
+def test_report_figures_agree_with_the_findings_and_counts_add_up(fleet_out):
+    html = render_report(str(fleet_out.out), now=2e9)
+    latest = {r["run_id"]: r for r in read_latest(str(fleet_out.out))}
+    run = latest[fleet_out.run_ids["mismatch_kl_rising"]]
+    kl = next(f for f in run["findings"] if f["code"] == "mismatch_kl_rising")
+    assert kl["state"] == "firing"
+    # the finding cites the window median; the overview shows that same figure
+    assert f"mismatch KL {run['mismatch_kl_recent']:.4f} over the last 5 steps" in kl["message"]
+    assert f">{run['mismatch_kl_recent']:.2e}</td>" in html
+    assert "<th>mismatch KL (median of last 5 steps)</th>" in html
+    badges = re.findall(r'<span class="s-[a-z]+">(\d+) ([a-z ]+)</span>', html)
+    assert sum(int(n) for n, _ in badges) == len(latest) == 4
+    assert {label for _, label in badges} >= {"finished healthy", "healthy running"}
+    assert not re.search(r"[ >]1 (findings|final steps|runs)\b", html)
+    assert re.search(r"· \d+ findings?</div>", html)
+
+
 def test_long_series_are_thinned_keeping_extremes_and_gaps():
     from rlstream.fleet.svg import thin
 

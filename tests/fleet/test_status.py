@@ -45,36 +45,63 @@ def test_worst_first_then_more_findings_then_id():
     assert e["seconds_since_update"] == 60.0
 
 
-def test_table_shows_figures_and_trend():
+def test_table_shows_the_figures_the_rules_judged():
+    # The case: ESS at the last step is 1.0, but the low_ess finding fired on
+    # the window median (0.21): the table shows what the rule judged, and says so.
     rows = status_rows(
         [
             _row(
                 "r1",
-                "warning",
-                [("entropy_collapse", "warning")],
+                "critical",
+                [("low_ess", "critical"), ("mismatch_kl_rising", "warning")],
                 last_step=41,
                 reward_mean=0.4567,
                 reward_trend=-0.004,
-                mismatch_kl=0.00123,
-                mismatch_ess=0.98765,
+                mismatch_kl=0.00021,
+                mismatch_ess=1.0,
                 entropy_estimate=0.1234,
                 truncated_frac=0.25,
+                mismatch_kl_recent=0.0123,
+                mismatch_ess_recent=0.21,
+                entropy_recent=0.15,
+                truncated_recent=0.5,
+                recent_steps=5.0,
             )
         ],
         now=100.0 + 3 * 3600,
     )
     text = render_table(rows)
     lines = text.splitlines()
-    assert lines[0] == "1 runs: 1 warning"
+    assert lines[0] == "1 run: 1 critical"
     assert lines[1].split() == [
-        "run", "status", "step", "updated", "reward", "trend/100", "kl", "ess", "entropy",
-        "trunc", "findings",
+        "run", "status", "step", "updated", "reward", "trend/100", "kl*", "ess*", "entropy*",
+        "trunc*", "findings",
     ]  # fmt: skip
     assert lines[2].split() == [
-        "r1", "warning", "41", "3h", "0.457", "↓-0.40", "1.23e-03", "0.988", "0.123", "0.25",
-        "entropy_collapse",
+        "r1", "critical", "41", "3h", "0.457", "↓-0.40", "1.23e-02", "0.210", "0.150", "0.50",
+        "low_ess,mismatch_kl_rising",
     ]  # fmt: skip
+    assert lines[3] == (
+        "* median of the last 5 final steps, the value the health rules judge (reward: last step)"
+    )
+    # --json keeps both: the last step's value and the window's
+    assert rows[0]["mismatch_ess"] == 1.0 and rows[0]["mismatch_ess_recent"] == 0.21
+    assert rows[0]["recent_steps"] == 5
     assert trend_arrow(0.0001) == "→+0.01"
+
+
+def test_counts_add_up_and_name_finished_runs_healthy():
+    rows = status_rows([_row("a", "finished"), _row("b", "finished"), _row("c", "healthy")])
+    rejected = [{"run_uri": "/r/x", "reason": "bad_run_json", "detail": "is not valid JSON"}]
+    text = render_table(rows, rejected=rejected)
+    lines = text.splitlines()
+    assert lines[0] == (
+        "3 runs: 1 healthy running, 2 finished healthy; 1 rejected run (not analysed, listed below)"
+    )
+    assert lines[-2:] == [
+        "rejected (1 run; run.json could not be read):",
+        "  /r/x: run.json is not valid JSON",
+    ]
 
 
 def test_control_characters_in_run_ids_are_not_sent_to_the_terminal():
@@ -117,7 +144,7 @@ def test_follow_redraws_count_times():
         sleep=lambda s: calls.append(s),
     )
     assert calls == [1, 5, 1, 5, 1]
-    assert buf.getvalue().count("1 runs: 1 healthy") == 3
+    assert buf.getvalue().count("1 run: 1 healthy running") == 3
     buf = io.StringIO()
     follow(lambda: [_row("r", "healthy")], buf, count=2, as_json=True, sleep=lambda s: None)
     docs = [json.loads(line) for line in buf.getvalue().splitlines()]

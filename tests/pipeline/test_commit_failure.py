@@ -61,10 +61,15 @@ def test_failed_append_is_resolved_by_its_txn(tmp_path, landed):
     assert group.commit() == 0  # its state was written; its steps append is unsure
     assert state.unconfirmed == {"steps"} and group.dirty == {state.run_url}
     assert _steps(tmp_path) == ([(0,), (1,), (2,)] if landed else [])
+    # the closing report counts only appends known to have landed
+    assert group.written.rows["steps"] == 0 and group.written.rows["run_health"] == 1
     group.commit()
     assert _steps(tmp_path) == [(0,), (1,), (2,)]
     assert not state.unconfirmed and group.dirty == set()
     assert state.seq == 2  # landed or carried at commit 2: either way once
+    # counted once: found by its txn, or carried into commit 2's append
+    (n,) = out_sql(tmp_path / "out", "select count(*) from steps")[0]
+    assert group.written.rows["steps"] == n == 3 and not group.written.unsure
 
 
 def test_rejected_run_is_quarantined_once_across_restarts(tmp_path):

@@ -1,0 +1,175 @@
+"""What the command line's subcommands share: options turned into typed configs
+(`pipeline_config`, `runtime_config`, `maintenance_config`, `storage_options`), the
+shared argument groups (`common`, `retention`), the input checks made before anything
+starts (`check_inputs` for ROOTs and OUT of analyze/watch, `checked_out` for the OUT
+of status/report/compact; both raise `InputError`, exit status 2), and the closing
+report of analyze/watch (`finish`: what was written and rejected, and the exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rlstream.config import PipelineConfig
+from rlstream.errors import ConfigError
+
+
+def storage_options(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        opts = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--storage-options is not JSON: {e}") from e
+    if not isinstance(opts, dict):
+        raise ConfigError("--storage-options must be a JSON object")
+    return opts
+
+
+def pipeline_config(args: argparse.Namespace) -> PipelineConfig:
+    kw: dict = {"storage_options": storage_options(getattr(args, "storage_options", None))}
+    if getattr(args, "poll", None) is not None:
+        kw["poll_seconds"] = args.poll
+    if getattr(args, "commit_every", None) is not None:
+        kw["commit_seconds"] = args.commit_every
+    if getattr(args, "reset_run", None):
+        kw["reset_runs"] = tuple(args.reset_run)
+    kw.update(retention_kw(args))
+    return PipelineConfig(**kw)
+
+
+def retention_kw(args: argparse.Namespace) -> dict:
+    if getattr(args, "retention", None) is None:
+        return {}
+    if args.retention < 0:
+        raise ConfigError("--retention must be >= 0 seconds")
+    return {"retention_seconds": int(args.retention)}
+
+
+def maintenance_config(args: argparse.Namespace):
+    from rlstream.sinks.maintain import MaintenanceConfig
+
+    kw: dict = {}
+    if getattr(args, "maintain_every", None) is not None:
+        kw["every_seconds"] = args.maintain_every
+    return MaintenanceConfig(**kw)
+
+
+def common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("roots", nargs="+", metavar="ROOT", help="folder or URL holding runs")
+    p.add_argument("--out", required=True, help="output folder or URL for the Delta tables")
+    p.add_argument("--storage-options", help="JSON object passed to fsspec for every URL")
+    p.add_argument(
+        "--ray-address",
+        help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)",
+    )
+    p.add_argument(
+        "--rules", metavar="FILE", help="TOML file overriding health rule settings (docs/health.md)"
+    )
+    p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
+    p.add_argument(
+        "--tailers",
+        type=int,
+        help="tailer actors owning shards of runs (default: watch, as many as workers; "
+        "analyze, one per 8 workers; at most 4)",
+    )
+    p.add_argument(
+        "--reset-run",
+        action="append",
+        metavar="RUN_ID",
+        help="read this run again from the start: its resume state is moved aside and its "
+        "rows deleted (a corrupt or unreadable resume state); repeatable",
+    )
+    retention(p)
+
+
+def retention(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--retention",
+        type=float,
+        help="seconds removed files and log entries are kept before vacuum deletes them "
+        "(default 300; readers that take longer than this may fail)",
+    )
+
+
+def runtime_config(args: argparse.Namespace):
+    from rlstream.runtime.cluster import RayConfig
+    from rlstream.runtime.driver import RuntimeConfig
+
+    return RuntimeConfig(
+        workers=args.workers,
+        tailers=args.tailers,
+        ray=RayConfig(address=args.ray_address),
+        maintenance=maintenance_config(args),
+    )
+
+
+def print_fleet(out: str, opts: dict) -> None:
+    """The same table as `rlstream status OUT`: one table implementation for the CLI."""
+    from rlstream.fleet.outdir import read_rejected
+    from rlstream.fleet.read import read_latest
+    from rlstream.fleet.status import render_table, status_rows
+
+    print(render_table(status_rows(read_latest(out, opts)), rejected=read_rejected(out, opts)))
+
+
+def check_inputs(args: argparse.Namespace, cfg: PipelineConfig) -> None:
+    """Every ROOT is a folder that can be listed and OUT is not a file: checked before
+    anything starts (no Ray), so a wrong path costs nothing but a one-line error."""
+    import os
+
+    from rlstream.errors import InputError
+    from rlstream.pipeline.discover import check_root, normalize_root
+    from rlstream.pipeline.local import input_storage
+
+    storage = input_storage(args.roots, cfg.storage_options)
+    for root in args.roots:
+        check_root(storage, root)
+    out = normalize_root(args.out)
+    if "://" not in out and os.path.isfile(out):
+        raise InputError(f"OUT {args.out} is a file: give a folder for the tables")
+
+
+def finish(outcome, out: str, verb: str, opts: dict) -> int:
+    """Say what the command did (from what the commits wrote) and pick the exit code."""
+    from rlstream.pipeline.outcome import exit_status, lines
+
+    print("\n".join(lines(outcome, out, verb)))
+    if outcome.runs:
+        print()
+        print_fleet(out, opts)
+    return exit_status(outcome)
+
+
+def rules_hooks(args: argparse.Namespace):
+    """A picklable factory of the health hook with the `--rules` file applied."""
+    import functools
+
+    from rlstream.health import DEFAULT_RULES, load_rules
+    from rlstream.pipeline.verdicts import health_hooks
+
+    rules = load_rules(args.rules) if args.rules else DEFAULT_RULES
+    return functools.partial(health_hooks, rules)
+
+
+def checked_out(out: str, opts: dict) -> None:
+    from rlstream.fleet.outdir import check_out
+    from rlstream.io.storage import Storage
+    from rlstream.pipeline.discover import normalize_root
+
+    check_out(Storage.for_url(normalize_root(out), opts), out)
+
+
+def default_report_path(out: str) -> str:
+    """Beside a local OUT (`/data/out` -> `/data/out-report.html`); in the current
+    folder for a URL (the report is a local file)."""
+    import os
+
+    from rlstream.pipeline.discover import normalize_root
+
+    url = normalize_root(out)
+    name = url.rstrip("/").rsplit("/", 1)[-1] or "out"
+    if "://" in url:
+        return os.path.abspath(f"{name}-report.html")
+    return os.path.join(os.path.dirname(url), f"{name}-report.html")
