@@ -56,7 +56,7 @@ def _group_and_runs(
     storage = input_storage(roots, cfg.storage_options)
     out_url = normalize_root(out)
     sink = ParquetSink(out_url, Storage.for_url(out_url, cfg.storage_options), cfg.fsync)
-    urls = [u for root in roots for u in find_runs(storage, root)]
+    urls = [u for root in roots for u in find_runs(storage, root, fmt=cfg.input_format)]
     return RunGroup(storage, sink, cfg, **hooks), urls
 
 

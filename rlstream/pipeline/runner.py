@@ -23,12 +23,13 @@ from typing import Any
 
 from rlstream.config import PipelineConfig
 from rlstream.errors import CheckpointError, RlstreamError
-from rlstream.formats.loops import FORMAT_VERSION, BadRecord, parse_json
+from rlstream.formats.loops import BadRecord, run_json
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
-from rlstream.pipeline.discover import RUN_JSON
+from rlstream.pipeline.discover import RUN_JSON, detect_format
 from rlstream.pipeline.rows import steps_table
+from rlstream.pipeline.runs import add_other_run, plan_other
 from rlstream.pipeline.state import (
     CHECKPOINT_VERSION,
     RunState,
@@ -97,12 +98,18 @@ class RunGroup:
         self.rejected: dict[str, QuarantineRow] = {}
         self.rejected_files: set[str] = set()
         self.dirty: set[str] = set()
+        self.streams: dict[str, tuple[Any, ...]] = {}
+        """Run URL -> what its format follows (formats other than Loops)."""
+        self._final = False
 
     # -- runs ----------------------------------------------------------------------
     def add_run(self, run_url: str) -> RunState | None:
         """Start tracking a run, resuming from its checkpoint when one exists."""
         if run_url in self.runs:
             return self.runs[run_url]
+        fmt = detect_format(self.storage, run_url, self.cfg.input_format)
+        if fmt is not None and fmt != "loops":
+            return add_other_run(self, run_url, fmt)
         meta, stat, bad = self._read_run_json(run_url)
         if meta is None:
             log.warning("skipping %s: run.json %s", run_url, bad)
@@ -145,24 +152,9 @@ class RunGroup:
         except FileNotFoundError:
             return None, None, "vanished while being read"
         try:
-            obj = parse_json(data)
+            return run_json(data), stat, ""
         except BadRecord as e:
-            return None, stat, f"is not valid JSON ({e}): {excerpt(data)!r}"
-        if not isinstance(obj, dict) or not isinstance(obj.get("run_id"), str) or not obj["run_id"]:
-            return None, stat, "has no string run_id"
-        if not isinstance(obj.get("config", {}), dict):
-            return None, stat, "has a config that is not an object"
-        version = obj.get("format_version", FORMAT_VERSION)
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            return (
-                None,
-                stat,
-                (
-                    f"has format_version {version!r}; this rlstream reads version {FORMAT_VERSION}: "
-                    "upgrade rlstream"
-                ),
-            )
-        return obj, stat, ""
+            return None, stat, str(e)
 
     def _apply_run_json(self, state: RunState, meta: dict[str, Any], stat: Any) -> None:
         state.config = meta.get("config") or {}
@@ -194,6 +186,8 @@ class RunGroup:
     # -- polling -------------------------------------------------------------------
     def plan(self, state: RunState) -> list[Unit]:
         """Units for what is new in one run (stats and listings only; no data read)."""
+        if getattr(state, "format", "loops") != "loops":
+            return plan_other(self, state)
         self._refresh_run_json(state)
         units: list[Unit] = []
         for file in (STEPS_FILE, ROLLOUTS_FILE):
@@ -245,6 +239,7 @@ class RunGroup:
         now = time.time() if now is None else now
         self.polls += 1
         due = [s for s in self.runs.values() if final or self._due(s, now)]
+        self._final = final
         units: list[Unit] = []
         for state in due:
             units.extend(self.plan(state))
@@ -265,7 +260,7 @@ class RunGroup:
             )
         new_rows = 0
         for state in due:
-            if final:
+            if final and getattr(state, "format", "loops") == "loops":
                 self._note_leftovers(state)
             rows = finalize(state, watermark(state, now, self.cfg, final))
             if rows:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlstream.config import PipelineConfig
-from rlstream.formats.loops import StepRecord
 from rlstream.formats.quarantine import QuarantineRow
+from rlstream.formats.records import StepRecord, merge_parts
 from rlstream.io.tail import FileCursor
 from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
@@ -64,6 +64,12 @@ class RunState:
     findings: list[dict[str, Any]] = field(default_factory=list)
     headline: dict[str, Any] = field(default_factory=dict)
     version: int = CHECKPOINT_VERSION
+    format: str = "loops"
+    """The run's format (`rlstream.formats.FORMATS`)."""
+    parts: tuple[str, ...] = ()
+    """Writers of one step's rows the format expects (prime-rl: trainer, orchestrator)."""
+    part_steps: dict[str, int] = field(default_factory=dict)
+    """Highest step read per writer, for the watermark of multi-writer formats."""
 
     @property
     def max_known_step(self) -> int:
@@ -103,14 +109,28 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
         c["transcripts"] += len(res.names)
     if res.heartbeat is not None:
         state.last_activity = max(state.last_activity or res.heartbeat, res.heartbeat)
+    if res.done:
+        state.seen.update(res.done)
+        state.last_change = now
+    for path, ident in res.seen_files:
+        state.cursors[path] = ident
     for rec in res.steps:
-        if rec.step in state.reported:
-            c["duplicate_steps"] += 1
-            c["quarantined"] += 1
-            state.out_quarantine.append(
-                QuarantineRow(state.run_id, STEPS_FILE, rec.offset, "duplicate_step", "", rec.step)
-            )
-            continue
+        if rec.part:
+            ps = state.part_steps
+            ps[rec.part] = max(ps.get(rec.part, -1), rec.step)
+        prev = state.reported.get(rec.step)
+        if prev is not None:
+            merged = merge_parts(prev, rec)
+            if merged is None:
+                c["duplicate_steps"] += 1
+                c["quarantined"] += 1
+                state.out_quarantine.append(
+                    QuarantineRow(
+                        state.run_id, res.file, rec.offset, "duplicate_step", "", rec.step
+                    )
+                )
+                continue
+            rec = merged
         state.reported[rec.step] = rec
         state.read_at[rec.step] = now
         state.max_reported_step = max(state.max_reported_step, rec.step)
@@ -141,8 +161,24 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
     if idle:
         return state.max_known_step
     by_lag = state.max_reported_step - cfg.watermark_lag_steps
-    settled = [s for s, t in state.read_at.items() if now - t >= cfg.watermark_settle_seconds]
+    parts = getattr(state, "parts", ())
+    if parts:
+        # A step is final once every writer has moved past it (or its row is whole).
+        seen = getattr(state, "part_steps", {})
+        by_lag = min(seen.get(p, -1) for p in parts) - cfg.watermark_lag_steps
+    settled = [
+        s
+        for s, t in state.read_at.items()
+        if now - t >= cfg.watermark_settle_seconds and _whole(state, s, parts)
+    ]
     return max(by_lag, *settled) if settled else by_lag
+
+
+def _whole(state: RunState, step: int, parts: tuple[str, ...]) -> bool:
+    if not parts:
+        return True
+    rec = state.reported.get(step)
+    return rec is not None and set(parts) <= set(rec.part.split("+"))
 
 
 def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
@@ -150,8 +186,9 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
     if upto <= state.final_through:
         return []
     steps = sorted(s for s in {*state.pending, *state.reported} if s <= upto)
+    fmt = getattr(state, "format", "loops")
     rows = [
-        step_row(state.run_id, s, state.reported.pop(s, None), state.pending.pop(s, None))
+        step_row(state.run_id, s, state.reported.pop(s, None), state.pending.pop(s, None), fmt)
         for s in steps
     ]
     state.final_through = upto
@@ -209,6 +246,7 @@ def summary(state: RunState) -> dict[str, Any]:
     return {
         "run_id": state.run_id,
         "run_uri": state.run_url,
+        "format": getattr(state, "format", "loops"),
         "finished": is_finished(state),
         "last_step": state.max_reported_step if state.max_reported_step >= 0 else None,
         "final_through": state.final_through,

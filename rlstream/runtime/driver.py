@@ -105,6 +105,7 @@ class Fleet:
     ) -> None:
         self.roots = [normalize_root(r) for r in roots]
         self.storage = input_storage(self.roots, cfg.storage_options)
+        self.input_format = cfg.input_format
         out_url = normalize_root(out)
         out_storage = Storage.for_url(out_url, cfg.storage_options)
         n_workers = rt.workers or cluster_cpus()
@@ -148,7 +149,11 @@ class Fleet:
         """Find runs under every root and hand new ones to their tailers."""
         found: list[str] = []
         for root in self.roots:
-            found.extend(u for u in find_runs(self.storage, root) if u not in self.owned)
+            found.extend(
+                u
+                for u in find_runs(self.storage, root, fmt=self.input_format)
+                if u not in self.owned
+            )
         if not found:
             return 0
         shards: dict[int, list[str]] = {}
@@ -168,7 +173,7 @@ class Fleet:
         """Batch mode: every tailer reads its shard of the runs a chunk at a time."""
         shards: list[list[str]] = [[] for _ in self.tailers]
         for root in self.roots:
-            for url in find_runs(self.storage, root):
+            for url in find_runs(self.storage, root, fmt=self.input_format):
                 shards[int(run_key(url), 16) % self.n_tailers].append(url)
         refs = [t.analyze.remote(urls) for t, urls in zip(self.tailers, shards, strict=True)]
         total = sum(len(s) for s in shards)
