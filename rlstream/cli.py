@@ -39,13 +39,27 @@ def _pipeline_config(args: argparse.Namespace) -> PipelineConfig:
         kw["poll_seconds"] = args.poll
     if getattr(args, "commit_every", None) is not None:
         kw["commit_seconds"] = args.commit_every
+    if getattr(args, "format", None) is not None:
+        kw["input_format"] = args.format
     return PipelineConfig(**kw)
+
+
+def _format_names() -> list[str]:
+    from rlstream.formats import FORMATS
+
+    return list(FORMATS)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("roots", nargs="+", metavar="ROOT", help="folder or URL holding runs")
     p.add_argument("--out", required=True, help="output folder or URL for the Parquet tables")
     p.add_argument("--storage-options", help="JSON object passed to fsspec for every URL")
+    p.add_argument(
+        "--format",
+        choices=_format_names(),
+        help="read every run as this trainer's format (default: detect each run's format; "
+        "docs/formats.md)",
+    )
     p.add_argument(
         "--ray-address",
         help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)",

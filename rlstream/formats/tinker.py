@@ -11,7 +11,8 @@ record per trajectory (`rl/rollout_logging.py` `serialize_rollout_summaries`:
 `steps` [{`step_idx`, `ob_len`, `ac_len`, `reward`, `episode_done`, `metrics`,
 `logs`}], `final_ob_len`).
 
-Mapping (canonical key <- tinker key): `reward/mean` <- `env/all/reward/total`;
+Mapping (canonical key <- tinker key): `reward/mean_with_unusable` (every
+trajectory, constant groups included) <- `env/all/reward/total`;
 `reward/no_variance_frac` <- `env/all/by_group/frac_all_good + frac_all_bad`;
 `completion/len_mean` <- `env/all/ac_tokens_per_turn`; `sampling/entropy_estimate`
 <- `optim/entropy`; `train/mismatch_kl` <- `optim/kl_sample_train_v2` (the k2
@@ -49,7 +50,7 @@ ITERATION = re.compile(r"iteration_(\d+)")
 SUMMARIES = re.compile(r"train_rollout_summaries\.jsonl")
 
 KEYS = {
-    "env/all/reward/total": "reward/mean",
+    "env/all/reward/total": "reward/mean_with_unusable",
     "env/all/ac_tokens_per_turn": "completion/len_mean",
     "optim/entropy": "sampling/entropy_estimate",
     "optim/kl_sample_train_v2": "train/mismatch_kl",

@@ -19,8 +19,8 @@ skipped, so no step is counted twice; train and eval entries of one step are mer
 (`part` "train" / "eval"); the end-of-training summary entry (`train_runtime`) is not
 a step. `max_steps` gives the run's end.
 
-Mapping (canonical key <- TRL key): `reward/mean` <- `reward`; `reward/std` <-
-`reward_std`; `reward/no_variance_frac` <- `frac_reward_zero_std`;
+Mapping (canonical key <- TRL key): `reward/mean_with_unusable` (every completion)
+<- `reward`; `reward/no_variance_frac` <- `frac_reward_zero_std`;
 `completion/len_mean` <- `completions/mean_length`; `completion/truncated_frac` <-
 `completions/clipped_ratio`; `sampling/entropy_estimate` <- `entropy`; `eval/<name>`
 <- `eval_<name>`. Completion tables become rollout records: the reward is the sum of
@@ -58,8 +58,7 @@ COMPLETIONS = "completions"
 TABLE = re.compile(r"completions_(\d+)\.parquet")
 
 KEYS = {
-    "reward": "reward/mean",
-    "reward_std": "reward/std",
+    "reward": "reward/mean_with_unusable",
     "frac_reward_zero_std": "reward/no_variance_frac",
     "completions/mean_length": "completion/len_mean",
     "completions/clipped_ratio": "completion/truncated_frac",

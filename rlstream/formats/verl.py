@@ -13,7 +13,8 @@ A verl run folder holds one such log (`metrics.jsonl` when it is there, else the
 `*.jsonl` in verl's shape; the run id is its stem unless that is "metrics") and, in
 a sub-folder named `rollout_data`, `rollouts` or `rollout`, the dumps.
 
-Mapping (canonical key <- verl key): `reward/mean` <- `critic/score/mean`;
+Mapping (canonical key <- verl key): `reward/mean_with_unusable` (the whole batch)
+<- `critic/score/mean`;
 `completion/len_mean` <- `response_length/mean`; `completion/truncated_frac` <-
 `response_length/clip_ratio`; `sampling/entropy_estimate` <- `actor/entropy`;
 `train/mismatch_kl` <- `rollout_corr/k3_kl`; `train/mismatch_ess` <-
@@ -50,7 +51,7 @@ DUMP = re.compile(r"(\d+)\.jsonl")
 MAX_PEEKS = 4
 
 KEYS = {
-    "critic/score/mean": "reward/mean",
+    "critic/score/mean": "reward/mean_with_unusable",
     "response_length/mean": "completion/len_mean",
     "response_length/clip_ratio": "completion/truncated_frac",
     "actor/entropy": "sampling/entropy_estimate",

@@ -196,7 +196,7 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
         del state.read_at[s]
     state.out_rows.extend(rows)
     state.counters["steps_final"] += len(rows)
-    _update_headline(state, rows)
+    _update_headline(state, rows, reported=fmt != "loops")
     return rows
 
 
@@ -214,14 +214,19 @@ HEADLINE_KEYS = (
 TREND_WINDOW = 20
 
 
-def _update_headline(state: RunState, rows: list[dict[str, Any]]) -> None:
+def _update_headline(state: RunState, rows: list[dict[str, Any]], reported: bool = False) -> None:
     """Latest non-null headline figures, and the reward trend (slope per step) over
-    the last TREND_WINDOW final steps; bounded memory whatever the run length."""
+    the last TREND_WINDOW final steps; bounded memory whatever the run length. With
+    `reported` (formats other than Loops, which often report what they cannot give to
+    recompute), a figure's reported column stands in for a null recomputed one."""
     recent = state.headline.setdefault("_recent_rewards", [])
     for r in rows:
         for k in HEADLINE_KEYS:
-            if r.get(k) is not None:
-                state.headline[k] = r[k]
+            v = r.get(k)
+            if v is None and reported:
+                v = r.get(f"reported_{k}")
+            if v is not None:
+                state.headline[k] = v
         if r.get("reward_mean") is not None:
             recent.append((r["step"], r["reward_mean"]))
     del recent[:-TREND_WINDOW]

@@ -46,6 +46,7 @@ RUN_HEALTH_SCHEMA = pa.schema(
         pa.field("quarantined", pa.int64()),
         pa.field("late", pa.int64()),
         pa.field("token_metrics", pa.string()),
+        pa.field("format", pa.string()),
     ],
     metadata={"rlstream.schema_version": "1", "rlstream.table": "run_health"},
 )
@@ -97,6 +98,7 @@ def health_row(state: Any, now: float) -> dict[str, Any]:
         "quarantined": c["quarantined"],
         "late": c["late"],
         "token_metrics": token_metrics,
+        "format": getattr(state, "format", "loops"),
     }
 
 

@@ -67,11 +67,11 @@ def test_table_shows_figures_and_trend():
     lines = text.splitlines()
     assert lines[0] == "1 runs: 1 warning"
     assert lines[1].split() == [
-        "run", "status", "step", "updated", "reward", "trend/100", "kl", "ess", "entropy",
-        "trunc", "findings",
+        "run", "format", "status", "step", "updated", "reward", "trend/100", "kl", "ess",
+        "entropy", "trunc", "findings",
     ]  # fmt: skip
     assert lines[2].split() == [
-        "r1", "warning", "41", "3h", "0.457", "↓-0.40", "1.23e-03", "0.988", "0.123", "0.25",
+        "r1", "loops", "warning", "41", "3h", "0.457", "↓-0.40", "1.23e-03", "0.988", "0.123", "0.25",
         "entropy_collapse",
     ]  # fmt: skip
     assert trend_arrow(0.0001) == "→+0.01"
