@@ -89,7 +89,9 @@ def test_verl_rows(tmp_path, sim):
         dump = jsonl(run / "rollout_data" / f"{row['step']}.jsonl")
         groups = _groups([(s["input"], s["score"]) for s in dump])
         assert row["attempts"] == len(dump)
-        assert row["reward_mean_with_unusable"] == pytest.approx(np.mean([s["score"] for s in dump]))
+        assert row["reward_mean_with_unusable"] == pytest.approx(
+            np.mean([s["score"] for s in dump])
+        )
         assert row["reward_mean"] == pytest.approx(_trained_mean(groups))
         assert row["completion_len_mean"] is None and row["mismatch_kl"] is None
 
@@ -130,7 +132,9 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
         assert row["reported_mismatch_kl"] == trainer["mismatch_kl/all/mean"]
         assert row["reported_entropy_estimate"] == trainer["entropy/all/mean"]
         assert row["reported_reward_mean"] == orch["train/agg/effective/default/reward/mean"]
-        assert row["reported_truncated_frac"] == orch["train/agg/effective/default/is_truncated/mean"]
+        assert (
+            row["reported_truncated_frac"] == orch["train/agg/effective/default/is_truncated/mean"]
+        )
         assert row["reported_lag_mean"] == orch["off_policy/mean"]
         assert dict(row["reported_other"])["loss/mean"] == trainer["loss/mean"]
         assert row["time"] == max(orch["time"], trainer["time"])
