@@ -205,6 +205,7 @@ def verl(run: Any, Write: Any) -> list[list[Any]]:
 
 def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
     out: list[list[Any]] = [[]]
+    pending: list[Any] = []
     for sd in run.steps:
         f = _figures(sd, trained_only=True)
         t = sd.time or 0.0
@@ -239,14 +240,18 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
             }  # fmt: skip
             lines.append(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
         folder = f"token_exports/step_{sd.step}"
+        # The orchestrator runs a step ahead (async): its row for step s comes before
+        # the trainer's row for step s - 1.
         out.append(
             [
                 Write("metrics.jsonl", _line(orch), append=True),
+                *pending,
                 *([Write(f"{folder}/rank_0.jsonl", "".join(lines).encode())] if lines else []),
                 *([Write(f"{folder}/STABLE", b"")] if lines else []),
-                Write("metrics.jsonl", _line(trainer), append=True),
             ]
         )
+        pending = [Write("metrics.jsonl", _line(trainer), append=True)]
+    out.append(pending)
     return out
 
 
