@@ -100,7 +100,7 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
         c["quarantined"] += 1
     state.out_quarantine.extend(res.quarantine)
     if res.cursor is not None:
-        state.cursors[res.file] = res.cursor
+        state.cursors[res.cursor_key or res.file] = res.cursor
     if res.names:
         state.seen.update(res.names)
         top = max(res.names)

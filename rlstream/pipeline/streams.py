@@ -37,6 +37,9 @@ from rlstream.pipeline.transcripts import TranscriptParser
 from rlstream.pipeline.work import FilesUnit, LinesUnit, SnapshotUnit, Unit, UnitResult
 
 JSONL = (".jsonl", ".json")
+READ_KEY = "#read"
+"""Suffix of a snapshot's consumption cursor (entries and last step read) in
+`RunState.cursors`, beside each candidate file's identity cursor."""
 
 
 def listing(storage: Storage, url: str) -> frozenset[str]:
@@ -128,9 +131,9 @@ def plan_streams(
                         state.run_id,
                         state.run_url,
                         state.format,
-                        s.paths[0],
+                        s.paths[0] + READ_KEY,
                         tuple(cands),
-                        state.cursors.get(s.paths[0], FileCursor()),
+                        state.cursors.get(s.paths[0] + READ_KEY, FileCursor()),
                         state.final_through,
                     )
                 )
@@ -263,7 +266,7 @@ def run_files(unit: FilesUnit, storage: Storage) -> UnitResult:
 
 def run_snapshot(unit: SnapshotUnit, storage: Storage) -> UnitResult:
     fmt = get_format(unit.fmt)
-    res = UnitResult(unit.run_id, unit.key)
+    res = UnitResult(unit.run_id, unit.key.removesuffix(READ_KEY), cursor_key=unit.key)
     best: tuple[int, int, str, list[Any]] | None = None
     seen = []
     for path, stat in unit.candidates:
@@ -318,5 +321,7 @@ def run_snapshot(unit: SnapshotUnit, storage: Storage) -> UnitResult:
             res.quarantine.append(QuarantineRow(unit.run_id, path, None, "late", "", rec.step))
             continue
         res.steps.append(rec)
-    res.cursor = replace(cur, offset=n, max_step=max(cur.max_step, last))
+    # Entries are counted monotonically, so a bad entry a resumed run logs again at
+    # the same place is not quarantined twice.
+    res.cursor = replace(cur, offset=max(cur.offset, n), max_step=max(cur.max_step, last))
     return res

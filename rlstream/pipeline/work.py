@@ -116,6 +116,8 @@ class UnitResult:
     """Per-step files and step folders consumed (a `FilesUnit`'s)."""
     seen_files: tuple[tuple[str, FileCursor], ...] = ()
     """Identity cursors of snapshot candidates read (a `SnapshotUnit`'s)."""
+    cursor_key: str | None = None
+    """Where `cursor` is kept in `RunState.cursors` when not under `file`."""
     bytes: int = 0
     records: int = 0
     tokens: int = 0
