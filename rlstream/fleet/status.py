@@ -68,6 +68,7 @@ def status_rows(latest: list[dict[str, Any]], now: float | None = None) -> list[
                     for f in firing(r.get("findings"))
                 ],
                 "quarantined": r.get("quarantined"),
+                "not_evaluable": list(r.get("not_evaluable") or []),
             }
         )
     rows.sort(key=sort_key)

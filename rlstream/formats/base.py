@@ -35,6 +35,12 @@ Peek = Callable[[str], bytes | None]
 
 PEEK_BYTES = 8192
 
+NO_FAILURES = frozenset(
+    {"discard_rollout_failed", "discard_grading_failed", "discard_unversioned", "discard_stale"}
+)
+"""Discard counts of the rollout kernel that a format whose files do not record failed
+or stale rollouts cannot give (its count would be a false 0)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Tail:

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from rlstream.formats.base import RunInfo, StepFiles, Stream, Tail, first_line
+from rlstream.formats.base import NO_FAILURES, RunInfo, StepFiles, Stream, Tail, first_line
 from rlstream.formats.records import (
     BadRecord,
     Heartbeat,
@@ -69,7 +69,7 @@ class TinkerFormat:
     """tinker-cookbook's `log_path` folders."""
 
     name = "tinker"
-    unavailable: frozenset[str] = frozenset({"truncated_frac"})
+    unavailable: frozenset[str] = NO_FAILURES | {"truncated_frac"}
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         if METRICS not in listing:

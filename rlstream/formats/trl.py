@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from rlstream.formats.base import RunInfo, Snapshot, StepFiles, Stream
+from rlstream.formats.base import NO_FAILURES, RunInfo, Snapshot, StepFiles, Stream
 from rlstream.formats.records import (
     BadLine,
     BadRecord,
@@ -80,7 +80,7 @@ class TrlFormat:
     """TRL (transformers Trainer) output folders."""
 
     name = "trl"
-    unavailable: frozenset[str] = frozenset()
+    unavailable: frozenset[str] = NO_FAILURES
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         return STATE in listing or any(CHECKPOINT.fullmatch(n.rstrip("/")) for n in listing)

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from rlstream.formats.base import RunInfo, StepFiles, Stream, Tail, first_line
+from rlstream.formats.base import NO_FAILURES, RunInfo, StepFiles, Stream, Tail, first_line
 from rlstream.formats.records import (
     BadLine,
     BadRecord,
@@ -79,7 +79,7 @@ class VerlFormat:
     """verl's file-logger runs."""
 
     name = "verl"
-    unavailable: frozenset[str] = frozenset()
+    unavailable: frozenset[str] = NO_FAILURES
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         return bool(_logs(listing, peek))

@@ -47,6 +47,7 @@ RUN_HEALTH_SCHEMA = pa.schema(
         pa.field("late", pa.int64()),
         pa.field("token_metrics", pa.string()),
         pa.field("format", pa.string()),
+        pa.field("not_evaluable", pa.list_(pa.string())),
     ],
     metadata={"rlstream.schema_version": "1", "rlstream.table": "run_health"},
 )
@@ -99,6 +100,7 @@ def health_row(state: Any, now: float) -> dict[str, Any]:
         "late": c["late"],
         "token_metrics": token_metrics,
         "format": getattr(state, "format", "loops"),
+        "not_evaluable": list(state.headline.get("_not_evaluable", [])),
     }
 
 

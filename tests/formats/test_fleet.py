@@ -42,6 +42,41 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
     assert table_formats == latest
     steps = table(tmp_path / "out", "steps")
     assert {r["run_id"] for r in steps} == set(latest)
+    # What each format cannot give (docs/formats.md) leaves these rules not evaluable.
+    ne = {r["format"]: r["not_evaluable"] for r in read_latest(str(tmp_path / "out"))}
+    no_failures = ["grading_failure_burst", "rollout_failure_burst"]
+    assert ne == {
+        "loops": [],
+        "tinker": sorted(
+            [*no_failures, "degenerate_outputs", "heldout_gap", "low_ess", "out_of_room", "stalled"]
+        ),
+        "verl": sorted(
+            [*no_failures, "degenerate_outputs", "heldout_gap", "stale_rollouts", "stalled"]
+        ),
+        "prime-rl": sorted(
+            [
+                *no_failures,
+                "heldout_gap",
+                "no_learning_signal",
+                "tasks_mastered",
+                "tasks_too_easy",
+                "tasks_too_hard",
+                "unusable_groups_streak",
+            ]
+        ),
+        "trl": sorted(
+            [
+                *no_failures,
+                "degenerate_outputs",
+                "low_ess",
+                "mismatch_kl_rising",
+                "stale_rollouts",
+                "stalled",
+            ]
+        ),
+    }
+    tinker_rows = [r for r in steps if r["run_id"] == "tinker-run"]
+    assert all(r["discard_rollout_failed"] is None for r in tinker_rows)
 
 
 def test_format_flag_reads_only_that_format(tmp_path):
