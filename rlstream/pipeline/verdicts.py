@@ -23,7 +23,7 @@ from rlstream.health import (
     new_state,
     run_status,
 )
-from rlstream.health.evaluable import not_evaluable, row_figures
+from rlstream.health.evaluable import config_figures, not_evaluable, row_figures
 from rlstream.pipeline.state import RunState, is_finished
 
 
@@ -40,7 +40,7 @@ class HealthFold:
         hs = state.health if state.health is not None else new_state(self.rules, state.run_id)
         transitions = []
         if rows:
-            seen = set(state.headline.get("_figures", ()))
+            seen = set(state.headline.get("_figures", ())) | config_figures(state.config)
             for row in rows:
                 seen |= row_figures(row)
             state.headline["_figures"] = sorted(seen)

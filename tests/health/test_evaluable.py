@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlstream.health.evaluable import NEEDS, not_evaluable, row_figures
+from rlstream.health.evaluable import NEEDS, config_figures, not_evaluable, row_figures
 from rlstream.health.rules import RULES
 
 
@@ -33,3 +33,7 @@ def test_row_figures_from_a_steps_row():
         c for c in NEEDS if c not in {"stalled", "heldout_gap", "reward_too_fast", "noisy_reward",
                                      "out_of_room", "length_explosion", "length_collapse"}
     )  # fmt: skip
+    assert config_figures({"training": {"max_consecutive_unusable_groups": 24}}) == {
+        "unusable_limit"
+    }
+    assert config_figures({}) == set()
