@@ -49,9 +49,6 @@ class Tail:
     path: str
     kind: str
     """"steps" (lines become `StepRecord`s) or "rollouts" (lines become rollout dicts)."""
-    truncates_on_resume: bool = False
-    """The trainer opens the file anew when a resumed run starts (verl): a shorter
-    file is a new generation whose steps above the last one read are new."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
 from rlstream.pipeline.discover import RUN_JSON, detect_format
 from rlstream.pipeline.rows import steps_table
-from rlstream.pipeline.runs import add_other_run, plan_other
+from rlstream.pipeline.runs import add_other_run, plan_other, tails
 from rlstream.pipeline.state import (
     CHECKPOINT_VERSION,
     RunState,
@@ -260,8 +260,8 @@ class RunGroup:
             )
         new_rows = 0
         for state in due:
-            if final and getattr(state, "format", "loops") == "loops":
-                self._note_leftovers(state)
+            if final:
+                self._note_leftovers(state, tails(self.streams.get(state.run_url)))
             rows = finalize(state, watermark(state, now, self.cfg, final))
             if rows:
                 new_rows += len(rows)
@@ -303,9 +303,9 @@ class RunGroup:
         every = max(1, self.cfg.idle_poll_every)
         return (self.polls + int(run_key(state.run_url)[:8], 16)) % every == 0
 
-    def _note_leftovers(self, state: RunState) -> None:
+    def _note_leftovers(self, state: RunState, files: tuple[str, ...] | None = None) -> None:
         """At the end of a batch pass, say what could not be read (once each)."""
-        for file in (STEPS_FILE, ROLLOUTS_FILE):
+        for file in files if files is not None else (STEPS_FILE, ROLLOUTS_FILE):
             stat = self.storage.stat(Storage.join(state.run_url, file))
             cur = state.cursors[file]
             if stat is None:

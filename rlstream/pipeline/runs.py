@@ -14,6 +14,7 @@ from typing import Any
 
 from rlstream.errors import CheckpointError
 from rlstream.formats import get_format
+from rlstream.formats.base import Tail
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import BadRecord
 from rlstream.pipeline.state import CHECKPOINT_VERSION, RunState
@@ -76,3 +77,10 @@ def plan_other(group: Any, state: RunState) -> list[Unit]:
     )
     state.polls += 1
     return units
+
+
+def tails(streams: tuple[Any, ...] | None) -> tuple[str, ...] | None:
+    """The append-only files of a run of another format (None for Loops)."""
+    if streams is None:
+        return None
+    return tuple(s.path for s in streams if isinstance(s, Tail))
