@@ -250,3 +250,29 @@ def merge_parts(prev: StepRecord, rec: StepRecord) -> StepRecord | None:
         prev.offset,
         "+".join(sorted([*parts, rec.part])),
     )
+
+
+def word_ids(text: str) -> np.ndarray:
+    """A text completion as 64-bit ids of its whitespace-separated words (for
+    repetition and distinct-answer figures of formats that write only text)."""
+    words = text.split()
+    if not words:
+        return np.empty(0, np.int64)
+    import hashlib
+
+    digest = b"".join(hashlib.blake2b(w.encode(), digest_size=8).digest() for w in words)
+    return np.frombuffer(digest, dtype="<i8").astype(np.int64)
+
+
+TEXT_ONLY = frozenset(
+    {"completion_len_mean", "completion_len_p50", "completion_len_p95", "completion_len_max",
+     "truncated_frac"}
+)  # fmt: skip
+"""Completion columns text-only formats cannot give (lengths in tokens, stop reasons)."""
+
+
+def text_completion(attempt_id: str, task_id: str, step: int, text: str) -> Transcript:
+    """A text-only completion: trace "text", words as ids, no logprobs."""
+    return Transcript(
+        attempt_id, task_id, step, True, "text", [], [], [], [], [word_ids(text)], None, None
+    )

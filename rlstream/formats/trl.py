@@ -25,7 +25,8 @@ Mapping (canonical key <- TRL key): `reward/mean_with_unusable` (every completio
 `completions/clipped_ratio`; `sampling/entropy_estimate` <- `entropy`; `eval/<name>`
 <- `eval_<name>`. Completion tables become rollout records: the reward is the sum of
 the reward-function columns (TRL's default weights are 1; every numeric column but
-`step` and `advantage` counts as one), grouped by identical prompt.
+`step` and `advantage` counts as one), grouped by identical prompt, and text
+completions (`completion` as word ids, as for verl).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 
 from rlstream.formats.base import NO_FAILURES, RunInfo, Snapshot, StepFiles, Stream
 from rlstream.formats.records import (
+    TEXT_ONLY,
     BadLine,
     BadRecord,
     Heartbeat,
@@ -50,6 +52,7 @@ from rlstream.formats.records import (
     parse_json,
     rename,
     split_values,
+    text_completion,
 )
 
 STATE = "trainer_state.json"
@@ -80,7 +83,7 @@ class TrlFormat:
     """TRL (transformers Trainer) output folders."""
 
     name = "trl"
-    unavailable: frozenset[str] = NO_FAILURES
+    unavailable: frozenset[str] = NO_FAILURES | TEXT_ONLY
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         return STATE in listing or any(CHECKPOINT.fullmatch(n.rstrip("/")) for n in listing)
@@ -155,7 +158,8 @@ class TrlFormat:
         ]
         if not numeric:
             raise BadRecord("missing_field:reward")
-        rows = table.select(["prompt", *numeric]).to_pylist()
+        has_text = "completion" in cols
+        rows = table.select(["prompt", *(["completion"] * has_text), *numeric]).to_pylist()
         recs: list[Any] = []
         for i, r in enumerate(rows):
             vals = [r[c] for c in numeric if r[c] is not None]
@@ -191,7 +195,22 @@ class TrlFormat:
                     else ("no_variance" if len(set(g)) == 1 else None)
                 )
                 r.update(trained=reason is None, discard_reason=reason)
+        if has_text:
+            done = [r for r in recs if isinstance(r, dict)]
+            by_id = {f"{step}-{i}": row for i, row in enumerate(rows)}
+            recs += [
+                text_completion(r["attempt_id"], r["group_id"], step, _text(by_id[r["attempt_id"]]))
+                for r in done
+            ]
         return recs
+
+
+def _text(row: dict[str, Any]) -> str:
+    """A completion's text: a string, or the contents of conversational messages."""
+    c = row.get("completion")
+    if isinstance(c, list):
+        return " ".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in c)
+    return "" if c is None else str(c)
 
 
 def _entry(e: Any) -> StepRecord | None:

@@ -20,7 +20,10 @@ Mapping (canonical key <- verl key): `reward/mean_with_unusable` (the whole batc
 `train/mismatch_kl` <- `rollout_corr/k3_kl`; `train/mismatch_ess` <-
 `rollout_corr/rollout_is_eff_sample_size`. Dump lines become rollout records
 (reward `score`, grouped by identical `input` within the step, groups whose scores
-are all equal discarded as `no_variance`). No token arrays are written.
+are all equal discarded as `no_variance`) and text completions (`output` as word ids:
+repetition, distinct answers and their share per task; lengths count words, so the
+length and truncation columns stay null and the reported ones stand). No token arrays
+are written.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 
 from rlstream.formats.base import NO_FAILURES, RunInfo, StepFiles, Stream, Tail, first_line
 from rlstream.formats.records import (
+    TEXT_ONLY,
     BadLine,
     BadRecord,
     Heartbeat,
@@ -43,6 +47,7 @@ from rlstream.formats.records import (
     rename,
     split_values,
     step_of,
+    text_completion,
 )
 
 DEFAULT_LOG = "metrics.jsonl"
@@ -79,7 +84,7 @@ class VerlFormat:
     """verl's file-logger runs."""
 
     name = "verl"
-    unavailable: frozenset[str] = NO_FAILURES
+    unavailable: frozenset[str] = NO_FAILURES | TEXT_ONLY
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         return bool(_logs(listing, peek))
@@ -122,28 +127,24 @@ class VerlFormat:
         recs = jsonl_records(data, lambda obj: _sample(obj, step))
         rewards: dict[str, list[float]] = {}
         for r in recs:
-            if isinstance(r, dict):
-                rewards.setdefault(r["group_id"], []).append(r["reward"])
+            if isinstance(r, tuple):
+                rewards.setdefault(r[0]["group_id"], []).append(r[0]["reward"])
         out: list[Any] = []
         n = 0
         for r in recs:
             if isinstance(r, BadLine):
                 out.append(r)
                 continue
-            group = rewards[r["group_id"]]
-            reason = (
-                "group_too_small"
-                if len(group) == 1
-                else ("no_variance" if len(set(group)) == 1 else None)
-            )
+            roll, text = r
+            group = rewards[roll["group_id"]]
+            reason = "group_too_small" if len(group) == 1 else None
+            if reason is None and len(set(group)) == 1:
+                reason = "no_variance"
+            aid = f"{step}-{n}"
             out.append(
-                {
-                    **r,
-                    "attempt_id": f"{step}-{n}",
-                    "trained": reason is None,
-                    "discard_reason": reason,
-                }
+                {**roll, "attempt_id": aid, "trained": reason is None, "discard_reason": reason}
             )
+            out.append(text_completion(aid, roll["group_id"], step, text))
             n += 1
         return out
 
@@ -151,7 +152,7 @@ class VerlFormat:
         return []
 
 
-def _sample(obj: Any, step: int) -> dict[str, Any]:
+def _sample(obj: Any, step: int) -> tuple[dict[str, Any], str]:
     if not isinstance(obj, dict):
         raise BadRecord("not_an_object")
     if step_of(obj) != step:
@@ -173,7 +174,7 @@ def _sample(obj: Any, step: int) -> dict[str, Any]:
         "trained": True,
         "discard_reason": None,
         "metadata": {},
-    }
+    }, obj["output"]
 
 
 VERL = VerlFormat()

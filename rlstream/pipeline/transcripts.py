@@ -1,7 +1,8 @@
 """Transcripts to per-step kernel aggregates: the generations side of every format.
 
 `TranscriptParser` accumulates validated `Transcript`s (Loops transcript files,
-prime-rl token exports, ...) per step and builds the kernels' inputs with one
+prime-rl token exports, tinker's per-turn lengths, verl's and TRL's text completions as
+word ids: trace "text") per step and builds the kernels' inputs with one
 concatenation per array per step (no per-token Python), handing them to
 `rlstream.metrics`. Readers in `rlstream.formats` give the transcripts; this module
 is where they meet the metric kernels, so `formats` never imports them.
@@ -34,6 +35,8 @@ class _StepArrays:
     tasks: list[str] = field(default_factory=list)
     samples_lens: list[int] = field(default_factory=list)
     samples_truncated: list[bool] = field(default_factory=list)
+    text_tokens: list[np.ndarray] = field(default_factory=list)
+    text_tasks: list[str] = field(default_factory=list)
     vocab: int | None = None
     transcripts: int = 0
     full: int = 0
@@ -70,6 +73,10 @@ class TranscriptParser:
     def add_transcript(self, t: Transcript) -> None:
         """Fold one validated transcript (of any format) into its step's arrays."""
         acc = self._steps.setdefault(t.step, _StepArrays())
+        if t.trace == "text":  # words of a text-only completion: not a transcript
+            acc.text_tokens.extend(t.tokens)
+            acc.text_tasks.extend([t.task_id] * len(t.tokens))
+            return
         acc.transcripts += 1
         if t.trace == "full":
             acc.full += 1
@@ -123,8 +130,21 @@ class TranscriptParser:
                 agg.completions = (
                     samples if agg.completions is None else agg.completions.merge(samples)
                 )
+            if a.text_tokens:
+                text = _text_completions(a.text_tokens, a.text_tasks)
+                agg.completions = text if agg.completions is None else agg.completions.merge(text)
             out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
         return out
+
+
+def _text_completions(tokens: list[np.ndarray], tasks: list[str]) -> CompletionAgg:
+    """Repetition and distinct answers of text-only completions, from word ids (their
+    lengths count words, so formats giving only text null the length columns)."""
+    lens = np.asarray([len(x) for x in tokens], np.int64)
+    offsets = np.zeros(len(tokens) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    toks = np.concatenate(tokens) if tokens else np.empty(0, np.int64)
+    return CompletionAgg.from_arrays(lens, np.zeros(len(lens), bool), toks, offsets, tasks)
 
 
 def _stack_topk(rows: list[np.ndarray]) -> np.ndarray:
@@ -135,6 +155,16 @@ def _stack_topk(rows: list[np.ndarray]) -> np.ndarray:
         if r.shape[0]
     ]
     return np.concatenate(padded) if padded else np.empty((0, k))
+
+
+def _text_completions(tokens: list[np.ndarray], tasks: list[str]) -> CompletionAgg:
+    """Repetition and distinct answers of text-only completions, from word ids (their
+    lengths count words, so formats giving only text null the length columns)."""
+    lens = np.asarray([len(x) for x in tokens], np.int64)
+    offsets = np.zeros(len(tokens) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    toks = np.concatenate(tokens) if tokens else np.empty(0, np.int64)
+    return CompletionAgg.from_arrays(lens, np.zeros(len(lens), bool), toks, offsets, tasks)
 
 
 def _stack_topk(rows: list[np.ndarray]) -> np.ndarray:

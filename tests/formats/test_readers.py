@@ -94,6 +94,27 @@ def test_verl_rows(tmp_path, sim):
         )
         assert row["reward_mean"] == pytest.approx(_trained_mean(groups))
         assert row["completion_len_mean"] is None and row["mismatch_kl"] is None
+        _assert_text_figures(row, [s["output"] for s in dump], [s["input"] for s in dump])
+
+
+def _assert_text_figures(row: dict, texts: list[str], tasks: list[str]) -> None:
+    """Text-only completions, as docs/formats.md says: whitespace-separated words as
+    tokens; distinct answers and the largest share of tasks giving one answer."""
+    words = [tuple(t.split()) for t in texts]
+    assert row["completions"] == len(texts)
+    assert row["distinct_completions"] == pytest.approx(len(set(words)) / len(words))
+    by_answer: dict[tuple, set] = defaultdict(set)
+    for w, task in zip(words, tasks, strict=True):
+        by_answer[w].add(task)
+    share = max(len(t) for t in by_answer.values()) / len(set(tasks))
+    assert row["top_completion_task_share"] == pytest.approx(share)
+    reps = []
+    for w in words:
+        grams = [w[i : i + 4] for i in range(len(w) - 3)]
+        if grams:
+            reps.append(1 - len(set(grams)) / len(grams))
+    assert row["repetition"] == (pytest.approx(np.mean(reps)) if reps else None)
+    assert row["truncated_frac"] is None and row["completion_len_max"] is None
 
 
 def _k3_set(exports: list[dict]) -> tuple[float, float, float]:
@@ -172,4 +193,7 @@ def test_trl_rows_once_each_with_eval_merged(tmp_path, sim):
         groups = _groups(list(zip(t.column("prompt").to_pylist(), rewards, strict=True)))
         assert row["reward_mean_with_unusable"] == pytest.approx(np.mean(rewards))
         assert row["reward_mean"] == pytest.approx(_trained_mean(groups))
+        _assert_text_figures(
+            row, t.column("completion").to_pylist(), t.column("prompt").to_pylist()
+        )
     assert evals, "the simulated run logs held-out evaluations"
