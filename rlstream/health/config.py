@@ -374,6 +374,10 @@ class MetricDisagreement(RuleConfig):
     """Relative tolerance for KL, ESS, lag and entropy figures..."""
     atol: float = 2e-3
     """...plus this absolute tolerance."""
+    definition_share: float = 0.8
+    """A metric that was off in at least this share of the early-baseline rows that
+    carried it has disagreed from the start: a different definition, reported once as
+    ``info``, not a warning held for the whole run."""
 
 
 @dataclass(frozen=True)

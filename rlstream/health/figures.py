@@ -92,7 +92,10 @@ def extract(row: dict[str, Any]) -> dict[str, float]:
     f["reward_all"] = _first(
         g("reward_mean_with_unusable"), g("reported_reward_mean_with_unusable"), f["reward"]
     )
-    f["group_std"] = _first(g("reward_group_std_mean"), g("reported_reward_group_std_mean"))
+    # Spread over every group with rewards, rejected ones included (a group that
+    # collapsed to one outcome counts as 0); a trainer's own figure is over trained
+    # groups only (the guide's definition), the best a metric-only run offers.
+    f["group_std"] = _first(g("reward_group_std_mean_all"), g("reported_reward_group_std_mean"))
     attempts = _first(g("attempts"))
     f["attempts"] = attempts
     f["trained_attempts"] = _first(g("trained_attempts"))
@@ -143,6 +146,12 @@ def extract(row: dict[str, Any]) -> dict[str, float]:
     f["repetition"] = _first(g("repetition"))
     f["distinct"] = _first(g("distinct_completions"))
     f["top_share"] = _first(g("top_completion_task_share"))
+    # Reported minus recomputed, and the larger magnitude, per metric pair: the early
+    # baseline of these tells metric_disagreement whether a difference was there from
+    # the start (a different definition) or appeared later (a drift or a bug).
+    for name, rep, rec, _ in metric_pairs(row):
+        f[f"dis/{name}"] = rep - rec
+        f[f"mag/{name}"] = max(abs(rep), abs(rec))
     return {k: v for k, v in f.items() if v is not None}
 
 

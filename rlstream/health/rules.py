@@ -716,33 +716,63 @@ def heldout_gap(v: View, c: C.HeldoutGap, ctx: Ctx, active: bool, row: dict) -> 
     )
 
 
+def _md_tol(c: C.MetricDisagreement, kind: str, rep: float, rec: float) -> float:
+    if kind == "reward":
+        return c.reward_atol
+    if kind == "count":
+        return c.count_atol
+    return c.atol + c.rtol * max(abs(rep), abs(rec))
+
+
+def _off_from_start(v: View, c: C.MetricDisagreement, name: str, kind: str) -> bool | None:
+    """Did ``name`` disagree in most of the early-baseline rows that carried it?
+    None while that baseline is still filling."""
+    diffs, mags = v.base_values(f"dis/{name}"), v.base_values(f"mag/{name}")
+    if len(diffs) < v.baseline_min:
+        return None
+    off = sum(abs(d) > _md_tol(c, kind, m, m) for d, m in zip(diffs, mags, strict=True))
+    return off >= c.definition_share * len(diffs)
+
+
 def metric_disagreement(
     v: View, c: C.MetricDisagreement, ctx: Ctx, active: bool, row: dict
 ) -> Verdict | None:
     pairs = metric_pairs(row)
     if not pairs:
         return None
-    bad = []
+    drift, definition, undecided = [], [], False
     for name, rep, rec, kind in pairs:
-        if kind == "reward":
-            tol = c.reward_atol
-        elif kind == "count":
-            tol = c.count_atol
-        else:
-            tol = c.atol + c.rtol * max(abs(rep), abs(rec))
+        tol = _md_tol(c, kind, rep, rec)
         if active:
             tol /= ctx.hysteresis
-        if abs(rep - rec) > tol:
-            bad.append((abs(rep - rec) / max(tol, 1e-12), name, rep, rec))
-    if not bad:
-        return Verdict(False)
-    bad.sort(reverse=True)
-    shown = "; ".join(f"{n}: reported {a:.4g} vs recomputed {b:.4g}" for _, n, a, b in bad[:3])
-    return Verdict(
-        True,
-        f"at step {v.step} {shown}: the trainer's metric and the transcripts disagree; "
-        "check the trainer's weighting and sign conventions",
+        if abs(rep - rec) <= tol:
+            continue
+        start = _off_from_start(v, c, name, kind)
+        if start is None:  # too early to tell a definition from a drift
+            undecided = True
+            continue
+        (definition if start else drift).append((abs(rep - rec) / max(tol, 1e-12), name, rep, rec))
+    for found in (drift, definition):
+        found.sort(reverse=True)
+    shown = "; ".join(
+        f"{n}: reported {a:.4g} vs recomputed {b:.4g}" for _, n, a, b in (drift or definition)[:3]
     )
+    if drift:
+        return Verdict(
+            True,
+            f"at step {v.step} {shown}, agreeing in the run's first steps: the trainer's "
+            "metric and the transcripts disagree; check the trainer's weighting and sign "
+            "conventions",
+        )
+    if definition:
+        return Verdict(
+            True,
+            f"at step {v.step} {shown}, and so from the run's first steps: the trainer "
+            "defines this metric differently from rlstream (docs/run-format.md); the "
+            "recomputed figure is the one the rules read",
+            severity="info",
+        )
+    return None if undecided else Verdict(False)
 
 
 RULES: dict[str, Callable[..., Verdict | None]] = {

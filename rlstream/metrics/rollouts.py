@@ -7,10 +7,15 @@ step (keys ``attempt_id``, ``group_id``, ``task_id``, ``step``, ``policy_version
 ``reward``, ``trained``, ``discard_reason``, ``metadata``). ``merge`` returns a new
 object; groups are merged by ``group_id`` because a group may be split across shards.
 
-- rewards: over trained attempts (``reward_mean``, ``reward_std`` with ddof 0) and over
-  every attempt with a non-null reward (``reward_mean_with_unusable``);
-- ``reward_group_std_mean``: mean over groups with at least one non-null reward of the
-  group's ddof-0 reward std (variance from exact sums and sums of squares);
+- rewards: over trained attempts (``reward_mean``, ``reward_std`` with ddof 0); and
+  ``reward_mean_with_unusable``: the trained attempts plus the attempts of groups the
+  run rejected (groups with no trained attempt), non-null rewards only, as the Loops
+  guide defines ``reward/mean_with_unusable``;
+- ``reward_group_std_mean``: mean over **trained** groups (at least one trained attempt
+  with a reward) of the ddof-0 std of that group's trained rewards, the guide's
+  ``reward/group_std_mean``; ``reward_group_std_mean_all``: the same over every group
+  with at least one non-null reward, rejected groups included (the spread rules such as
+  no_learning_signal watch). Variances come from exact sums and sums of squares;
 - groups: total, with a trained attempt, carrying ``no_variance`` / ``group_too_small``;
 - discards: counts by full reason (``"rollout_failed/timeout"``) and by family;
 - lag: exact histogram of ``step - policy_version`` over trained, versioned attempts;
@@ -72,13 +77,17 @@ def _add(a: dict, b: dict) -> dict:
 
 @dataclass(slots=True)
 class GroupStats:
-    """Per-group exact sums; ``rewarded`` counts attempts with a non-null reward."""
+    """Per-group exact sums over rewarded attempts (``n_rewarded``, non-null reward) and
+    over the trained ones among them (``tr_*``)."""
 
     n: int = 0
     n_rewarded: int = 0
     sum_r: Exact = 0
     sumsq_r: Exact = 0  # Σ fixed(r)^2: units of 2**-2148
     n_trained: int = 0
+    tr_rewarded: int = 0
+    tr_sum_r: Exact = 0
+    tr_sumsq_r: Exact = 0
     discards: Counter[str] = field(default_factory=Counter)
 
     def merge(self, other: Self) -> Self:
@@ -88,6 +97,9 @@ class GroupStats:
             sum_r=add(self.sum_r, other.sum_r),
             sumsq_r=add(self.sumsq_r, other.sumsq_r),
             n_trained=self.n_trained + other.n_trained,
+            tr_rewarded=self.tr_rewarded + other.tr_rewarded,
+            tr_sum_r=add(self.tr_sum_r, other.tr_sum_r),
+            tr_sumsq_r=add(self.tr_sumsq_r, other.tr_sumsq_r),
             discards=self.discards + other.discards,
         )
 
@@ -102,8 +114,6 @@ class RolloutAgg:
     tr_n: int = 0
     tr_sum: Exact = 0
     tr_sumsq: Exact = 0
-    all_n: int = 0
-    all_sum: Exact = 0
     discards: Counter[str] = field(default_factory=Counter)
     lag: CountHistogram = field(default_factory=CountHistogram)
     meta_sum: dict[str, Exact] = field(default_factory=dict)
@@ -134,8 +144,6 @@ class RolloutAgg:
                 g.n_rewarded += 1
                 g.sum_r = add(g.sum_r, reward)
                 g.sumsq_r = add(g.sumsq_r, square)
-                agg.all_n += 1
-                agg.all_sum = add(agg.all_sum, reward)
             if trained:
                 g.n_trained += 1
                 agg.n_trained += 1
@@ -143,6 +151,9 @@ class RolloutAgg:
                     agg.tr_n += 1
                     agg.tr_sum = add(agg.tr_sum, reward)
                     agg.tr_sumsq = add(agg.tr_sumsq, square)
+                    g.tr_rewarded += 1
+                    g.tr_sum_r = add(g.tr_sum_r, reward)
+                    g.tr_sumsq_r = add(g.tr_sumsq_r, square)
                 if r.get("policy_version") is not None:
                     lags.append(int(r["step"]) - int(r["policy_version"]))
             if reason is not None:
@@ -177,8 +188,6 @@ class RolloutAgg:
             tr_n=self.tr_n + other.tr_n,
             tr_sum=add(self.tr_sum, other.tr_sum),
             tr_sumsq=add(self.tr_sumsq, other.tr_sumsq),
-            all_n=self.all_n + other.all_n,
-            all_sum=add(self.all_sum, other.all_sum),
             discards=self.discards + other.discards,
             lag=self.lag.merge(other.lag),
             meta_sum=_add(self.meta_sum, other.meta_sum),
@@ -198,6 +207,7 @@ class RolloutAgg:
             ("reward_std", float),
             ("reward_mean_with_unusable", float),
             ("reward_group_std_mean", float),
+            ("reward_group_std_mean_all", float),
             ("groups", int),
             ("groups_trained", int),
             ("groups_no_variance", int),
@@ -226,12 +236,22 @@ class RolloutAgg:
 
     def finalize(self) -> dict[str, Any]:
         # Each group's std depends only on its records; summed exactly, in any order.
-        n_std = 0
+        n_std = n_std_all = 0
         sum_std: Exact = 0
+        sum_std_all: Exact = 0
+        # Rejected groups (no trained attempt) join the trained attempts in
+        # reward_mean_with_unusable.
+        wu_n, wu_sum = self.tr_n, self.tr_sum
         for g in self.groups.values():
             if g.n_rewarded:
+                n_std_all += 1
+                sum_std_all = add(sum_std_all, fixed(_std(g.n_rewarded, g.sum_r, g.sumsq_r)))
+            if g.tr_rewarded:
                 n_std += 1
-                sum_std = add(sum_std, fixed(_std(g.n_rewarded, g.sum_r, g.sumsq_r)))
+                sum_std = add(sum_std, fixed(_std(g.tr_rewarded, g.tr_sum_r, g.tr_sumsq_r)))
+            if not g.n_trained:
+                wu_n += g.n_rewarded
+                wu_sum = add(wu_sum, g.sum_r)
 
         def family(prefix: str) -> int:
             return sum(c for r, c in self.discards.items() if r.split("/", 1)[0] == prefix)
@@ -241,8 +261,9 @@ class RolloutAgg:
             "trained_attempts": self.n_trained,
             "reward_mean": ratio(self.tr_sum, self.tr_n) if self.tr_n else None,
             "reward_std": _std(self.tr_n, self.tr_sum, self.tr_sumsq) if self.tr_n else None,
-            "reward_mean_with_unusable": ratio(self.all_sum, self.all_n) if self.all_n else None,
+            "reward_mean_with_unusable": ratio(wu_sum, wu_n) if wu_n else None,
             "reward_group_std_mean": ratio(sum_std, n_std) if n_std else None,
+            "reward_group_std_mean_all": ratio(sum_std_all, n_std_all) if n_std_all else None,
             "groups": len(self.groups),
             "groups_trained": sum(1 for g in self.groups.values() if g.n_trained),
             "groups_no_variance": sum(1 for g in self.groups.values() if g.discards["no_variance"]),

@@ -37,13 +37,21 @@ def step_metrics(sd: StepData) -> dict[str, Any]:
         out["reward/mean"] = float(rt.mean())
         out["reward/std"] = float(rt.std())
     valid = ~np.isnan(r)
-    per_group = [r[(sd.group_A == g) & valid] for g in range(len(sd.group_ids))]
+    groups = [sd.group_A == g for g in range(len(sd.group_ids))]
+    per_group = [r[in_g & valid] for in_g in groups]
     per_group = [rg for rg in per_group if rg.size]
-    if per_group:
-        out["reward/group_std_mean"] = float(np.mean([rg.std() for rg in per_group]))
-    rn = r[valid]
-    if rn.size:
-        out["reward/mean_with_unusable"] = float(rn.mean())
+    # The guide: the spread within each trained group; the trained attempts plus the
+    # attempts of the groups the run rejected.
+    per_trained = [r[in_g & trained] for in_g in groups if (in_g & trained).any()]
+    if per_trained:
+        out["reward/group_std_mean"] = float(np.mean([rg.std() for rg in per_trained]))
+    rejected = np.zeros_like(trained)
+    for in_g in groups:
+        if not (in_g & trained).any():
+            rejected |= in_g
+    usable = r[(trained | rejected) & valid]
+    if usable.size:
+        out["reward/mean_with_unusable"] = float(usable.mean())
 
     groups_nv = {
         int(g) for g, d in zip(sd.group_A, sd.discard_A, strict=True) if d == "no_variance"

@@ -57,6 +57,7 @@ def healthy_row(i: int, rng: random.Random) -> dict[str, Any]:
         "reward_mean_with_unusable": reward,
         "reward_std": 0.45,
         "reward_group_std_mean": group_std,
+        "reward_group_std_mean_all": group_std,
         "groups": GROUPS,
         "groups_trained": GROUPS - nv,
         "groups_no_variance": nv,
@@ -121,7 +122,7 @@ def _no_signal(i, onset, row):
         return row
     return _set(
         row,
-        reward_group_std_mean=0.004,
+        reward_group_std_mean_all=0.004,
         reward_mean_with_unusable=0.12,
         reward_mean=0.12,
         groups_no_variance=GROUPS - 1,
@@ -132,7 +133,7 @@ def _no_signal(i, onset, row):
 def _too_hard(i, onset, row):
     return _set(
         row,
-        reward_group_std_mean=0.01,
+        reward_group_std_mean_all=0.01,
         reward_mean_with_unusable=0.02,
         reward_mean=0.3,
         groups_no_variance=GROUPS if i % 3 else GROUPS - 1,
@@ -143,7 +144,7 @@ def _too_hard(i, onset, row):
 def _too_easy(i, onset, row):
     return _set(
         row,
-        reward_group_std_mean=0.01,
+        reward_group_std_mean_all=0.01,
         reward_mean_with_unusable=0.98,
         reward_mean=0.8,
         groups_no_variance=GROUPS if i % 3 else GROUPS - 1,

@@ -184,7 +184,7 @@ def test_no_learning_signal_after_a_hard_start_that_learned():
     for r in rs:
         i = r["step"]
         hard, learning = i < 40, 40 <= i < 100
-        r["reward_group_std_mean"] = 0.03 if hard else 0.3 if learning else 0.0
+        r["reward_group_std_mean_all"] = 0.03 if hard else 0.3 if learning else 0.0
         r["groups_no_variance"] = 6 if hard else 1 if learning else 8
         r["reward_mean_with_unusable"] = r["reward_mean"] = 0.05 if hard else 0.3
     state, _ = fold_all(rs)
@@ -194,7 +194,7 @@ def test_no_learning_signal_after_a_hard_start_that_learned():
     # A run hard from start to end never had a signal: tasks_too_hard, not this.
     flat = rows(160)
     for r in flat:
-        r["reward_group_std_mean"], r["groups_no_variance"] = 0.03, 7
+        r["reward_group_std_mean_all"], r["groups_no_variance"] = 0.03, 7
         r["reward_mean_with_unusable"] = r["reward_mean"] = 0.05
     state, _ = fold_all(flat)
     assert not _firing(state, "no_learning_signal")

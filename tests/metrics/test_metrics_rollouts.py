@@ -59,8 +59,11 @@ def test_hand_computed_step() -> None:
     assert out["reward_mean"] == pytest.approx(0.5)
     assert out["reward_std"] == pytest.approx(0.5)
     assert out["reward_mean_with_unusable"] == pytest.approx((2 + 2 + 0.5 + 1.0) / 9)
-    # Group stds: g1 0.5, g2 0, g3 0 (one reward), g4 std of [0.2, 0.8] = 0.3.
-    assert out["reward_group_std_mean"] == pytest.approx((0.5 + 0 + 0 + 0.3) / 4)
+    # The guide's reward/group_std_mean is over trained groups: g1 only (std 0.5).
+    assert out["reward_group_std_mean"] == pytest.approx(0.5)
+    # Over every group with rewards: g1 0.5, g2 0, g3 0 (one reward), g4 std of
+    # [0.2, 0.8] = 0.3.
+    assert out["reward_group_std_mean_all"] == pytest.approx((0.5 + 0 + 0 + 0.3) / 4)
     assert out["groups"] == 4
     assert out["groups_trained"] == 1
     assert out["groups_no_variance"] == 1
@@ -95,7 +98,29 @@ def test_group_split_across_shards_merges_to_whole() -> None:
         assert got["groups"] == 4
         assert_identical(got, whole)
     # Naively averaging each shard's group stds would differ: the split matters.
-    assert a.finalize()["reward_group_std_mean"] != pytest.approx(whole["reward_group_std_mean"])
+    assert a.finalize()["reward_group_std_mean_all"] != pytest.approx(
+        whole["reward_group_std_mean_all"]
+    )
+
+
+def test_trained_group_with_a_dropped_attempt() -> None:
+    """The guide's words: reward/mean_with_unusable adds the attempts of *rejected
+    groups* to the trained ones, and reward/group_std_mean is the spread within each
+    *trained* group. An attempt dropped on its own (stale, unversioned) from a group
+    that trained is in neither."""
+    records = [
+        rec("t", 1.0, True),
+        rec("t", 0.0, True),
+        rec("t", 1.0, True),
+        rec("t", 0.0, False, "stale", policy_version=0),
+        rec("n", 1.0, False, "no_variance"),
+        rec("n", 1.0, False, "no_variance"),
+    ]
+    out = RolloutAgg.from_records(records).finalize()
+    assert out["reward_mean"] == pytest.approx(2 / 3)
+    assert out["reward_mean_with_unusable"] == pytest.approx(4 / 5)
+    assert out["reward_group_std_mean"] == pytest.approx(float(np.std([1.0, 0.0, 1.0])))
+    assert out["reward_group_std_mean_all"] == pytest.approx(np.std([1.0, 0, 1, 0]) / 2)
 
 
 def test_empty() -> None:
@@ -104,6 +129,7 @@ def test_empty() -> None:
     for key in ("reward_mean", "reward_std", "reward_mean_with_unusable"):
         assert out[key] is None
     assert out["reward_group_std_mean"] is None and out["lag_mean"] is None
+    assert out["reward_group_std_mean_all"] is None
     assert out["rollout_metadata"] == {}
     only_failed = RolloutAgg.from_records([rec("g", None, False, "rollout_failed/x")]).finalize()
     assert only_failed["reward_group_std_mean"] is None

@@ -52,13 +52,23 @@ def recompute(run: Path) -> dict[int, dict[str, float]]:
         trained = [r["reward"] for r in recs if r["trained"]]
         if trained:
             m["reward/mean"] = float(np.mean(trained))
-        groups: dict[str, list[float]] = defaultdict(list)
+        # The guide: group_std_mean is the spread within each *trained* group;
+        # mean_with_unusable adds the attempts of the groups the run rejected.
+        trained_groups: dict[str, list[float]] = defaultdict(list)
+        rejected: dict[str, list[float]] = defaultdict(list)
         for r in recs:
-            if r["reward"] is not None:
-                groups[r["group_id"]].append(r["reward"])
-        if groups:
-            m["reward/group_std_mean"] = float(np.mean([np.std(v) for v in groups.values()]))
-            m["reward/mean_with_unusable"] = float(np.mean([x for v in groups.values() for x in v]))
+            if r["trained"] and r["reward"] is not None:
+                trained_groups[r["group_id"]].append(r["reward"])
+        for r in recs:
+            if r["group_id"] not in trained_groups and r["reward"] is not None:
+                rejected[r["group_id"]].append(r["reward"])
+        if trained_groups:
+            m["reward/group_std_mean"] = float(
+                np.mean([np.std(v) for v in trained_groups.values()])
+            )
+        usable = trained + [x for v in rejected.values() for x in v]
+        if usable:
+            m["reward/mean_with_unusable"] = float(np.mean(usable))
         ds, ls_all = [], []
         for r in recs:
             t = tr[r["attempt_id"]]
