@@ -263,7 +263,7 @@ def trl(run: Any, Write: Any) -> list[list[Any]]:
     import pyarrow.parquet as pq
 
     history: list[dict[str, Any]] = []
-    max_steps = len(run.steps)
+    max_steps = (run.config.get("training") or {}).get("max_steps") or len(run.steps)
 
     def state(gs: int) -> bytes:
         st = {
@@ -313,11 +313,12 @@ def trl(run: Any, Write: Any) -> list[list[Any]]:
         if gs % SAVE_EVERY == 0:
             batch.append(Write(f"checkpoint-{gs}/trainer_state.json", state(gs)))
         out.append(batch)
-    history.append(
-        {"epoch": 1.0, "step": max_steps, "total_flos": 0.0, "train_loss": 0.0,
-         "train_runtime": 1.0, "train_samples_per_second": 1.0, "train_steps_per_second": 1.0}
-    )  # fmt: skip
-    out.append([Write("trainer_state.json", state(max_steps))])
+    if run.finished:  # the end-of-training summary and top-level state
+        history.append(
+            {"epoch": 1.0, "step": max_steps, "total_flos": 0.0, "train_loss": 0.0,
+             "train_runtime": 1.0, "train_samples_per_second": 1.0, "train_steps_per_second": 1.0}
+        )  # fmt: skip
+        out.append([Write("trainer_state.json", state(max_steps))])
     return out
 
 
