@@ -2,13 +2,16 @@
 
     python -m bench batch [--quick] [--reps N] [--work DIR] [--json FILE]
     python -m bench live  [--quick] [--work DIR] [--json FILE]
+    python -m bench long  [--quick] [--runs N] [--steps N] [--interval S]
     python -m bench all   [--quick]
 
 `batch`: rlstream analyze vs DuckDB vs a plain script on the same simulated
 transcripts, worker scaling, memory against archive size (bench/batch.py).
 `live`: 10/50/100 live simulated runs under `rlstream watch`: keeping up, freshness,
 CPU; the idle cost of 100 unchanging runs; S3 requests per idle run per poll against
-a moto server (bench/live.py). `--quick` shrinks everything to about a minute for CI
+a moto server (bench/live.py). `long`: a time-compressed long history under `watch`:
+resume state size, files under OUT, commit time, RSS, status/report time at 10 % and
+100 % of it (bench/long.py). `--quick` shrinks everything to about a minute for CI
 (which checks that it runs, never a speed). Results and commands: bench/README.md.
 """
 
@@ -27,7 +30,7 @@ from bench.common import machine
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("batch", "live", "all"))
+    p.add_argument("what", choices=("batch", "live", "long", "all"))
     p.add_argument("--quick", action="store_true", help="CI-sized: about a minute")
     p.add_argument("--reps", type=int, help="timed rounds (default 3, quick 1)")
     p.add_argument("--work", help="scratch folder (default: a temp dir, removed after)")
@@ -37,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="batch: K times as many runs, contenders only (how fixed costs amortise)",
+    )
+    p.add_argument("--runs", type=int, default=20, help="long: runs (default 20)")
+    p.add_argument("--steps", type=int, default=2000, help="long: steps per run (default 2000)")
+    p.add_argument(
+        "--interval", type=float, default=0.15, help="long: seconds per step (default 0.15)"
     )
     a = p.parse_args(argv)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="rlbench", dir="/tmp"))
@@ -54,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import live
 
             results["live"] = live.main(a.quick, work)
+        if a.what == "long":
+            from bench import long
+
+            results["long"] = long.main(a.quick, work, a.runs, a.steps, a.interval)
     finally:
         if not a.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -125,10 +125,10 @@ def read_rlstream(out_dir: str, root: str) -> dict[str, dict[str, float | None]]
         with open(rj) as f:
             folder_of[json.load(f)["run_id"]] = Path(rj).parent.name
     cols = ", ".join(COLUMNS)
-    rows = duckdb.sql(
-        f"SELECT run_id, step, {cols} FROM read_parquet('{out_dir}/steps/**/*.parquet', "
-        "hive_partitioning = true)"
-    ).fetchall()
+    from rlstream.fleet.read import read_table
+
+    steps = read_table(str(out_dir), "steps")  # noqa: F841 (read by DuckDB by name)
+    rows = duckdb.sql(f"SELECT run_id, step, {cols} FROM steps").fetchall()
     return {
         f"{folder_of.get(r[0], r[0])}/{r[1]}": dict(zip(COLUMNS, r[2:], strict=True))
         for r in rows

@@ -5,8 +5,8 @@ Measured from outside the pipeline (no hook in the driver):
 - **Live fleets** (10, 50, 100 runs; quick: 10). `simulate_live` writes every run in
   real time, a step about every `interval` s, each steps.jsonl line carrying the wall
   time it was written (`time`). `rlstream watch --poll P --commit-every C` runs as a
-  subprocess. A monitor thread polls OUT/run_health/latest/run_id=*.parquet every
-  0.1 s and notes when each run's `last_step` first reaches each step. Freshness of
+  subprocess. A monitor thread reads the newest run_health row per run
+  (`rlstream.fleet.read.read_latest`, as `status` does) every 0.1 s and notes when each run's `last_step` first reaches each step. Freshness of
   step s = that moment - the `time` of step s's line. Steps written before every run
   had its first latest row (start-up: Ray, discovery) are left out. "Keeps up":
   every step written was seen, and the last one within the freshness bound
@@ -44,17 +44,14 @@ COMMIT = 2.0
 
 
 def _latest_steps(out: Path) -> dict[str, int]:
-    import pyarrow.parquet as pq
+    """run_id -> last_step of the newest run_health row per run ({} before any)."""
+    from rlstream.fleet.read import read_latest
 
-    res = {}
-    for p in (out / "run_health" / "latest").glob("run_id=*.parquet"):
-        try:
-            t = pq.read_table(p, columns=["run_id", "last_step"]).to_pylist()
-        except Exception:  # replaced while read: next round
-            continue
-        for row in t:
-            res[row["run_id"]] = -1 if row["last_step"] is None else row["last_step"]
-    return res
+    try:
+        rows = read_latest(str(out))
+    except Exception:  # a table being created: next round
+        return {}
+    return {r["run_id"]: -1 if r["last_step"] is None else r["last_step"] for r in rows}
 
 
 class LatestMonitor:
@@ -65,32 +62,17 @@ class LatestMonitor:
         self.interval = interval
         self.seen: dict[tuple[str, int], float] = {}
         self.last: dict[str, int] = {}
-        self.mtimes: dict[Path, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
-        import pyarrow.parquet as pq
-
-        folder = self.out / "run_health" / "latest"
         while not self._stop.is_set():
             now = time.time()
-            for p in list(folder.glob("run_id=*.parquet")) if folder.exists() else []:
-                try:
-                    m = p.stat().st_mtime
-                    if self.mtimes.get(p) == m:
-                        continue
-                    rows = pq.read_table(p, columns=["run_id", "last_step"]).to_pylist()
-                except Exception:
-                    continue
-                self.mtimes[p] = m
-                for row in rows:
-                    rid, step = row["run_id"], row["last_step"]
-                    step = -1 if step is None else step
-                    prev = self.last.get(rid, -1)
-                    for s in range(prev + 1, step + 1):
-                        self.seen.setdefault((rid, s), now)
-                    self.last[rid] = max(prev, step)
+            for rid, step in _latest_steps(self.out).items():
+                prev = self.last.get(rid, -1)
+                for s in range(prev + 1, step + 1):
+                    self.seen.setdefault((rid, s), now)
+                self.last[rid] = max(prev, step)
             self._stop.wait(self.interval)
 
     def start(self) -> LatestMonitor:

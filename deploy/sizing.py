@@ -71,7 +71,7 @@ def main() -> None:
         for workers in (1, 2):
             got = measure(base / "runs", base / f"out{workers}", workers)
             print(json.dumps(got), flush=True)
-        ckpts = list((base / "out2").rglob("*.ckpt"))
+        ckpts = list((base / "out2").rglob("*.state"))
         per_run = sum(f.stat().st_size for f in ckpts) / max(1, len(ckpts))
         print(json.dumps({"checkpoint_bytes_per_run": round(per_run)}))
     finally:

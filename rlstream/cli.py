@@ -5,6 +5,7 @@ rlstream analyze ROOT... --out OUT  analyze runs to the end of what exists
 rlstream watch ROOT... --out OUT    keep OUT current while runs are written
 rlstream status OUT                 every run of OUT, worst first (reads only OUT)
 rlstream report OUT -o FILE.html    a self-contained HTML report with plots
+rlstream compact OUT                compact OUT's tables, checkpoint logs, vacuum
 rlstream demo                       simulate live runs, watch them, write the report
 """
 
@@ -39,6 +40,9 @@ def _pipeline_config(args: argparse.Namespace) -> PipelineConfig:
         kw["poll_seconds"] = args.poll
     if getattr(args, "commit_every", None) is not None:
         kw["commit_seconds"] = args.commit_every
+    if getattr(args, "reset_run", None):
+        kw["reset_runs"] = tuple(args.reset_run)
+    kw.update(_retention_kw(args))
     if getattr(args, "format", None) is not None:
         kw["input_format"] = args.format
     return PipelineConfig(**kw)
@@ -50,9 +54,26 @@ def _format_names() -> list[str]:
     return list(FORMATS)
 
 
+def _retention_kw(args: argparse.Namespace) -> dict:
+    if getattr(args, "retention", None) is None:
+        return {}
+    if args.retention < 0:
+        raise RlstreamError("--retention must be >= 0 seconds")
+    return {"retention_seconds": int(args.retention)}
+
+
+def _maintenance_config(args: argparse.Namespace):
+    from rlstream.sinks.maintain import MaintenanceConfig
+
+    kw: dict = {}
+    if getattr(args, "maintain_every", None) is not None:
+        kw["every_seconds"] = args.maintain_every
+    return MaintenanceConfig(**kw)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("roots", nargs="+", metavar="ROOT", help="folder or URL holding runs")
-    p.add_argument("--out", required=True, help="output folder or URL for the Parquet tables")
+    p.add_argument("--out", required=True, help="output folder or URL for the Delta tables")
     p.add_argument("--storage-options", help="JSON object passed to fsspec for every URL")
     p.add_argument(
         "--format",
@@ -74,6 +95,23 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="tailer actors owning shards of runs (default: watch, as many as workers; "
         "analyze, one per 8 workers; at most 4)",
     )
+    p.add_argument(
+        "--reset-run",
+        action="append",
+        metavar="RUN_ID",
+        help="read this run again from the start: its resume state is moved aside and its "
+        "rows deleted (a corrupt or unreadable resume state); repeatable",
+    )
+    _retention(p)
+
+
+def _retention(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--retention",
+        type=float,
+        help="seconds removed files and log entries are kept before vacuum deletes them "
+        "(default 300; readers that take longer than this may fail)",
+    )
 
 
 def _runtime_config(args: argparse.Namespace):
@@ -81,7 +119,10 @@ def _runtime_config(args: argparse.Namespace):
     from rlstream.runtime.driver import RuntimeConfig
 
     return RuntimeConfig(
-        workers=args.workers, tailers=args.tailers, ray=RayConfig(address=args.ray_address)
+        workers=args.workers,
+        tailers=args.tailers,
+        ray=RayConfig(address=args.ray_address),
+        maintenance=_maintenance_config(args),
     )
 
 
@@ -112,7 +153,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         from rlstream.runtime.malloc import keep_heap
 
         keep_heap()  # this process is the worker (what Worker actors do, see malloc.py)
-        summaries = analyze_local(args.roots, args.out, cfg, **hooks())
+        summaries = analyze_local(
+            args.roots, args.out, cfg, maintenance=_maintenance_config(args), **hooks()
+        )
     else:
         from rlstream.runtime.driver import run
 
@@ -192,6 +235,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    from rlstream.fleet.read import out_sink
+    from rlstream.sinks.maintain import maintain
+
+    sink = out_sink(args.out, _storage_options(args.storage_options), **_retention_kw(args))
+    if not sink.exists("run_health") and not sink.exists("steps"):
+        raise RlstreamError(f"{args.out} holds no rlstream tables (no steps or run_health)")
+    report = maintain(sink, _maintenance_config(args))
+    for table, got in report.items():
+        print(f"{table}: {got}")
+    failed = [t for t, got in report.items() if isinstance(got, dict) and "error" in got]
+    return 1 if failed else 0
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from rlstream.simulate.cli import run
 
@@ -232,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--poll", type=float, help="seconds between polls (default 1)")
     w.add_argument("--commit-every", type=float, help="seconds between commits (default 2)")
     w.add_argument(
+        "--maintain-every",
+        type=float,
+        help="seconds between maintenance passes over OUT (compaction, log checkpoints, "
+        "vacuum; default 120, 0 turns them off)",
+    )
+    w.add_argument(
         "--exit-when-finished",
         action="store_true",
         help="stop once every run is finished and final (for scripts and tests)",
@@ -262,6 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", default="report.html", help="HTML file to write")
     r.add_argument("--storage-options", help="JSON object passed to fsspec for OUT and runs")
     r.set_defaults(func=cmd_report)
+
+    c = sub.add_parser(
+        "compact",
+        help="compact OUT's tables, checkpoint their logs and vacuum old files (watch and "
+        "analyze do it themselves; safe beside a running watch)",
+    )
+    c.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")
+    c.add_argument("--storage-options", help="JSON object passed to fsspec for OUT")
+    _retention(c)
+    c.set_defaults(func=cmd_compact)
 
     d = sub.add_parser(
         "demo", help="simulate live runs, watch them on a local Ray, write the HTML report"

@@ -17,7 +17,7 @@ class PipelineConfig:
     poll_seconds: float = 1.0
     """Seconds between polls of every run's files (watch)."""
     commit_seconds: float = 2.0
-    """Seconds between commits of outputs and checkpoints (watch)."""
+    """Seconds between commits of outputs and resume states (watch)."""
     watermark_lag_steps: int = 1
     """A step's row is final once the line of a step this much later has been read..."""
     watermark_settle_seconds: float = 0.5
@@ -38,15 +38,26 @@ class PipelineConfig:
     max_inflight_units: int = 16
     """Work units in flight at once per tailer (backpressure)."""
     full_relist_every: int = 30
-    """Polls between full relists of a run's transcripts (names may arrive unsorted)."""
+    """Polls between full relists of a run's transcripts (on object stores; a local
+    listing is always full): they find names that arrived below the window."""
+    transcript_window: int = 256
+    """Consumed transcript names kept above the run's name watermark: a transcript may
+    appear this many names out of write order and still be read (docs/run-format.md)."""
     fsync: bool = True
-    """fsync every output file and checkpoint on local disk before its rename, so a
+    """fsync every resume state on local disk before its rename, so a
     commit survives power loss. Off: still atomic across process crashes (kill -9)."""
     commit_threads: int = 8
-    """Threads writing runs' outputs and checkpoints in parallel at a commit."""
+    """Threads writing runs' resume states in parallel at a commit."""
     analyze_chunk_runs: int = 8
     """`analyze` reads this many runs of a tailer's shard at a time, commits them and
     drops their state, so memory is bounded by the chunk, not by the archive."""
+    retention_seconds: int = 300
+    """OUT's tables keep removed files and log entries this long before maintenance
+    deletes them (Delta table properties set when a table is created): far longer than
+    any read of `status` or `report`, short enough that OUT stays small."""
+    reset_runs: tuple[str, ...] = ()
+    """run_ids whose resume state is moved aside and whose rows are deleted, so they
+    are read again from the start (`--reset-run`)."""
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec options for every ROOT and OUT URL (e.g. endpoint_url, key, secret)."""
     input_format: str | None = None

@@ -78,7 +78,7 @@ class _LiveTable:
         if now - self.last < REFRESH_SECONDS:
             return False
         self.last = now
-        if (self.out / "run_health" / "latest").exists():
+        if (self.out / "run_health" / "_delta_log").exists():
             self.rows = status_rows(read_latest(str(self.out)))
         head = (
             f"rlstream demo: watching {len(self.rows)} live runs "
@@ -155,8 +155,6 @@ def run_demo(args: argparse.Namespace) -> int:
     rows = status_rows(read_latest(str(out)))
     report = base / "report.html"
     write_report(str(out), str(report))
-    steps_glob = f"{out}/steps/*/*.parquet"
-    health_glob = f"{out}/run_health/latest/*.parquet"
     py = sys.executable
     print(
         f"\nwatched {len(rows)} runs on a local Ray for {time.monotonic() - live.start:.0f}s "
@@ -169,11 +167,9 @@ def run_demo(args: argparse.Namespace) -> int:
         "The same views from the command line:\n"
         f"  rlstream status {out}            (add --follow while a watch runs, --json for scripts)\n"
         f"  rlstream report {out} -o report.html\n\n"
-        "Query the Parquet tables with DuckDB (installed with the dev extra):\n"
-        f'  {py} -c "import duckdb; duckdb.sql(\\"select run_id, step, reward_mean, '
-        f"mismatch_kl, entropy_estimate from read_parquet('{steps_glob}') "
-        f'order by run_id, step\\").show()"\n'
-        f'  {py} -c "import duckdb; duckdb.sql(\\"select run_id, status, findings from '
-        f"read_parquet('{health_glob}')\\\").show()\""
+        "Query the Delta tables (docs/schema.md has DuckDB, Spark, polars and more):\n"
+        f"  {py} -c \"from deltalake import DeltaTable; print(DeltaTable('{out}/steps')"
+        ".to_pandas(columns=['run_id', 'step', 'reward_mean', 'mismatch_kl']))\"\n"
+        f"  duckdb -c \"select run_id, step, reward_mean from delta_scan('{out}/steps')\""
     )
     return 0

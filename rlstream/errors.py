@@ -20,4 +20,4 @@ class StorageError(RlstreamError):
 
 
 class CheckpointError(RlstreamError):
-    """A checkpoint under the output folder cannot be read or belongs to other inputs."""
+    """A resume state under the output folder cannot be read or belongs to other inputs."""

@@ -1,6 +1,6 @@
 """The fleet view: everything that shows many runs at once, reading only OUT.
 
-- `read`: load `run_health/latest`, `steps` and example completions from OUT.
+- `read`: load the latest health rows, `steps` and example completions from OUT.
 - `status`: the terminal table (`rlstream status`), worst run first, and its JSON.
 - `svg`, `report`: the self-contained HTML report (`rlstream report`).
 - `prometheus`: the `/metrics` endpoint of `rlstream watch --metrics-port`.

@@ -2,7 +2,7 @@
 
 Two sources, rendered in the text exposition format (version 0.0.4):
 
-- per-run gauges, from OUT's `run_health/latest` read at scrape time (cached for
+- per-run gauges, from OUT's latest run_health rows read at scrape time (cached for
   `min_refresh_seconds`), the same rows `rlstream status` shows;
 - the pipeline's own health, pushed by the driver after every poll (`on_poll`) and
   commit (`on_commit`): files, bytes, tokens and step rows processed, quarantined and
@@ -209,7 +209,7 @@ def render_metrics(
     o.add(
         "rlstream_pipeline_last_commit_timestamp_seconds",
         "gauge",
-        "Unix time of the last commit of outputs and checkpoints.",
+        "Unix time of the last commit of outputs and resume states.",
         p.get("last_commit"),
     )
     o.add(
@@ -227,7 +227,7 @@ def render_metrics(
     o.add(
         "rlstream_out_read_errors_total",
         "counter",
-        "Scrapes that could not read OUT's run_health/latest (the last good read is served).",
+        "Scrapes that could not read OUT's run_health (the last good read is served).",
         p.get("out_read_errors", 0),
     )
     return "\n".join(o.lines) + "\n"
@@ -334,7 +334,7 @@ class MetricsExporter:
                 with self.lock:
                     self._latest, self._loaded_at = latest, now
             except Exception as e:  # OUT unreachable: serve the last good read
-                log.warning("metrics: cannot read run_health/latest: %s", e)
+                log.warning("metrics: cannot read run_health: %s", e)
                 with self.lock:
                     self.pipeline["out_read_errors"] += 1
         with self.lock:

@@ -1,10 +1,12 @@
 """Reading OUT for the fleet view: latest health rows, step rows, example completions.
 
-`read_latest(out)` returns one dict per run from `run_health/latest/` (an empty list
-when OUT has no health yet). `read_steps(out, run_id, columns)` returns a run's step
-rows in step order as column lists. Both go through `Storage`, so OUT may be local or
-any fsspec URL, and both tolerate a file being replaced while they read (the writer
-renames atomically; a vanished file is skipped and shows up on the next read).
+`read_latest(out)` returns one dict per run: the newest row per run of `run_latest`
+and of the `run_health` rows that may be newer (rlstream.sinks.maintain); an empty
+list when OUT has no health yet. `read_steps(out, run_id, columns)` returns a run's
+step rows in step order as column lists. Both read the Delta tables through delta-rs:
+one log replay per table (a checkpoint and at most 10 JSON commits) and the data
+files the file statistics cannot rule out (after compaction, a handful), so a refresh
+costs the same after 10 steps or 10,000, on local disk or S3.
 
 `example_completions(run_uri, since_step)` is the one read outside OUT: a few
 completion texts from the newest transcripts of a run, for the report's
@@ -18,45 +20,77 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 
 from rlstream.io.storage import Storage
 from rlstream.pipeline.discover import normalize_root
-from rlstream.sinks.parquet import partition
+from rlstream.sinks.delta import DeltaSink
+from rlstream.sinks.maintain import newest_per_run, read_latest_rows
 
 log = logging.getLogger("rlstream")
 
-LATEST = "run_health/latest"
 
-
-def _table(storage: Storage, url: str, columns: list[str] | None = None) -> pa.Table | None:
-    try:
-        data = storage.read(url)
-    except (FileNotFoundError, OSError) as e:
-        log.debug("skipping %s: %s", url, e)
-        return None
-    # No threads at all: pyarrow 26 sometimes aborts at interpreter exit ("terminate
-    # called without an active exception") after threaded reads from memory buffers,
-    # and pre-buffering (on by default) still completes reads on the I/O thread pool,
-    # where a CI run saw a crash in ~FileReaderImpl. In memory it buys nothing.
-    return pq.read_table(
-        pa.BufferReader(data), columns=columns, use_threads=False, pre_buffer=False
+def out_sink(
+    out: str, storage_options: dict[str, Any] | None = None, retention_seconds: int = 300
+) -> DeltaSink:
+    """A handle on OUT (for reads and maintenance); an OUT of the earlier Parquet
+    layout is refused."""
+    out = normalize_root(out)
+    sink = DeltaSink(
+        out, Storage.for_url(out, storage_options), storage_options, True, retention_seconds
     )
+    sink.check_layout()
+    return sink
 
 
 def read_latest(out: str, storage_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One dict per run (the run_health columns, `as_of`/`last_activity` as datetimes)."""
-    out = normalize_root(out)
-    storage = Storage.for_url(out, storage_options)
-    folder = Storage.join(out, LATEST)
-    rows: list[dict[str, Any]] = []
-    for name in storage.list_names(folder):
-        if not name.endswith(".parquet"):
-            continue
-        t = _table(storage, Storage.join(folder, name))
-        if t is not None:
-            rows.extend(t.to_pylist())
-    return rows
+    sink = out_sink(out, storage_options)
+    rows = read_latest_rows(sink)
+    if not rows.num_rows:
+        return []
+    return newest_per_run(rows).to_pylist()
+
+
+class StepsTable:
+    """OUT's `steps` table opened once (one log replay). The first `run()` reads the
+    columns it asks for, for every run, in one scan; later calls slice that (a report
+    asks for every run with the same columns)."""
+
+    def __init__(self, out: str, storage_options: dict[str, Any] | None = None) -> None:
+        from deltalake import DeltaTable
+
+        sink = out_sink(out, storage_options)
+        self.dataset = None
+        self._cols: list[str] = []
+        self._all: pa.Table | None = None
+        if sink.exists("steps"):
+            dt = DeltaTable(sink.uri("steps"), storage_options=sink.options)
+            self.dataset = dt.to_pyarrow_dataset()
+
+    def _scan(self, have: list[str]) -> pa.Table:
+        if self._all is None or not set(have) <= set(self._cols):
+            assert self.dataset is not None
+            self._cols = sorted({*have, "run_id"})
+            t = self.dataset.to_table(columns=self._cols)
+            self._all = t.sort_by([("run_id", "ascending"), ("step", "ascending")])
+        return self._all
+
+    def run(self, run_id: str, columns: list[str]) -> dict[str, list[Any]]:
+        """The run's step rows as {column: values}, in step order; missing columns are
+        all None (a column another version adds)."""
+        cols = ["step", *columns]
+        if self.dataset is None:
+            return {c: [] for c in cols}
+        have = [c for c in cols if c in self.dataset.schema.names]
+        t = self._scan(have)
+        ids = t.column("run_id")
+        lo = pc.index(ids, run_id).as_py()
+        if lo < 0:
+            return {c: [] for c in cols}
+        n = pc.sum(pc.equal(ids.slice(lo), run_id)).as_py() or 0
+        t = t.slice(lo, n)
+        return {c: (t.column(c).to_pylist() if c in have else [None] * n) for c in cols}
 
 
 def read_steps(
@@ -65,25 +99,29 @@ def read_steps(
     columns: list[str],
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, list[Any]]:
-    """The run's step rows as {column: values}, in step order; missing columns are
-    all None (an older OUT, or a column another version adds)."""
-    out = normalize_root(out)
-    storage = Storage.for_url(out, storage_options)
-    folder = Storage.join(out, "steps", partition(run_id))
-    tables = []
-    for name in storage.list_names(folder):
-        if name.endswith(".parquet"):
-            t = _table(storage, Storage.join(folder, name))
-            if t is not None and t.num_rows:
-                tables.append(t)
-    if not tables:
-        return {c: [] for c in ["step", *columns]}
-    t = pa.concat_tables(tables, promote_options="default").sort_by("step")
-    n = t.num_rows
-    return {
-        c: (t.column(c).to_pylist() if c in t.column_names else [None] * n)
-        for c in ["step", *columns]
-    }
+    """The run's step rows as {column: values}, in step order (see `StepsTable`)."""
+    return StepsTable(out, storage_options).run(run_id, columns)
+
+
+def read_table(out: str, table: str, storage_options: dict[str, Any] | None = None) -> pa.Table:
+    """A whole table of OUT as Arrow (empty, with its schema, before its first commit)."""
+    from deltalake import DeltaTable
+
+    from rlstream.pipeline.rows import STEPS_SCHEMA
+    from rlstream.sinks.delta import QUARANTINE_SCHEMA
+    from rlstream.sinks.health import ALERTS_SCHEMA, RUN_HEALTH_SCHEMA
+
+    sink = out_sink(out, storage_options)
+    if not sink.exists(table):
+        schemas = {
+            "steps": STEPS_SCHEMA,
+            "quarantine": QUARANTINE_SCHEMA,
+            "alerts": ALERTS_SCHEMA,
+            "run_health": RUN_HEALTH_SCHEMA,
+            "run_latest": RUN_HEALTH_SCHEMA,
+        }
+        return schemas[table].empty_table() if table in schemas else pa.table({})
+    return DeltaTable(sink.uri(table), storage_options=sink.options).to_pyarrow_dataset().to_table()
 
 
 def example_completions(

@@ -22,7 +22,7 @@ import logging
 from html import escape
 from typing import Any
 
-from rlstream.fleet.read import example_completions, read_latest, read_steps
+from rlstream.fleet.read import StepsTable, example_completions, read_latest
 from rlstream.fleet.status import (
     STATUS_ORDER,
     counts,
@@ -328,11 +328,11 @@ def run_section(
     i: int,
     row: dict[str, Any],
     latest: dict[str, Any],
-    out: str,
+    steps: StepsTable,
     storage_options: dict[str, Any] | None,
 ) -> str:
     findings = list(latest.get("findings") or [])
-    cols = read_steps(out, row["run_id"], STEP_COLUMNS, storage_options)
+    cols = steps.run(row["run_id"], STEP_COLUMNS)
     charts = run_charts(cols, findings)
     unplaced = [f for f in findings if f.get("since_step") is None]
     extra = "".join(
@@ -367,8 +367,9 @@ def render_report(
     count_html = "".join(
         f'<span class="s-{s}">{n} {s}</span>' for s, n in c.items() if n or s in STATUS_ORDER
     )
+    steps = StepsTable(out, storage_options)
     sections = "".join(
-        run_section(i, r, by_id[r["run_id"]], out, storage_options) for i, r in enumerate(rows)
+        run_section(i, r, by_id[r["run_id"]], steps, storage_options) for i, r in enumerate(rows)
     )
     csp = (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
@@ -383,7 +384,7 @@ def render_report(
         f'<div class="sub">{len(rows)} runs from {_e(out)} · generated '
         f"{now_dt:%Y-%m-%d %H:%M:%S} UTC · click a column to sort</div>"
         f'<div class="counts">{count_html}</div>'
-        + (overview_table(rows) if rows else "<p>No runs under run_health/latest.</p>")
+        + (overview_table(rows) if rows else "<p>No runs in run_health yet.</p>")
         + sections
         + f"<script>{SORT_SCRIPT}</script></body></html>\n"
     )

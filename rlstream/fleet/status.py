@@ -1,6 +1,6 @@
 """`rlstream status`: every run of OUT in one table, worst first.
 
-`status_rows(latest, now)` turns `run_health/latest` rows (see `read.read_latest`) into
+`status_rows(latest, now)` turns the latest run_health rows (see `read.read_latest`) into
 plain dicts with JSON-ready values; `render_table(rows)` lays them out for a terminal;
 `follow(...)` redraws the table in place until interrupted. Order: status severity
 (critical, stalled, warning, healthy, finished), then more firing findings first, then
@@ -162,7 +162,7 @@ def render_table(rows: list[dict[str, Any]], color: bool = False) -> str:
                 line = f"\x1b[{code}m{line}\x1b[0m"
         lines.append(line)
     if not rows:
-        lines.append("(no runs yet: nothing under run_health/latest)")
+        lines.append("(no runs yet: nothing in run_health)")
     return "\n".join(lines) + "\n"
 
 

@@ -17,7 +17,8 @@ from rlstream.pipeline.discover import find_runs, normalize_root
 from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import RunState
 from rlstream.pipeline.work import Unit, UnitResult, execute
-from rlstream.sinks.parquet import ParquetSink
+from rlstream.sinks.delta import DeltaSink
+from rlstream.sinks.maintain import MaintenanceConfig, maintain
 
 
 def local_executor(storage: Storage):
@@ -55,22 +56,30 @@ def _group_and_runs(
 ) -> tuple[RunGroup, list[str]]:
     storage = input_storage(roots, cfg.storage_options)
     out_url = normalize_root(out)
-    sink = ParquetSink(out_url, Storage.for_url(out_url, cfg.storage_options), cfg.fsync)
+    out_storage = Storage.for_url(out_url, cfg.storage_options)
+    sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
+    sink.check_layout()
     urls = [u for root in roots for u in find_runs(storage, root, fmt=cfg.input_format)]
     return RunGroup(storage, sink, cfg, **hooks), urls
 
 
 def analyze_local(
-    roots: Sequence[str], out: str, cfg: PipelineConfig | None = None, **hooks: Any
+    roots: Sequence[str],
+    out: str,
+    cfg: PipelineConfig | None = None,
+    maintenance: MaintenanceConfig | None = None,
+    **hooks: Any,
 ) -> list[RunState]:
     """Analyze every run under `roots` to the end of what exists; write under `out`.
-    Returns the final run states, sorted by run_id (kept in memory: for tests and
-    small inputs; the Ray runtime returns summaries only)."""
+        Returns the final run states, sorted by run_id (kept in memory: for tests and
+        small inputs; the Ray runtime returns summaries only). Ends with one maintenance
+    pass over OUT (rlstream.sinks.maintain)."""
     cfg = cfg or PipelineConfig()
     if not hooks:
         from rlstream.pipeline.verdicts import health_hooks
 
         hooks = health_hooks()
     group, urls = _group_and_runs(roots, out, cfg, **hooks)
-    states = group.analyze(urls, local_executor(group.storage))
+    states = list(group.analyze(urls, local_executor(group.storage)))
+    maintain(group.sink, maintenance)
     return sorted(states, key=lambda s: s.run_id)

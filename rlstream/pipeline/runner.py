@@ -3,8 +3,9 @@
 One poll: for every run, check run.json, stat steps.jsonl and rollouts.jsonl, list new
 transcripts, and turn what is new into work units; an executor runs the units (in
 this process, or on Ray worker actors) and each result is folded into its run's
-state. Then rows that passed the watermark are finalized. `commit` writes each
-changed run's new rows, quarantine rows and health, then its checkpoint.
+state. Then rows that passed the watermark are finalized. `commit` hands every
+changed run to the commit protocol (rlstream.pipeline.commit): resume states first,
+then one Delta append per table.
 
 The stat of each JSONL file is taken before the transcript listing, and a worker
 reads exactly up to that size: so every transcript written before a step's line was
@@ -13,25 +14,25 @@ listed in the poll that read the line, and the watermark is safe.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlstream.config import PipelineConfig
-from rlstream.errors import CheckpointError, RlstreamError
+from rlstream.errors import RlstreamError
 from rlstream.formats.loops import BadRecord, run_json
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
+from rlstream.pipeline.commit import app_id, commit_group, settle, write_rejected
 from rlstream.pipeline.discover import RUN_JSON, detect_format
-from rlstream.pipeline.rows import steps_table
-from rlstream.pipeline.runs import add_other_run, plan_other, tails
+from rlstream.pipeline.names import advance_names, check_below
+from rlstream.pipeline.runs import REJECTED, add_other_run, plan_other, resume_run, tails
 from rlstream.pipeline.state import (
-    CHECKPOINT_VERSION,
     RunState,
     finalize,
     fold,
@@ -48,8 +49,7 @@ from rlstream.pipeline.work import (
     UnitFailure,
     UnitResult,
 )
-from rlstream.sinks.health import alerts_table, health_row, run_health_table
-from rlstream.sinks.parquet import ParquetSink, table_bytes
+from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
 
@@ -68,9 +68,6 @@ UNIT_RETRIES = 3
 MTIME_SLACK = 2.0
 """Seconds after which a folder's unchanged mtime proves no file was added."""
 
-REJECTED = "_rejected"
-"""Pseudo run_id of the quarantine partition listing runs that could not be read."""
-
 
 def run_key(run_url: str) -> str:
     """Stable shard key of a run: used to assign runs to tailers."""
@@ -83,7 +80,7 @@ class RunGroup:
     def __init__(
         self,
         storage: Storage,
-        sink: ParquetSink,
+        sink: DeltaSink,
         cfg: PipelineConfig,
         health: HealthHook | None = None,
     ) -> None:
@@ -96,7 +93,8 @@ class RunGroup:
         self.totals: Counter[str] = Counter()
         """Running totals for progress displays: bytes, tokens, units, rows, runs_done."""
         self.rejected: dict[str, QuarantineRow] = {}
-        self.rejected_files: set[str] = set()
+        """Run URLs that could not be added (no readable run.json or resume state)."""
+        self.rejected_written: set[str] = set()
         self.dirty: set[str] = set()
         self.streams: dict[str, tuple[Any, ...]] = {}
         """Run URL -> what its format follows (formats other than Loops)."""
@@ -104,7 +102,7 @@ class RunGroup:
 
     # -- runs ----------------------------------------------------------------------
     def add_run(self, run_url: str) -> RunState | None:
-        """Start tracking a run, resuming from its checkpoint when one exists."""
+        """Start tracking a run, resuming from its resume state when one exists."""
         if run_url in self.runs:
             return self.runs[run_url]
         fmt = detect_format(self.storage, run_url, self.cfg.input_format)
@@ -119,25 +117,9 @@ class RunGroup:
             return None
         if self.rejected.pop(run_url, None) is not None:
             self.dirty.add(REJECTED)
-        run_id = meta["run_id"]
-        state = self.sink.load_checkpoint(run_id)
-        if state is not None and getattr(state, "version", None) != CHECKPOINT_VERSION:
-            raise CheckpointError(
-                f"checkpoint of run {run_id} under {self.sink.out} was written by another "
-                f"rlstream version (checkpoint format {getattr(state, 'version', '?')}, this "
-                f"one reads {CHECKPOINT_VERSION}); delete it to reprocess the run"
-            )
-        if state is not None:
-            if state.run_url != run_url:
-                log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
-                return None
-            removed = self.sink.remove_orphans(run_id, state.seq)
-            if removed:
-                log.info("%s: removed %d files of an uncommitted commit", run_id, removed)
-        else:
-            # A crash during a run's first commit leaves parts but no checkpoint.
-            self.sink.remove_orphans(run_id, 0)
-            state = RunState(run_id=run_id, run_url=run_url)
+        state = resume_run(self, meta["run_id"], run_url)
+        if state is None:
+            return None
         self._apply_run_json(state, meta, stat)
         self.runs[run_url] = state
         return state
@@ -186,7 +168,7 @@ class RunGroup:
     # -- polling -------------------------------------------------------------------
     def plan(self, state: RunState) -> list[Unit]:
         """Units for what is new in one run (stats and listings only; no data read)."""
-        if getattr(state, "format", "loops") != "loops":
+        if state.format != "loops":
             return plan_other(self, state)
         self._refresh_run_json(state)
         units: list[Unit] = []
@@ -226,8 +208,19 @@ class RunGroup:
                 return []
             names = self.storage.list_names(folder)
         else:
-            names = self.storage.list_names(folder, None if full else state.last_name)
-        new = [n for n in names if n.endswith(".json") and n not in state.seen]
+            names = self.storage.list_names(folder, None if full else state.names_low)
+        low = state.names_low
+        start = 0 if low is None else bisect.bisect_right(names, low)
+        window = self.cfg.transcript_window
+        if (
+            low is not None
+            and (full or self.storage.is_local)
+            and check_below(state, names, start, window)
+        ):
+            self.dirty.add(state.run_url)
+        window = set(state.names_window)
+        state.listed = [n for n in names[start:] if n.endswith(".json")]
+        new = [n for n in state.listed if n not in window]
         if self.storage.is_local and not new:
             # Only an unchanged folder with nothing unseen may be skipped next time: names
             # listed now are not yet folded (their unit may fail and need a retry).
@@ -256,10 +249,11 @@ class RunGroup:
         if failed and final:
             raise RlstreamError(
                 f"{len(failed)} work units failed {UNIT_RETRIES + 1} times (last: {failed[0]!r}); "
-                "nothing was finalized from them: rerun to resume from the checkpoints"
+                "nothing was finalized from them: rerun to resume from the resume states"
             )
         new_rows = 0
         for state in due:
+            advance_names(state, self.cfg.transcript_window)
             if final:
                 self._note_leftovers(state, tails(self.streams.get(state.run_url)))
             rows = finalize(state, watermark(state, now, self.cfg, final))
@@ -329,71 +323,20 @@ class RunGroup:
                 self.dirty.add(state.run_url)
 
     # -- committing ----------------------------------------------------------------
-    def _rejected_url(self, run_url: str) -> str:
-        name = f"rejected-{run_key(run_url)[:16]}.parquet"
-        return Storage.join(self.sink.out, "quarantine", f"run_id={REJECTED}", name)
-
     def commit(self, now: float | None = None, force: bool = False) -> int:
-        """Write every changed run's outputs, then its checkpoint. Returns runs written.
-
-        Runs are independent (own files, own checkpoint), so they are written by a pool
-        of `commit_threads` threads: Parquet encoding, fsync and object-store PUTs all
-        release the GIL. Within a run the order is data files, latest, checkpoint."""
+        """Commit every changed run (rlstream.pipeline.commit). Returns runs written;
+        runs whose commit failed stay dirty, and the next commit retries them."""
         now = time.time() if now is None else now
         if REJECTED in self.dirty:
-            # Runs whose run.json cannot be read have no run_id: one file per run URL
-            # under the `_rejected` partition, removed once the run can be read.
-            for url in self.rejected_files - self.rejected.keys():
-                self.sink.storage.remove(self._rejected_url(url))
-            for url, row in self.rejected.items():
-                table = self.sink.quarantine_table([row], 0)
-                self.sink.storage.write_atomic(self._rejected_url(url), table_bytes(table))
-            self.rejected_files = set(self.rejected)
-            self.dirty.discard(REJECTED)
-        targets = list(self.runs.values()) if force else [self.runs[u] for u in sorted(self.dirty)]
-        if len(targets) > 1 and self.cfg.commit_threads > 1:
-            with ThreadPoolExecutor(min(self.cfg.commit_threads, len(targets))) as pool:
-                ok = list(pool.map(lambda st: self._commit_run(st, now), targets))
-        else:
-            ok = [self._commit_run(state, now) for state in targets]
-        # Runs whose commit failed stay dirty: the next commit retries them.
-        self.dirty = {st.run_url for st, done in zip(targets, ok, strict=True) if not done}
-        return sum(ok)
-
-    def _commit_run(self, state: RunState, now: float) -> bool:
-        """One run's commit; on a write error, undo it (remove its parts, keep the rows
-        pending) so the retry neither loses nor duplicates anything."""
-        try:
-            self._write_commit(state, now)
-            return True
-        except Exception:
-            log.exception("%s: commit %d failed; it will be retried", state.run_id, state.seq)
-            state.seq -= 1
-            try:
-                self.sink.remove_orphans(state.run_id, state.seq)
-            except Exception:
-                log.exception("%s: could not remove the failed commit's files", state.run_id)
-            return False
-
-    def _write_commit(self, state: RunState, now: float) -> None:
-        state.seq += 1
-        seq, sink = state.seq, self.sink
-        sink.write_part("steps", state.run_id, seq, steps_table(state.out_rows))
-        sink.write_part(
-            "quarantine", state.run_id, seq, sink.quarantine_table(state.out_quarantine, seq)
-        )
-        health = table_bytes(run_health_table([health_row(state, now)]))  # encoded once
-        sink.write_part("run_health/snapshots", state.run_id, seq, health)
-        sink.write_latest("run_health/latest", state.run_id, health)
-        if state.out_alerts:
-            sink.write_part("alerts", state.run_id, seq, alerts_table(state.out_alerts))
-        rows, quarantined, alerts = state.out_rows, state.out_quarantine, state.out_alerts
-        state.out_rows, state.out_quarantine, state.out_alerts = [], [], []
-        try:
-            sink.save_checkpoint(state.run_id, state)
-        except Exception:
-            state.out_rows, state.out_quarantine, state.out_alerts = rows, quarantined, alerts
-            raise
+            todo = {u: r for u, r in self.rejected.items() if u not in self.rejected_written}
+            ids = {app_id(f"{REJECTED}:{run_key(u)[:16]}"): r for u, r in todo.items()}
+            if write_rejected(self.sink, ids):
+                self.rejected_written.update(todo)
+                self.dirty.discard(REJECTED)
+        urls = set(self.runs) if force else self.dirty - {REJECTED}
+        retry = commit_group(self.sink, self.runs, urls, now, self.cfg.commit_threads)
+        self.dirty = (self.dirty & {REJECTED}) | retry
+        return len(urls - retry)
 
     def analyze(self, urls: list[str], execute: Executor) -> Iterator[RunState]:
         """Batch mode: read runs to the end of what exists, `analyze_chunk_runs` at a
@@ -404,6 +347,7 @@ class RunGroup:
             chunk = [u for u in urls[i : i + step] if self.add_run(u) is not None]
             self.poll(execute, final=True)
             self.commit()
+            settle(self.sink, [self.runs[u] for u in chunk if u in self.runs])
             self.totals["runs_done"] += len(chunk)
             for u in chunk:
                 yield self.runs.pop(u)

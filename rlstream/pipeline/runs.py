@@ -1,6 +1,6 @@
 """`RunGroup`'s reader dispatch for formats other than Loops: adding a run, planning.
 
-Kept apart from `runner.py` so the shared runtime (cursors, commits, checkpoints)
+Kept apart from `runner.py` so the shared runtime (cursors, commits, resume states)
 stays one piece of code for every format. A run of another format is identified by
 its reader (`Format.identity`); a folder that looks like a run but cannot be read gets
 a quarantine row under the `_rejected` partition naming the format and the reason,
@@ -12,18 +12,45 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rlstream.errors import CheckpointError
 from rlstream.formats import get_format
 from rlstream.formats.base import Tail
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import BadRecord
-from rlstream.pipeline.state import CHECKPOINT_VERSION, RunState
+from rlstream.pipeline.commit import load_state
+from rlstream.pipeline.resume import ResumeStateError
+from rlstream.pipeline.state import RunState
 from rlstream.pipeline.streams import identify, plan_streams
 from rlstream.pipeline.work import Unit
 
 log = logging.getLogger("rlstream")
 
 REJECTED = "_rejected"
+"""Pseudo run_id of the quarantine partition listing runs that could not be read."""
+
+
+def resume_run(group: Any, run_id: str, run_url: str) -> RunState | None:
+    """The run's state from its resume state, or a new one; None when the run cannot
+    be taken (an unreadable resume state: a `_rejected` quarantine row, the other runs
+    keep going; or its run_id is already tracked at another URL)."""
+    try:
+        state = load_state(group.sink, run_id, reset=run_id in group.cfg.reset_runs)
+    except ResumeStateError as e:
+        log.error("skipping run %s: %s", run_id, e)
+        if run_url not in group.rejected:
+            group.rejected[run_url] = QuarantineRow(
+                REJECTED, group.sink.state_url(run_id), None, "bad_resume_state", str(e)
+            )
+            group.dirty.add(REJECTED)
+        return None
+    if state is None:
+        return RunState(run_id=run_id, run_url=run_url)
+    state.run_url = state.run_url or run_url  # a --reset-run state has none yet
+    if state.run_url != run_url:
+        log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
+        return None
+    if state.unconfirmed:
+        group.dirty.add(run_url)  # the next commit checks what landed
+    return state
 
 
 def add_other_run(group: Any, run_url: str, fmt: str) -> RunState | None:
@@ -40,23 +67,9 @@ def add_other_run(group: Any, run_url: str, fmt: str) -> RunState | None:
         return None
     if group.rejected.pop(run_url, None) is not None:
         group.dirty.add(REJECTED)
-    state = group.sink.load_checkpoint(info.run_id)
-    if state is not None and getattr(state, "version", None) != CHECKPOINT_VERSION:
-        raise CheckpointError(
-            f"checkpoint of run {info.run_id} under {group.sink.out} was written by another "
-            f"rlstream version (checkpoint format {getattr(state, 'version', '?')}, this one "
-            f"reads {CHECKPOINT_VERSION}); delete it to reprocess the run"
-        )
-    if state is not None:
-        if state.run_url != run_url:
-            log.warning("run_id %s also at %s; keeping %s", info.run_id, run_url, state.run_url)
-            return None
-        removed = group.sink.remove_orphans(info.run_id, state.seq)
-        if removed:
-            log.info("%s: removed %d files of an uncommitted commit", info.run_id, removed)
-    else:
-        group.sink.remove_orphans(info.run_id, 0)
-        state = RunState(run_id=info.run_id, run_url=run_url)
+    state = resume_run(group, info.run_id, run_url)
+    if state is None:
+        return None
     state.format = fmt
     state.parts = tuple(getattr(get_format(fmt), "parts", ()))
     state.config = info.config
@@ -72,8 +85,9 @@ def plan_other(group: Any, state: RunState) -> list[Unit]:
     streams = group.streams.get(state.run_url)
     if streams is None:  # pragma: no cover - add_other_run always sets them
         return []
+    cfg = group.cfg
     units = plan_streams(
-        group.storage, state, streams, group.cfg.transcripts_per_unit, group._final
+        group.storage, state, streams, cfg.transcripts_per_unit, group._final, cfg.transcript_window
     )
     state.polls += 1
     return units

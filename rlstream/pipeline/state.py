@@ -1,9 +1,18 @@
 """Per-run state and the fold over unit results.
 
 `RunState` is everything the pipeline knows about one run between commits: file
-cursors, the transcript names consumed, the partial aggregates of steps that are not
-final yet, and counters. It is exactly what a checkpoint holds (it pickles), so a
-restarted process continues from it with nothing lost or counted twice.
+cursors, a bounded window over the transcript names consumed, the partial aggregates
+of steps that are not final yet, and counters. Its fields (but the `TRANSIENT` ones)
+are exactly what its resume state holds (`rlstream.pipeline.resume`, never a pickle),
+so a restarted process continues from it with nothing lost or counted twice. Its size
+is O(1) in the run's length (the pending steps, the name windows of transcripts and
+per-step files, and the health window).
+
+Transcript names: every name at or below `names_low` was consumed (`names_below` of
+them), and `names_window` holds the consumed names above it, at most
+`cfg.transcript_window` past the first gap. This relies on names sorting in write order
+up to that many names of reordering (docs/run-format.md); a name that appears below
+`names_low` after it was passed is counted and quarantined, never silently missed.
 
 - `fold(state, result)` merges one unit's result (in any order of units).
 - `watermark(state, now, cfg)` says up to which step rows are final.
@@ -24,12 +33,14 @@ from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
 
-CHECKPOINT_VERSION = 2
+TRANSIENT = frozenset({"out_rows", "out_quarantine", "out_alerts", "listed", "unconfirmed"})
+"""Fields a resume state does not hold: rows waiting for the next commit (a commit
+moves them into `outbox` first), and what one poll or process learnt."""
 
 
 @dataclass(slots=True)
 class RunState:
-    """What the pipeline holds for one run; what its checkpoint holds."""
+    """What the pipeline holds for one run; what its resume state holds."""
 
     run_id: str
     run_url: str
@@ -40,8 +51,9 @@ class RunState:
     cursors: dict[str, FileCursor] = field(
         default_factory=lambda: {STEPS_FILE: FileCursor(), ROLLOUTS_FILE: FileCursor()}
     )
-    seen: set[str] = field(default_factory=set)
-    last_name: str | None = None
+    names_low: str | None = None
+    names_below: int = 0
+    names_window: list[str] = field(default_factory=list)
     transcripts_mark: float | None = None
     polls: int = 0
     pending: dict[int, StepPartial] = field(default_factory=dict)
@@ -63,13 +75,31 @@ class RunState:
     firing: list[str] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
     headline: dict[str, Any] = field(default_factory=dict)
-    version: int = CHECKPOINT_VERSION
+    health_sig: str | None = None
+    """Digest of the last run_health row written (as_of and commit_seq aside)."""
+    outbox_seq: int = 0
+    outbox: dict[str, bytes] = field(default_factory=dict)
+    """table -> Arrow IPC rows of commit `outbox_seq` not yet known to be in that table."""
+    unconfirmed: set[str] = field(default_factory=set)
+    """Tables of `outbox` whose append is not known to have landed (all of them after a
+    restart): the next commit checks their txn versions."""
+    listed: list[str] = field(default_factory=list)
+    """Transcript names above `names_low` in this poll's listing."""
     format: str = "loops"
     """The run's format (`rlstream.formats.FORMATS`)."""
     parts: tuple[str, ...] = ()
     """Writers of one step's rows the format expects (prime-rl: trainer, orchestrator)."""
     part_steps: dict[str, int] = field(default_factory=dict)
     """Highest step read per writer, for the watermark of multi-writer formats."""
+    step_files: set[str] = field(default_factory=set)
+    """Per-step files and complete step folders consumed (formats with `StepFiles`
+    streams), for steps above their stream's `step_low`."""
+    step_low: dict[str, int] = field(default_factory=dict)
+    """Stream folder -> step at or below which every listed entry was consumed
+    (`transcript_window` steps below `final_through`, at most)."""
+    step_below: dict[str, int] = field(default_factory=dict)
+    """Stream folder -> entries listed at or below its `step_low`: more of them on a
+    later listing arrived late and are quarantined (`step_file_below_window`)."""
 
     @property
     def max_known_step(self) -> int:
@@ -102,15 +132,12 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
     if res.cursor is not None:
         state.cursors[res.cursor_key or res.file] = res.cursor
     if res.names:
-        state.seen.update(res.names)
-        top = max(res.names)
-        if state.last_name is None or top > state.last_name:
-            state.last_name = top
+        state.names_window = sorted({*state.names_window, *res.names})
         c["transcripts"] += len(res.names)
     if res.heartbeat is not None:
         state.last_activity = max(state.last_activity or res.heartbeat, res.heartbeat)
     if res.done:
-        state.seen.update(res.done)
+        state.step_files.update(res.done)
         state.last_change = now
     for path, ident in res.seen_files:
         state.cursors[path] = ident
@@ -161,10 +188,10 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
     if idle:
         return state.max_known_step
     by_lag = state.max_reported_step - cfg.watermark_lag_steps
-    parts = getattr(state, "parts", ())
+    parts = state.parts
     if parts:
         # A step is final once every writer has moved past it (or its row is whole).
-        seen = getattr(state, "part_steps", {})
+        seen = state.part_steps
         by_lag = min(seen.get(p, -1) for p in parts) - cfg.watermark_lag_steps
     settled = [
         s
@@ -186,7 +213,7 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
     if upto <= state.final_through:
         return []
     steps = sorted(s for s in {*state.pending, *state.reported} if s <= upto)
-    fmt = getattr(state, "format", "loops")
+    fmt = state.format
     rows = [
         step_row(state.run_id, s, state.reported.pop(s, None), state.pending.pop(s, None), fmt)
         for s in steps
@@ -251,7 +278,7 @@ def summary(state: RunState) -> dict[str, Any]:
     return {
         "run_id": state.run_id,
         "run_uri": state.run_url,
-        "format": getattr(state, "format", "loops"),
+        "format": state.format,
         "finished": is_finished(state),
         "last_step": state.max_reported_step if state.max_reported_step >= 0 else None,
         "final_through": state.final_through,

@@ -85,9 +85,16 @@ def _changed(stat: FileStat, cur: FileCursor) -> bool:
 
 
 def plan_streams(
-    storage: Storage, state: Any, streams: tuple[Stream, ...], per_unit: int, final: bool
+    storage: Storage,
+    state: Any,
+    streams: tuple[Stream, ...],
+    per_unit: int,
+    final: bool,
+    window: int,
 ) -> list[Unit]:
-    """Units for what is new in one run of a format other than Loops."""
+    """Units for what is new in one run of a format other than Loops. Per-step files
+    are remembered by name until their step is `window` steps below `final_through`,
+    then only through the stream's low step (`RunState.step_low`)."""
     units: list[Unit] = []
     for s in streams:
         if isinstance(s, Tail):
@@ -107,7 +114,7 @@ def plan_streams(
                     )
                 )
         elif isinstance(s, StepFiles):
-            files, done = _new_step_files(storage, state, s)
+            files, done = _new_step_files(storage, state, s, window)
             for i in range(0, max(len(files), 1 if done else 0), per_unit):
                 chunk = tuple(files[i : i + per_unit])
                 last = i + per_unit >= len(files)
@@ -141,22 +148,21 @@ def plan_streams(
 
 
 def _new_step_files(
-    storage: Storage, state: Any, s: StepFiles
+    storage: Storage, state: Any, s: StepFiles, window: int
 ) -> tuple[list[tuple[int, str]], tuple[str, ...]]:
     base = Storage.join(state.run_url, s.folder) if s.folder else state.run_url
     prefix = f"{s.folder}/" if s.folder else ""
-    if not s.dirs:
-        names = storage.list_names(base)
-        return [
-            (step, prefix + n)
-            for step, n in step_names(names, s.step_re)
-            if prefix + n not in state.seen
-        ], ()
+    listed = step_names(storage.list_dirs(base) if s.dirs else storage.list_names(base), s.step_re)
+    listed = _above_low(state, s, prefix, listed)
     files: list[tuple[int, str]] = []
     done: list[str] = []
-    for step, d in step_names(storage.list_dirs(base), s.step_re):
+    for step, d in listed:
+        if not s.dirs:
+            if prefix + d not in state.step_files:
+                files.append((step, prefix + d))
+            continue
         key = f"{prefix}{d}/"
-        if key in state.seen:
+        if key in state.step_files:
             continue
         names = storage.list_names(Storage.join(base, d))
         if s.marker is not None and s.marker not in names:
@@ -168,13 +174,59 @@ def _new_step_files(
                 for n in storage.list_names(Storage.join(base, d, sub))
                 if s.file_re is None or s.file_re.fullmatch(n)
             ]
-        new = [(step, f) for f in found if f not in state.seen]
+        new = [(step, f) for f in found if f not in state.step_files]
         files.extend(new)
         if s.marker is not None or found:
             done.append(key)
         elif step <= state.final_through:
-            state.seen.add(key)  # given up: nothing to read, and the step is final
+            state.step_files.add(key)  # given up: nothing to read, and the step is final
+    _advance_low(state, s, prefix, listed, window)
     return files, tuple(done)
+
+
+def _above_low(
+    state: Any, s: StepFiles, prefix: str, listed: list[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """The listed step files (or folders) above the stream's low step. Entries at or
+    below it were consumed; more of them than last time arrived after it was passed:
+    counted in one quarantine row, not read."""
+    low = state.step_low.get(prefix, -1)
+    below = sum(1 for step, _ in listed if step <= low)
+    extra = below - state.step_below.get(prefix, 0)
+    if low >= 0 and extra > 0:
+        state.out_quarantine.append(
+            QuarantineRow(
+                state.run_id,
+                s.folder or ".",
+                None,
+                "step_file_below_window",
+                f"{extra} step {'folders' if s.dirs else 'files'} for steps at or below "
+                f"{low} appeared after those steps were passed; not read",
+            )
+        )
+        state.counters["quarantined"] += 1
+    if low >= 0:
+        state.step_below[prefix] = below
+    return [(step, n) for step, n in listed if step > low]
+
+
+def _advance_low(
+    state: Any, s: StepFiles, prefix: str, listed: list[tuple[int, str]], window: int
+) -> None:
+    """Move the stream's low step up to `window` steps below `final_through`, over
+    consumed entries only, and forget the consumed names at or below it."""
+    key = (lambda n: f"{prefix}{n}/") if s.dirs else (lambda n: prefix + n)
+    pending = [step for step, n in listed if key(n) not in state.step_files]
+    low = state.step_low.get(prefix, -1)
+    new_low = min(state.final_through - window, min(pending, default=1 << 62) - 1)
+    if new_low <= low:
+        return
+    gone = tuple(key(n) for step, n in listed if step <= new_low)
+    state.step_files = (
+        {f for f in state.step_files if not f.startswith(gone)} if gone else (state.step_files)
+    )
+    state.step_low[prefix] = new_low
+    state.step_below[prefix] = state.step_below.get(prefix, 0) + len(gone)
 
 
 _STAR_NUM = re.compile(r"(\d+)")

@@ -22,7 +22,7 @@ from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import state_summary
 from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
 from rlstream.runtime.malloc import keep_heap
-from rlstream.sinks.parquet import ParquetSink
+from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
 
@@ -107,7 +107,10 @@ class Tailer:
     ) -> None:
         logging.basicConfig(level=logging.INFO)
         hooks = hooks_factory() if hooks_factory is not None else {}
-        self.group = RunGroup(storage, ParquetSink(out_url, out_storage, cfg.fsync), cfg, **hooks)
+        sink = DeltaSink(
+            out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds
+        )
+        self.group = RunGroup(storage, sink, cfg, **hooks)
         self.execute = ray_executor([], cfg.max_inflight_units)
 
     def set_workers(self, workers: list[Any]) -> None:

@@ -3,8 +3,10 @@
 `run(...)` is both commands. `analyze` (watch=False) discovers runs, polls each
 tailer once with `final=True` (everything that exists is read and every step row
 finalized), commits and returns. `watch` (watch=True) polls every `poll_seconds`,
-commits every `commit_seconds`, rediscovers runs so that new ones join, and stops
-cleanly after a final commit on Ctrl-C (or when `stop()` returns True).
+commits every `commit_seconds`, rediscovers runs so that new ones join, maintains
+OUT's tables every `maintenance.every_seconds` in a thread (runtime/maintenance.py),
+and stops cleanly after a final commit on Ctrl-C (or when `stop()` returns True).
+`analyze` ends with one maintenance pass.
 """
 
 from __future__ import annotations
@@ -33,8 +35,14 @@ from rlstream.runtime.cluster import (
     forwarded_env,
     private_ray,
 )
+from rlstream.runtime.maintenance import Maintainer
+from rlstream.sinks.delta import DeltaSink
+from rlstream.sinks.maintain import MaintenanceConfig
 
 log = logging.getLogger("rlstream")
+
+COMMIT_LOG_EVERY = 10
+"""A watch logs the mean and max time of its commits once per this many commits."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class RuntimeConfig:
     one per 8 workers, at most 4."""
     discover_every_seconds: float = 10.0
     ray: RayConfig = field(default_factory=RayConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
 
 
 class Progress:
@@ -127,7 +136,7 @@ class Fleet:
 
     def _call(self, method: str, *args: Any) -> list[Any]:
         """Call every tailer; a tailer that died is restarted by Ray, so give the new
-        instance its workers and runs again (it resumes them from their checkpoints)
+        instance its workers and runs again (it resumes them from their resume states)
         and call it once more."""
         refs = [getattr(t, method).remote(*args) for t in self.tailers]
         out = []
@@ -189,7 +198,7 @@ class Fleet:
                 except ray.exceptions.RayError as e:
                     if attempt == 2:
                         raise
-                    # Runs already committed resume from their checkpoints: only what
+                    # Runs already committed resume from their resume states: only what
                     # the dead tailer had not committed is read again.
                     log.warning("tailer %d failed (%s); analysing its shard again", i, e)
                     ray.get(self.tailers[i].set_workers.remote(self.workers))
@@ -284,6 +293,11 @@ def run(
         from rlstream.pipeline.verdicts import health_hooks
 
         hooks_factory = health_hooks
+    out_url = normalize_root(out)
+    out_storage = Storage.for_url(out_url, cfg.storage_options)
+    sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
+    sink.check_layout()
+    maintainer = Maintainer(sink, rt.maintenance)
     t_start = time.monotonic()
     started = connect(rt.ray)
     t_ray = time.monotonic()
@@ -304,9 +318,12 @@ def run(
         if not watch:
             summaries = fleet.analyze(progress)
             log.info("analyzed %d runs in %.1f s", len(summaries), time.monotonic() - t_actors)
+            maintainer.run_once()
             return summaries
         fleet.discover()
+        maintainer.start()
         last_commit = last_discover = time.monotonic()
+        commit_times: list[float] = []
         try:
             while not (stop and stop()):
                 t0, wall = time.monotonic(), time.time()
@@ -319,7 +336,17 @@ def run(
                     fleet.discover()
                     last_discover = t0
                 if t0 - last_commit >= cfg.commit_seconds:
+                    t_commit = time.monotonic()
                     fleet.commit()
+                    commit_times.append(time.monotonic() - t_commit)
+                    if len(commit_times) == COMMIT_LOG_EVERY:
+                        log.info(
+                            "commits: mean %.3f s, max %.3f s over the last %d",
+                            sum(commit_times) / len(commit_times),
+                            max(commit_times),
+                            len(commit_times),
+                        )
+                        commit_times.clear()
                     last_commit = t0
                     if metrics is not None:
                         metrics.on_commit(
@@ -338,6 +365,7 @@ def run(
         fleet.commit()
         return fleet.summaries()
     finally:
+        maintainer.stop()
         progress.close()
         if fleet is not None:
             fleet.close()

@@ -1,1 +1,2 @@
-"""Sinks: Parquet tables under OUT, written atomically with deterministic names."""
+"""Sinks: OUT's Delta Lake tables (delta.py), their maintenance (maintain.py), and the
+row schemas of run_health and alerts (health.py)."""

@@ -1,7 +1,7 @@
 """The `run_health` and `alerts` tables: schemas and row builders.
 
-`run_health/snapshots` gets one row per run per commit (append-only history);
-`run_health/latest` one row per run, replaced atomically. `alerts` holds every
+`run_health` gets a run's row at a commit when it changed (append-only history;
+the newest row per run is what status reads, see rlstream.sinks.maintain). `alerts` holds every
 finding state transition (pending, firing, resolved) as an event.
 """
 
@@ -99,7 +99,7 @@ def health_row(state: Any, now: float) -> dict[str, Any]:
         "quarantined": c["quarantined"],
         "late": c["late"],
         "token_metrics": token_metrics,
-        "format": getattr(state, "format", "loops"),
+        "format": state.format,
         "not_evaluable": list(state.headline.get("_not_evaluable", [])),
     }
 

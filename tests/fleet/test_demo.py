@@ -20,6 +20,6 @@ def test_demo_watches_live_runs_and_writes_the_report(ray_session, tmp_path, cap
     assert f"HTML report: {tmp_path / 'report.html'}" in text
     html = (tmp_path / "report.html").read_text()
     assert html.count('<section class="run"') == 3
-    assert f"read_parquet('{tmp_path}/out/steps/*/*.parquet')" in text
+    assert f"delta_scan('{tmp_path}/out/steps')" in text
     for r in latest:
         assert r["run_id"] in text and r["run_id"] in html

@@ -100,3 +100,21 @@ def _unescape(s: str) -> str:
     import html
 
     return html.unescape(s)
+
+
+def test_long_series_are_thinned_keeping_extremes_and_gaps():
+    from rlstream.fleet.svg import thin
+
+    n = 100_000
+    values = [float(i % 97) for i in range(n)]
+    values[50_000] = 1e6  # a spike
+    values[70_000] = None  # a gap
+    thinned = thin(Series("x", list(range(n)), values), 490)
+    assert len(thinned.steps) <= 3 * 490
+    assert thinned.steps == sorted(thinned.steps)
+    assert 1e6 in thinned.values and None in thinned.values
+    assert min(v for v in thinned.values if v is not None) == 0.0
+    short = Series("y", [0, 1], [1.0, 2.0])
+    assert thin(short, 490) is short
+    svg = line_chart(Chart("long", [Series("x", list(range(n)), values)]))
+    assert svg.count(",") < 4 * 490  # points drawn, not 100,000

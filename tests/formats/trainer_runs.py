@@ -3,7 +3,7 @@
 `sim_runs(tmp)` simulates a few short Loops runs once; `trainer_run(tmp, fmt)` writes
 them the way trainer `fmt` does (rlstream.simulate.trainer_files, field for field
 from each trainer's writer; sources in docs/formats.md). `table(out, name)` reads an
-OUT table back as a list of dicts.
+OUT Delta table back as a list of dicts.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 
+from rlstream.fleet.read import read_table
 from rlstream.simulate.config import SimConfig
 from rlstream.simulate.trainers import apply, load_run, writes
 from rlstream.simulate.writer import simulate
@@ -46,13 +47,11 @@ def batches(src: Path, fmt: str) -> list[list[Any]]:
 
 
 def table(out: Path, name: str, order: str = "") -> list[dict[str, Any]]:
-    files = list((out / name).rglob("*.parquet"))
-    if not files:
+    """Rows of OUT's Delta table `name` (read through its log), in `order`."""
+    t = read_table(str(out), name)
+    if not t.num_columns:
         return []
-    rel = duckdb.sql(
-        f"select * from read_parquet({[str(f) for f in files]!r}, hive_partitioning=false, "
-        f"union_by_name=true) {order}"
-    )
+    rel = duckdb.from_arrow(t).query("t", f"select * from t {order}")
     cols = rel.columns
     return [dict(zip(cols, row, strict=True)) for row in rel.fetchall()]
 

@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import duckdb
 import pytest
 
 from rlstream.pipeline.local import analyze_local
+from tests.outputs import out_sql
 from tests.pipeline.runfiles import write_run
 
 
 def _steps(out):
-    return duckdb.sql(
-        f"select * from read_parquet('{out}/steps/**/*.parquet', hive_partitioning=true) order by step"
-    ).fetchall()
+    return out_sql(out, "select * from steps order by step")
 
 
 def test_one_row_per_step_with_recomputed_kl(tmp_path):
     write_run(tmp_path / "runs", steps=3)
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
-    con = duckdb.connect()
-    rows = con.sql(
-        f"select step, trained_tokens, sampled_tokens, mismatch_k1, reported_reward_mean, attempts "
-        f"from read_parquet('{tmp_path}/out/steps/**/*.parquet', hive_partitioning=true) order by step"
-    ).fetchall()
+    rows = out_sql(
+        tmp_path / "out",
+        "select step, trained_tokens, sampled_tokens, mismatch_k1, reported_reward_mean, attempts "
+        "from steps order by step",
+    )
     assert [r[0] for r in rows] == [0, 1, 2]
     # 4 attempts x 5 tokens, first token of each null
     assert all(r[1] == 16 and r[2] == 16 and r[5] == 4 for r in rows)

@@ -5,26 +5,19 @@ from __future__ import annotations
 
 import json
 
-import duckdb
-
 from rlstream.pipeline.local import analyze_local
+from tests.outputs import out_sql
 from tests.pipeline.runfiles import write_run
 
 
 def _q(out):
-    return duckdb.sql(
-        f"select file, \"offset\", reason from read_parquet('{out}/quarantine/**/*.parquet') "
-        'order by file, "offset", reason'
-    ).fetchall()
+    return out_sql(
+        out, 'select file, "offset", reason from quarantine order by file, "offset", reason'
+    )
 
 
 def _steps(out, col="step"):
-    return [
-        r[0]
-        for r in duckdb.sql(
-            f"select {col} from read_parquet('{out}/steps/**/*.parquet') order by step"
-        ).fetchall()
-    ]
+    return [r[0] for r in out_sql(out, f"select {col} from steps order by step")]
 
 
 def _append(path, text: str) -> int:

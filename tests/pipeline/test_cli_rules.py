@@ -3,16 +3,13 @@ error, not a traceback."""
 
 from __future__ import annotations
 
-import duckdb
-
 from rlstream.cli import main
 from rlstream.simulate import SimConfig, simulate
+from tests.outputs import out_sql
 
 
 def _codes(out) -> list[str]:
-    rows = duckdb.sql(
-        f"select findings from read_parquet('{out}/run_health/latest/*.parquet')"
-    ).fetchall()
+    rows = out_sql(out, "select findings from latest")
     return sorted({f["code"] for (findings,) in rows for f in findings if f["state"] == "firing"})
 
 

@@ -2,51 +2,79 @@
 
 from __future__ import annotations
 
-import duckdb
+import pytest
 
 from rlstream.config import PipelineConfig
 from rlstream.pipeline.local import build_group, local_executor
+from tests.outputs import out_sql
 from tests.pipeline.runfiles import write_run
 
 
-def test_failed_commit_is_retried_without_duplicates(tmp_path):
+def _group(tmp_path):
     write_run(tmp_path / "runs", steps=3)
     group = build_group([str(tmp_path / "runs")], str(tmp_path / "out"), PipelineConfig())
     group.poll(local_executor(group.storage), final=True)
-    state = next(iter(group.states()))
-    real = group.sink.save_checkpoint
+    return group, next(iter(group.states()))
+
+
+def _steps(tmp_path):
+    return out_sql(tmp_path / "out", "select step from steps order by step")
+
+
+def test_failed_state_write_is_retried_without_duplicates(tmp_path):
+    group, state = _group(tmp_path)
+    real = group.sink.save_state
     calls = []
 
-    def flaky(run_id, st):
+    def flaky(run_id, data):
         calls.append(run_id)
         if len(calls) == 1:
-            raise OSError("disk full")  # after the data files of commit 1 were written
-        real(run_id, st)
+            raise OSError("disk full")
+        real(run_id, data)
 
-    group.sink.save_checkpoint = flaky
+    group.sink.save_state = flaky
     assert group.commit() == 0
     assert state.seq == 0 and len(state.out_rows) == 3 and group.dirty == {state.run_url}
-    assert not list((tmp_path / "out" / "steps").glob("*/*.parquet"))  # undone
+    assert not group.sink.exists("steps")  # no table is written before the state
     assert group.commit() == 1
-    rows = duckdb.sql(
-        f"select step from read_parquet('{tmp_path}/out/steps/*/*.parquet') order by step"
-    ).fetchall()
-    assert rows == [(0,), (1,), (2,)]
-    assert state.seq == 1 and state.out_rows == []
+    assert _steps(tmp_path) == [(0,), (1,), (2,)]
+    assert state.seq == 1 and state.out_rows == [] and not state.unconfirmed
 
 
-def test_rejected_run_file_is_removed_once_the_run_reads(tmp_path):
+@pytest.mark.parametrize("landed", [False, True])
+def test_failed_append_is_resolved_by_its_txn(tmp_path, landed):
+    """An append that raised may or may not have landed (a timeout after the commit):
+    the next commit asks the table's txn version and carries the rows only if not."""
+    group, state = _group(tmp_path)
+    real = group.sink.append
+
+    def flaky(table, data, txns):
+        if table == "steps" and not flaky.done:
+            flaky.done = True
+            if landed:
+                real(table, data, txns)
+            raise OSError("connection reset")
+        real(table, data, txns)
+
+    flaky.done = False
+    group.sink.append = flaky
+    assert group.commit() == 0  # its state was written; its steps append is unsure
+    assert state.unconfirmed == {"steps"} and group.dirty == {state.run_url}
+    assert _steps(tmp_path) == ([(0,), (1,), (2,)] if landed else [])
+    group.commit()
+    assert _steps(tmp_path) == [(0,), (1,), (2,)]
+    assert not state.unconfirmed and group.dirty == set()
+    assert state.seq == 2  # landed or carried at commit 2: either way once
+
+
+def test_rejected_run_is_quarantined_once_across_restarts(tmp_path):
     run = write_run(tmp_path / "runs", steps=1)
-    good = (run / "run.json").read_text()
     (run / "run.json").write_text("{broken")
-    group = build_group([str(tmp_path / "runs")], str(tmp_path / "out"), PipelineConfig())
-    group.commit()
-    rejected = list((tmp_path / "out" / "quarantine" / "run_id=_rejected").glob("*.parquet"))
-    assert len(rejected) == 1
-    (run / "run.json").write_text(good)
-    assert group.add_run(str(run)) is not None
-    group.commit()
-    assert not rejected[0].exists()
+    for _ in range(2):  # a restart with the same OUT writes nothing new
+        group = build_group([str(tmp_path / "runs")], str(tmp_path / "out"), PipelineConfig())
+        group.commit()
+    rows = out_sql(tmp_path / "out", "select run_id, reason from quarantine")
+    assert rows == [("_rejected", "bad_run_json")]
 
 
 def test_failed_units_are_run_again_in_batch_mode(tmp_path):
@@ -66,9 +94,6 @@ def test_failed_units_are_run_again_in_batch_mode(tmp_path):
 
     group.poll(flaky, final=True)
     group.commit()
-    rows = duckdb.sql(
-        f"select step, attempts, transcripts from read_parquet('{tmp_path}/out/steps/*/*.parquet') "
-        "order by step"
-    ).fetchall()
+    rows = out_sql(f"{tmp_path}/out", "select step, attempts, transcripts from steps order by step")
     assert rows == [(0, 4, 4), (1, 4, 4), (2, 4, 4)]
     assert group.totals["failed_units"] == len(seen)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
-import duckdb
-
 from rlstream.config import PipelineConfig
 from rlstream.pipeline.local import build_group, local_executor
+from tests.outputs import out_sql
 from tests.pipeline.runfiles import write_run
 
 
@@ -33,22 +32,15 @@ def test_late_rollout_and_transcript(tmp_path):
     group.poll(execute, now=1.0, final=True)
     group.commit(now=1.0)
     out = tmp_path / "out"
-    q = duckdb.sql(
-        f"select file, \"offset\", reason, step from read_parquet('{out}/quarantine/*/*.parquet') "
-        "order by file"
-    ).fetchall()
+    q = out_sql(out, 'select file, "offset", reason, step from quarantine order by file')
     assert q == [
         ("rollouts.jsonl", late_offset, "late", None),
         ("transcripts/late-2.json", None, "late", 0),
     ]
     assert state.counters["late"] == 2
-    rows = duckdb.sql(
-        f"select step, attempts from read_parquet('{out}/steps/*/*.parquet') order by step"
-    ).fetchall()
+    rows = out_sql(out, "select step, attempts from steps order by step")
     assert rows == [(0, 4), (1, 4), (2, 5)]  # step 0 unchanged; step 2 got its new attempt
-    late = duckdb.sql(
-        f"select late from read_parquet('{out}/run_health/latest/*.parquet')"
-    ).fetchall()
+    late = out_sql(out, "select late from latest")
     assert late == [(2,)]
 
 
@@ -73,7 +65,5 @@ def test_step_is_final_once_its_line_settled_not_a_step_later(tmp_path):
     group.poll(execute, now=101.0)  # settled: final, with no step 3 in sight
     assert state.final_through == 2 and state.read_at == {}
     group.commit(now=101.0)
-    rows = duckdb.sql(
-        f"select step, attempts from read_parquet('{tmp_path}/out/steps/*/*.parquet') order by step"
-    ).fetchall()
+    rows = out_sql(f"{tmp_path}/out", "select step, attempts from steps order by step")
     assert rows == [(0, 4), (1, 4), (2, 5)]

@@ -12,11 +12,11 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from rlstream.pipeline.local import analyze_local
 from rlstream.simulate import SimConfig, simulate
+from tests.outputs import out_con, out_sql
 
 
 def _oracle(run: Path) -> dict[int, dict[str, float]]:
@@ -80,9 +80,7 @@ def test_columns_match_an_independent_recomputation(tmp_path, scenario):
     )
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
     want = _oracle(tmp_path / "runs" / labels[0].run)
-    rel = duckdb.sql(
-        f"select * from read_parquet('{tmp_path}/out/steps/*/*.parquet') order by step"
-    )
+    rel = out_con(f"{tmp_path}/out").sql("select * from steps order by step")
     rows = {r[1]: dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()}
     assert sorted(rows) == sorted(want) == list(range(6))
     checked = 0
@@ -96,17 +94,16 @@ def test_columns_match_an_independent_recomputation(tmp_path, scenario):
 def test_samples_trace_gives_null_token_metrics_not_zeros(tmp_path):
     simulate(tmp_path / "runs", SimConfig(runs=1, steps=4, trace="samples", seed=2))
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
-    rows = duckdb.sql(
+    rows = out_sql(
+        f"{tmp_path}/out",
         "select trace, trained_tokens, mismatch_kl, mismatch_ess, entropy_estimate, repetition, "
         "completion_len_mean, reported_mismatch_kl, reward_mean "
-        f"from read_parquet('{tmp_path}/out/steps/*/*.parquet') order by step"
-    ).fetchall()
+        "from steps order by step",
+    )
     assert len(rows) == 4
     for trace, tt, kl, ess, ent, rep, clen, rkl, rew in rows:
         assert trace == "samples"
         assert (tt, kl, ess, ent, rep) == (None, None, None, None, None)
         assert clen is not None and clen > 0 and rkl is not None and rew is not None
-    health = duckdb.sql(
-        f"select token_metrics from read_parquet('{tmp_path}/out/run_health/latest/*.parquet')"
-    ).fetchall()
+    health = out_sql(f"{tmp_path}/out", "select token_metrics from latest")
     assert health == [("reported_only",)]

@@ -39,7 +39,7 @@ def test_units_results_and_state_round_trip(tmp_path):
     again = [pickle.loads(pickle.dumps(r)) for r in results]
     assert [r.partials.keys() for r in again] == [r.partials.keys() for r in results]
     group.poll(local_executor(group.storage), final=True)
-    assert len(state.seen) == 8  # listed again: the first plan's units were never folded
+    assert len(state.names_window) == 8  # listed again: the first plan's units were never folded
     back = pickle.loads(pickle.dumps(state))
-    assert back.cursors == state.cursors and back.seen == state.seen
+    assert back.cursors == state.cursors and back.names_window == state.names_window
     assert back.out_rows == state.out_rows and len(back.out_rows) == 2

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
-import duckdb
-
 from rlstream.config import PipelineConfig
 from rlstream.pipeline.local import build_group, local_executor
+from tests.outputs import out_sql
 from tests.pipeline.runfiles import write_run
 
 
@@ -33,12 +32,9 @@ def test_replaced_rollouts_file_is_not_counted_twice(tmp_path):
     group.poll(run_exec, now=1.0, final=True)
     group.commit(now=1.0)
     out = tmp_path / "out"
-    attempts = duckdb.sql(
-        f"select step, attempts from read_parquet('{out}/steps/*/*.parquet') order by step"
-    ).fetchall()
+    attempts = out_sql(out, "select step, attempts from steps order by step")
     assert attempts == [(0, 4), (1, 4), (2, 4), (3, 4)]
-    reasons = duckdb.sql(
-        f"select reason, count(*) from read_parquet('{out}/quarantine/*/*.parquet') "
-        "group by reason order by reason"
-    ).fetchall()
+    reasons = out_sql(
+        out, "select reason, count(*) from quarantine group by reason order by reason"
+    )
     assert reasons == [("file_replaced", 1), ("rewritten_replay", 8)]

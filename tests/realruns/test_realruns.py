@@ -2,7 +2,7 @@
 
 Real logs are read in place from ../shared/realruns (never copied here; see its
 README), converted to run directories (``build.py`` says how), analysed with the
-in-process pipeline and its health hook, and read back from ``run_health/latest``.
+in-process pipeline and its health hook, and read back with ``rlstream.fleet.read.read_latest``.
 
 Expectations come from the authors' own conclusions:
 
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
+from rlstream.fleet.read import read_latest
 from rlstream.pipeline.local import analyze_local
 
 from .build import cog_run, curve_run, realruns_dir
@@ -44,8 +44,7 @@ QUIET = {"info"}  # severities allowed on runs expected to be healthy
 
 
 def _latest(out: Path) -> dict[str, dict]:
-    table = pq.read_table(out / "run_health" / "latest").to_pylist()
-    return {r["run_id"]: r for r in table}
+    return {r["run_id"]: r for r in read_latest(str(out))}
 
 
 def _loud(row: dict) -> set[str]:

@@ -19,18 +19,49 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_REQUEST_LOG: list[str] = []
+
+
+@pytest.fixture
+def s3_requests(s3_server):
+    """A function returning the HTTP requests moto's server has logged so far, one
+    string per request ("GET /bucket/key?... HTTP/1.1"); take a difference to count."""
+    import re
+
+    def requests() -> list[str]:
+        with open(_REQUEST_LOG[-1], errors="replace") as f:
+            return re.findall(r'"((?:GET|PUT|HEAD|POST|DELETE) [^"]*)"', f.read())
+
+    return requests
+
+
 @pytest.fixture(scope="session")
 def s3_server():
-    """moto's S3 server on 127.0.0.1 over real HTTP; yields its endpoint URL."""
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    """moto's S3 server on 127.0.0.1 over real HTTP, in its own process (delta-rs talks
+    to it from Rust threads: an in-process server can deadlock on the GIL); yields its
+    endpoint URL and sets AWS_* for the session."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    import time
 
     port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or "moto_server"
+    log = tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False)  # noqa: SIM115
+    _REQUEST_LOG.append(log.name)
+    proc = subprocess.Popen(
+        [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, "moto_server exited at start"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "moto_server did not listen within 60 s"
+            time.sleep(0.1)
     endpoint = f"http://127.0.0.1:{port}"
     saved = {
         k: os.environ.get(k)
@@ -48,7 +79,10 @@ def s3_server():
         AWS_ENDPOINT_URL=endpoint,
     )
     yield endpoint
-    server.stop()
+    proc.terminate()
+    proc.wait(timeout=30)
+    log.close()
+    os.unlink(log.name)
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)

@@ -1,4 +1,4 @@
-"""Reading output tables back for comparisons (with DuckDB, as users do)."""
+"""Reading output tables back for comparisons (Delta via delta-rs, then DuckDB)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,13 @@ import duckdb
 KEY = "run_id, step"
 
 
-def read_steps(out: str, fs: Any = None) -> list[dict[str, Any]]:
+def read_steps(out: str, storage_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every steps row, ordered by (run_id, step), as dicts; maps as sorted dicts."""
+    from rlstream.fleet.read import read_table
+
     con = duckdb.connect()
-    if fs is not None:
-        con.register_filesystem(fs)
-    rel = con.sql(
-        f"select * from read_parquet('{out}/steps/*/*.parquet', hive_partitioning=false) "
-        f"order by {KEY}"
-    )
+    con.register("steps", read_table(str(out), "steps", storage_options))
+    rel = con.sql(f"select * from steps order by {KEY}")
     cols = rel.columns
     return [dict(zip(cols, r, strict=True)) for r in rel.fetchall()]
 

@@ -39,8 +39,8 @@ def _remove_temp_dir(stderr: str) -> None:
 
 
 def _checkpoint_seqs(out: Path) -> int:
-    d = out / "_checkpoints"
-    return sum(p.stat().st_mtime_ns for p in d.glob("*.ckpt")) if d.exists() else 0
+    d = out / "_resume"
+    return sum(p.stat().st_mtime_ns for p in d.glob("*.state")) if d.exists() else 0
 
 
 def _wait_for_new_commit(out: Path, proc: subprocess.Popen, timeout: float = 120) -> None:

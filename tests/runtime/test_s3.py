@@ -7,7 +7,6 @@ import os
 
 import boto3
 import pytest
-import s3fs
 
 from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
@@ -46,13 +45,11 @@ def test_s3_to_s3_equals_local(ray_session, s3_server, bucket, tmp_path):
         [f"s3://{bucket}/fleet"],
         out,
         PipelineConfig(transcripts_per_unit=16),
-        RuntimeConfig(workers=2),
+        RuntimeConfig(workers=2, tailers=2),  # two writers to each table on S3
     )
     assert len(summaries) == 3
-    fs = s3fs.S3FileSystem(
-        endpoint_url=s3_server, skip_instance_cache=True, use_listings_cache=False
-    )
-    assert_same_rows(read_steps(tmp_path / "local"), read_steps(f"s3://{bucket}/tables", fs))
+    opts = {"endpoint_url": s3_server}
+    assert_same_rows(read_steps(tmp_path / "local"), read_steps(f"s3://{bucket}/tables", opts))
 
 
 def test_s3_growing_object_is_read_from_the_old_offset(s3_server, bucket):
@@ -92,3 +89,39 @@ def test_s3_listing_after_a_name_is_incremental(s3_server, bucket):
         "a00000003.json",
         "a00000004.json",
     ]
+
+
+def test_readers_cost_the_same_requests_after_a_longer_history(s3_server, s3_requests, bucket):
+    """`status` and `report` reads (read_latest, steps of one run) on S3 cost a handful
+    of requests per table after maintenance, however many commits came before."""
+    from rlstream.fleet.read import StepsTable, out_sink, read_latest
+    from rlstream.pipeline.rows import steps_table
+    from rlstream.sinks.health import run_health_table
+    from rlstream.sinks.maintain import MaintenanceConfig, maintain
+
+    opts = {"endpoint_url": s3_server}
+    out = f"s3://{bucket}/out"
+    sink = out_sink(out, opts, retention_seconds=0)
+    step = 0
+
+    def commits(n: int) -> None:
+        nonlocal step
+        for _ in range(n):
+            row = {"run_id": "r", "run_uri": "/r", "as_of": 1.8e9 + step, "commit_seq": step}
+            sink.append("run_health", run_health_table([{**row, "status": "healthy"}]), {"a": step})
+            sink.append("steps", steps_table([{"run_id": "r", "step": step}]), {"a": step})
+            step += 1
+
+    def reads() -> int:
+        before = len(s3_requests())
+        assert read_latest(out, opts)[0]["commit_seq"] == step - 1
+        assert StepsTable(out, opts).run("r", ["time"])["step"] == list(range(step))
+        return len(s3_requests()) - before
+
+    commits(4)
+    maintain(sink, MaintenanceConfig())
+    short = reads()
+    commits(16)
+    maintain(sink, MaintenanceConfig())
+    long = reads()
+    assert long == short and short <= 40, (short, long)

@@ -1,0 +1,237 @@
+"""Delta Lake output under OUT (a local path or s3://), written with delta-rs.
+
+Layout (docs/schema.md):
+
+    OUT/steps/_delta_log/...        final step rows (one row per run and step)
+    OUT/run_health/_delta_log/...   a run's health row, appended when it changed
+    OUT/run_latest/_delta_log/...   the same rows; maintenance keeps only the newest per run
+    OUT/alerts/_delta_log/...       finding transitions
+    OUT/quarantine/_delta_log/...   rejected records
+    OUT/_resume/run_id=<id>.state   each run's resume state (rlstream.pipeline.resume)
+
+`DeltaSink` appends one Arrow table to one Delta table per call, recording one
+application transaction (`txn`: app id, version) per run the rows belong to, in the
+same commit as the rows; `txn_versions` reads them back. The commit protocol that
+orders resume states and appends lives in `rlstream.pipeline.commit`. Maintenance
+(compaction, log checkpoints, vacuum) is `rlstream.sinks.maintain`.
+
+A sink keeps configuration, not connections, so it pickles (it goes to every tailer).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+
+from rlstream.errors import RlstreamError
+from rlstream.formats.quarantine import QuarantineRow
+from rlstream.io.storage import Storage
+
+TABLES = ("steps", "run_health", "run_latest", "alerts", "quarantine")
+STATE_DIR = "_resume"
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("file", pa.string(), nullable=False),
+        pa.field("offset", pa.int64()),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("detail", pa.string()),
+        pa.field("step", pa.int64()),
+        pa.field("commit_seq", pa.int64(), nullable=False),
+    ],
+    metadata={"rlstream.schema_version": "1", "rlstream.table": "quarantine"},
+)
+
+
+def table_config(retention_seconds: int) -> dict[str, str]:
+    """Properties of a table: a log checkpoint every 10 commits (a reader replays at
+    most 10 JSON commits), and how long log entries and removed files are kept (log
+    cleanup and vacuum honour it)."""
+    keep = f"interval {int(retention_seconds)} seconds"
+    return {
+        "delta.checkpointInterval": "10",
+        "delta.logRetentionDuration": keep,
+        "delta.deletedFileRetentionDuration": keep,
+    }
+
+
+def quarantine_table(rows: list[QuarantineRow], seq: int) -> pa.Table:
+    return pa.Table.from_pylist(
+        [
+            {
+                "run_id": r.run_id,
+                "file": r.file,
+                "offset": r.offset,
+                "reason": r.reason,
+                "detail": r.detail,
+                "step": r.step,
+                "commit_seq": seq,
+            }
+            for r in rows
+        ],
+        schema=QUARANTINE_SCHEMA,
+    )
+
+
+def delta_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, str] | None:
+    """delta-rs storage options for `url` from fsspec-style ones (`endpoint_url`, `key`,
+    `secret`, `token`, `client_kwargs`), the AWS_* environment filling the gaps.
+    The one place where the two spellings meet."""
+    if "://" not in url or url.startswith("file://"):
+        return None
+    opts = dict(storage_options or {})
+    if not url.startswith(("s3://", "s3a://")):  # other stores: delta-rs's own keys
+        return {k: str(v) for k, v in opts.items()}
+    ck = opts.get("client_kwargs") or {}
+    out: dict[str, str] = {}
+    pairs = {
+        "AWS_ENDPOINT_URL": opts.get("endpoint_url") or ck.get("endpoint_url"),
+        "AWS_ACCESS_KEY_ID": opts.get("key") or ck.get("aws_access_key_id"),
+        "AWS_SECRET_ACCESS_KEY": opts.get("secret") or ck.get("aws_secret_access_key"),
+        "AWS_SESSION_TOKEN": opts.get("token") or ck.get("aws_session_token"),
+        "AWS_REGION": ck.get("region_name") or opts.get("region"),
+    }
+    for k, v in pairs.items():
+        v = v or os.environ.get(k)
+        if v:
+            out[k] = str(v)
+    if "AWS_REGION" not in out:
+        out["AWS_REGION"] = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
+    if out.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+        out["AWS_ALLOW_HTTP"] = "true"
+    # Concurrent writers (several tailers, `rlstream compact`) commit safely on S3
+    # through conditional writes (PUT If-None-Match: * on the next log entry), which
+    # S3, MinIO, R2 and moto's server honour: no DynamoDB lock needed.
+    out.setdefault("AWS_CONDITIONAL_PUT", "etag")
+    return out
+
+
+def _partition(run_id: str) -> str:
+    return "run_id=" + quote(run_id, safe="-_.")
+
+
+class DeltaSink:
+    """Appends to OUT's Delta tables and keeps runs' resume state files."""
+
+    def __init__(
+        self,
+        out_url: str,
+        storage: Storage,
+        storage_options: dict[str, Any] | None = None,
+        fsync: bool = True,
+        retention_seconds: int = 300,
+    ) -> None:
+        self.out = out_url.rstrip("/")
+        self.storage = storage
+        self.storage_options = dict(storage_options or {})
+        self.fsync = fsync
+        self.retention_seconds = retention_seconds
+
+    @property
+    def options(self) -> dict[str, str] | None:
+        return delta_options(self.out, self.storage_options)
+
+    def uri(self, table: str) -> str:
+        """The table's location as delta-rs wants it (a local path is made absolute)."""
+        url = Storage.join(self.out, table)
+        if "://" not in url:
+            return os.path.abspath(url)
+        return url.removeprefix("file://")
+
+    def exists(self, table: str) -> bool:
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(self.uri(table), storage_options=self.options)
+
+    def append(self, table: str, data: pa.Table, txns: dict[str, int]) -> None:
+        """Append `data` in one Delta commit recording `txns` (app id -> version).
+
+        Concurrent appends by other tailers are retried by delta-rs's optimistic
+        concurrency (blind appends never conflict with each other or with compaction).
+        New columns (a newer rlstream) are added to the table's schema."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        props = CommitProperties(
+            app_transactions=[Transaction(app_id=a, version=v) for a, v in sorted(txns.items())],
+            max_commit_retries=50,
+        )
+        write_deltalake(
+            self.uri(table),
+            data,
+            mode="append",
+            schema_mode="merge",
+            storage_options=self.options,
+            configuration=table_config(self.retention_seconds),
+            commit_properties=props,
+        )
+
+    def txn_versions(self, table: str, app_ids: list[str]) -> dict[str, int | None]:
+        """The last version recorded for each app id in `table` (None: never)."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            dt = DeltaTable(self.uri(table), storage_options=self.options)
+        except TableNotFoundError:
+            return dict.fromkeys(app_ids)
+        return {a: dt.transaction_version(a) for a in app_ids}
+
+    # -- resume state files --------------------------------------------------------
+    def state_url(self, run_id: str) -> str:
+        return Storage.join(self.out, STATE_DIR, f"{_partition(run_id)}.state")
+
+    def save_state(self, run_id: str, data: bytes) -> None:
+        self.storage.write_atomic(self.state_url(run_id), data, fsync=self.fsync)
+
+    def load_state(self, run_id: str) -> bytes | None:
+        url = self.state_url(run_id)
+        try:
+            return self.storage.read(url)
+        except FileNotFoundError:
+            return None
+
+    def move_state_aside(self, run_id: str) -> str:
+        """Rename a run's resume state to `<name>.aside-<unix time>`; returns the new URL."""
+        url = self.state_url(run_id)
+        aside = f"{url}.aside-{int(time.time())}"
+        self.storage.write_atomic(aside, self.storage.read(url), fsync=self.fsync)
+        self.storage.remove(url)
+        return aside
+
+    def is_out(self) -> bool:
+        """Whether OUT holds rlstream's tables: the definition is a Delta log under
+        OUT/run_health (every commit that wrote anything wrote a run's health)."""
+        return self.storage.exists(Storage.join(self.out, "run_health", "_delta_log"))
+
+    def check_layout(self) -> None:
+        """Refuse an OUT written by the earlier Parquet layout, with what to do."""
+        old = [
+            Storage.join(self.out, p)
+            for p in ("_checkpoints", "run_health/latest", "run_health/snapshots")
+        ]
+        if any(self.storage.exists(u) for u in old):
+            raise RlstreamError(
+                f"{self.out} holds outputs of an earlier rlstream (hive-partitioned Parquet "
+                "and pickled _checkpoints), which this version does not append to. Use a "
+                "new --out (runs are read again from the start), or move the old folder "
+                "aside; its Parquet files stay readable with read_parquet"
+            )
+
+    def delete_run(self, run_id: str) -> int:
+        """Delete a run's rows from every table (`--reset-run`); returns rows deleted.
+        Appends running at the same time may fail once and are retried."""
+        from deltalake import DeltaTable
+
+        quoted = run_id.replace("'", "''")
+        n = 0
+        for table in TABLES:
+            if self.exists(table):
+                dt = DeltaTable(self.uri(table), storage_options=self.options)
+                got = dt.delete(f"run_id = '{quoted}'")
+                n += int(got.get("num_deleted_rows", 0) or 0)
+        return n

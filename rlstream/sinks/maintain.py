@@ -1,0 +1,159 @@
+"""Maintenance of OUT's Delta tables: compaction, the latest-row table, log checkpoints,
+log cleanup and vacuum. Run on a schedule inside `watch`, once at the end of
+`analyze`, and by hand with `rlstream compact OUT`.
+
+One pass, per table: `optimize.compact()` bin-packs the files below `target_file_mb`
+(the commits' small files since the last pass, and the compacted file still growing)
+into files of up to that size; a file already that large is left alone, so a pass
+rewrites at most `target_file_mb` plus what arrived since the last one;
+then, for `run_health`, `run_latest` is rebuilt (below); then `vacuum` of the files
+removed more than `sink.retention_seconds` ago (a table property set when the table
+is created; a pass that finds another value sets it, which may make one concurrent
+append fail and be retried), a log checkpoint and log cleanup.
+Files under OUT are then bounded by time (commits of the last retention window plus
+one period), not by the length of the watch. A reader that started before a vacuum
+keeps its files for that long, so a concurrent `status` never fails.
+
+`run_latest` holds one row per run: the newest `run_health` row of each run as of
+the compaction, written by maintenance alone (an overwrite; tailers only ever append
+to `run_health`, and blind appends never conflict with compaction). A reader takes
+`run_latest` plus the `run_health` rows with `as_of` within `LATEST_SLACK_SECONDS` (60 s)
+of the newest `as_of` in `run_latest` (file statistics prune the rest), and keeps
+the newest row per run: a handful of files whatever the history (fleet/read.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlstream.sinks.delta import TABLES, DeltaSink, table_config
+
+log = logging.getLogger("rlstream")
+
+LATEST_SLACK_SECONDS = 60.0
+"""How far before the newest `run_latest` row a commit may have stamped `as_of`: it
+is taken at the start of a commit, whose appends land seconds later (6 s at most in
+the long-watch benchmark on an overloaded machine); tailers share the driver's clock."""
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """When and how OUT's tables are maintained (docs/runtime.md, "Maintenance")."""
+
+    every_seconds: float = 120.0
+    """Seconds between passes in `watch`: the small files of ~60 commits (one every
+    2 s) are then compacted; readers see at most that many small files per table."""
+    target_file_mb: int = 32
+    """Compacted files grow up to this size, then are left alone."""
+
+
+def newest_per_run(table: pa.Table) -> pa.Table:
+    """The row with the greatest (as_of, commit_seq) of each run_id."""
+    if table.num_rows == 0:
+        return table
+    t = table.sort_by(
+        [("run_id", "ascending"), ("as_of", "ascending"), ("commit_seq", "ascending")]
+    )
+    ids = t.column("run_id").to_numpy(zero_copy_only=False)
+    last = np.flatnonzero(np.append(ids[1:] != ids[:-1], True))
+    return t.take(pa.array(last))
+
+
+def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str, Any]:
+    """One maintenance pass over every table of OUT; returns what it did per table.
+    A table that fails is logged and skipped (the next pass tries again)."""
+    from deltalake import DeltaTable
+
+    cfg = cfg or MaintenanceConfig()
+    report: dict[str, Any] = {}
+    want = table_config(sink.retention_seconds)
+    for name in TABLES:
+        if name == "run_latest" or not sink.exists(name):
+            continue
+        t0 = time.monotonic()
+        try:
+            dt = DeltaTable(sink.uri(name), storage_options=sink.options)
+            conf = dt.metadata().configuration
+            if any(conf.get(k) != v for k, v in want.items()):
+                dt.alter.set_table_properties(want)
+            m = dt.optimize.compact(target_size=cfg.target_file_mb << 20)
+            if name == "run_health":
+                report["run_latest"] = rebuild_latest(sink)
+            dt = DeltaTable(sink.uri(name), storage_options=sink.options)
+            _tidy(dt)
+            report[name] = {
+                "compacted": m.get("numFilesRemoved", 0),
+                "seconds": round(time.monotonic() - t0, 3),
+            }
+        except Exception as e:  # maintenance is retried next pass; never stops the watch
+            log.warning("maintenance of %s failed: %s", name, e)
+            report[name] = {"error": str(e)}
+    return report
+
+
+def _tidy(dt: Any) -> None:
+    # Vacuum first: it finds removed files through the log's remove actions, which a
+    # checkpoint drops once they are older than the retention.
+    dt.vacuum(retention_hours=None, enforce_retention_duration=False, dry_run=False)
+    dt.create_checkpoint()
+    dt.cleanup_metadata()
+
+
+def rebuild_latest(sink: DeltaSink) -> int:
+    """Overwrite `run_latest` with the newest row per run of `run_health` and of the
+    current `run_latest`; returns its rows."""
+    from deltalake import DeltaTable, write_deltalake
+
+    health = DeltaTable(sink.uri("run_health"), storage_options=sink.options)
+    rows = newest_per_run(read_latest_rows(sink, health))
+    write_deltalake(
+        sink.uri("run_latest"),
+        rows,
+        mode="overwrite",
+        schema_mode="overwrite",
+        storage_options=sink.options,
+        configuration=table_config(sink.retention_seconds),
+    )
+    latest = DeltaTable(sink.uri("run_latest"), storage_options=sink.options)
+    _tidy(latest)
+    return rows.num_rows
+
+
+def read_latest_rows(sink: DeltaSink, health: Any = None) -> pa.Table:
+    """`run_latest` plus the `run_health` rows that may be newer (not yet reduced to
+    one per run). Reads a handful of files: run_latest's, and the run_health files
+    whose `as_of` statistics reach the slack window."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    opts = sink.options
+    if health is None:
+        if not sink.exists("run_health"):
+            return pa.table({})
+        health = DeltaTable(sink.uri("run_health"), storage_options=opts)
+    parts = []
+    cut = None
+    if sink.exists("run_latest"):
+        latest = DeltaTable(sink.uri("run_latest"), storage_options=opts)
+        lt = latest.to_pyarrow_dataset().to_table()
+        if lt.num_rows:
+            parts.append(lt)
+            newest = pc.max(lt.column("as_of")).as_py()
+            cut = pa.scalar(newest.timestamp() - LATEST_SLACK_SECONDS, pa.float64())
+    ds = health.to_pyarrow_dataset()
+    if cut is not None:
+        stamp = pa.scalar(int(cut.as_py() * 1_000_000), pa.int64()).cast(
+            ds.schema.field("as_of").type
+        )
+        parts.append(ds.to_table(filter=pc.field("as_of") >= stamp))
+    else:
+        parts.append(ds.to_table())
+    # A newer rlstream may have added columns since run_latest was written: missing
+    # ones read as null.
+    return pa.concat_tables(parts, promote_options="permissive")
