@@ -1,6 +1,7 @@
 """Measured quality of the health rules on a labelled, simulated scenario suite.
 
     python -m bench.detectors --seeds 101 102 103 104 105 --healthy 20 --steps 300
+    python -m bench.detectors --format tinker ...   (each run written as that trainer does)
 
 For each seed the simulator writes one run per scenario (every finding code plus
 `healthy`) and `--healthy` extra healthy runs of varied difficulty, group size, noise
@@ -26,6 +27,10 @@ per seed, `--per-scenario` runs of each pathological preset (lr_too_high, loopho
 too_hard, stale_sampler) and `--healthy` healthy runs (half sync, half async). Each
 run is scored as the code its observed label expects (labels.json); a run whose
 preset's pathology did not happen is not scored and is counted apart.
+
+With `--format NAME` each simulated run is rewritten the way that trainer writes it
+(`rlstream simulate --format`, docs/formats.md) before the analysis; a code whose
+figures never appear in its scenario's runs is reported as not evaluable.
 
 Tune on one set of seeds, report on another (`--seeds`). The suite is sized to run in
 about ten minutes on 2 idle cores with `--tokens 24 --groups 4 --group-size 4` (the
@@ -62,6 +67,7 @@ from rlstream.health import (
     new_state,
     typical_interval,
 )
+from rlstream.health.evaluable import config_figures, not_evaluable, row_figures
 from rlstream.health.state import FIRING
 from rlstream.simulate.learn.observe import EXPECTED
 
@@ -77,6 +83,7 @@ class Batch:
     tokens: float
     groups: int
     group_size: int
+    fmt: str = "loops"
 
     def key(self) -> str:
         """The batch and the simulator source it depends on: changing a scenario
@@ -102,6 +109,7 @@ class RunData:
     config: dict[str, Any]
     finished: bool
     rows: list[dict[str, Any]]
+    not_evaluable: frozenset[str] = frozenset()
 
 
 def _learn_scenario(preset: str, codes: tuple[str, ...]) -> str:
@@ -162,16 +170,31 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
             )
         else:
             labels = simulate(os.path.join(tmp, "runs"), sim)
-        states = analyze_local([os.path.join(tmp, "runs")], os.path.join(tmp, "out"), health=hook)
+        src = os.path.join(tmp, "runs")
+        if batch.fmt != "loops":
+            from rlstream.simulate.trainers import convert_tree
+
+            convert_tree(Path(src), Path(tmp) / batch.fmt, batch.fmt)
+            src = os.path.join(tmp, batch.fmt)
+        states = analyze_local([src], os.path.join(tmp, "out"), health=hook)
     by_id = {s.run_id: s for s in states}
+    shift = 1 if batch.fmt in ("verl", "trl") else 0  # these trainers count from 1
     out = []
     for lab in labels:
-        st = by_id[lab.run_id]
-        rs = sorted(rows[lab.run_id], key=lambda r: r["step"])
+        rid = lab.run_id if batch.fmt == "loops" else lab.run
+        st = by_id[rid]
+        rs = sorted(rows[rid], key=lambda r: r["step"])
         scenario = lab.scenario
         if sim is None:
             scenario = _learn_scenario(lab.scenario, lab.expected_codes)
-        out.append(RunData(lab.run_id, scenario, lab.onset_step, st.config, is_finished(st), rs))
+        seen = config_figures(st.config).union(*(row_figures(r) for r in rs))
+        onset = None if lab.onset_step is None else lab.onset_step + shift
+        out.append(
+            RunData(
+                rid, scenario, onset, st.config, is_finished(st), rs,
+                frozenset(not_evaluable(seen)),
+            )
+        )  # fmt: skip
     return out
 
 
@@ -196,6 +219,7 @@ class RunResult:
     loud_episodes: int  # warning/critical firing episodes (for healthy runs)
     loud_codes: list[str]
     at_onset: set[str]  # codes already firing once the onset step was folded
+    not_evaluable: frozenset[str] = frozenset()
 
 
 def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
@@ -244,7 +268,9 @@ def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
             continue
         first.setdefault(code, step)
     loud = [c for c, sev, _s, _t in fires if sev != "info"]
-    return RunResult(run.scenario, run.onset, first, early, len(loud), loud, at_onset or set())
+    return RunResult(
+        run.scenario, run.onset, first, early, len(loud), loud, at_onset or set(), run.not_evaluable
+    )
 
 
 def report(
@@ -272,6 +298,10 @@ def report(
         recall = true_pos / len(own) if own else float("nan")
         caught = sum(code in r.first_fire or code in r.at_onset for r in own)
         at_or_after = caught / len(own) if own else float("nan")
+        if own and all(code in r.not_evaluable for r in own):
+            lines.append(f"| {code} | {len(own)} | not evaluable | - | - | - | - |")
+            summary[code] = {"not_evaluable": True}
+            continue
         lines.append(
             f"| {code} | {len(own)} | {recall:.0%} | {at_or_after:.0%} | {precision:.0%} "
             f"| {lead:.0f} | "
@@ -327,13 +357,23 @@ def main(argv: list[str] | None = None) -> int:
         help="score the learning trainer's runs (simulate --learn presets) instead of the "
         "scripted simulator's: --per-scenario runs of each preset, --healthy healthy runs",
     )
+    p.add_argument(
+        "--format",
+        default="loops",
+        choices=("loops", "tinker", "verl", "prime-rl", "trl"),
+        help="write the simulated runs as this trainer does before analysing them",
+    )
     args = p.parse_args(argv)
     cfg = load_rules(args.rules) if args.rules else DEFAULT_RULES
 
     batches = []
     for seed in args.seeds:
         common = dict(
-            steps=args.steps, tokens=args.tokens, groups=args.groups, group_size=args.group_size
+            steps=args.steps,
+            tokens=args.tokens,
+            groups=args.groups,
+            group_size=args.group_size,
+            fmt=args.format,
         )
         half = args.healthy // 2
         if args.learn:
@@ -361,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     table, summary = report(results, args.steps, codes)
     print(
         ("learning trainer, " if args.learn else "scripted simulator, ")
-        + f"seeds {args.seeds}: {len(runs)} runs of {args.steps} steps "
+        + f"format {args.format}, seeds {args.seeds}: {len(runs)} runs of {args.steps} steps "
         f"(simulate + analyze {t1 - t0:.0f} s, rules {t2 - t1:.1f} s)\n"
     )
     print(table)

@@ -36,7 +36,15 @@ def pipeline_config(args: argparse.Namespace) -> PipelineConfig:
     if getattr(args, "reset_run", None):
         kw["reset_runs"] = tuple(args.reset_run)
     kw.update(retention_kw(args))
+    if getattr(args, "format", None) is not None:
+        kw["input_format"] = args.format
     return PipelineConfig(**kw)
+
+
+def format_names() -> list[str]:
+    from rlstream.formats import FORMATS
+
+    return list(FORMATS)
 
 
 def retention_kw(args: argparse.Namespace) -> dict:
@@ -60,6 +68,12 @@ def common(p: argparse.ArgumentParser) -> None:
     p.add_argument("roots", nargs="+", metavar="ROOT", help="folder or URL holding runs")
     p.add_argument("--out", required=True, help="output folder or URL for the Delta tables")
     p.add_argument("--storage-options", help="JSON object passed to fsspec for every URL")
+    p.add_argument(
+        "--format",
+        choices=format_names(),
+        help="read every run as this trainer's format (default: detect each run's format; "
+        "docs/formats.md)",
+    )
     p.add_argument(
         "--ray-address",
         help="join this Ray cluster (default: RAY_ADDRESS, else a private local Ray)",

@@ -66,3 +66,6 @@ class PipelineConfig:
     are read again from the start (`--reset-run`)."""
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec options for every ROOT and OUT URL (e.g. endpoint_url, key, secret)."""
+    input_format: str | None = None
+    """Read every run as this format (`rlstream.formats.FORMATS`); None detects each
+    run's format from its files (docs/formats.md)."""

@@ -237,7 +237,8 @@ def run_section(
     )
     return (
         f'<section class="run" id="run-{i}"><h2>{_e(row["run_id"])} {_badge(row.get("status"))}</h2>'
-        f'<div class="sub">{_e(row.get("run_uri"))} · last step {_e(row.get("last_step"))} · '
+        f'<div class="sub">{_e(row.get("run_uri"))} · {_e(row.get("format") or "loops")} format · '
+        f"last step {_e(row.get('last_step'))} · "
         f"{plural(len(cols['step']), 'final step')} · {plural(len(findings), 'finding')}</div>"
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'

@@ -62,6 +62,7 @@ def status_rows(latest: list[dict[str, Any]], now: float | None = None) -> list[
             {
                 "run_id": r["run_id"],
                 "run_uri": r.get("run_uri"),
+                "format": r.get("format") or "loops",
                 "status": r.get("status"),
                 "last_step": r.get("last_step"),
                 "last_activity": activity,
@@ -81,6 +82,7 @@ def status_rows(latest: list[dict[str, Any]], now: float | None = None) -> list[
                     for f in firing(r.get("findings"))
                 ],
                 "quarantined": r.get("quarantined"),
+                "not_evaluable": list(r.get("not_evaluable") or []),
             }
         )
     rows.sort(key=sort_key)
@@ -125,13 +127,14 @@ def trend_arrow(slope: float | None) -> str:
     return f"{arrow}{per100:+.2f}"
 
 
-HEADS = ("run", "status", "step", "updated", "reward", "trend/100", "kl*", "ess*", "entropy*")
-HEADS += ("trunc*", "findings")
+HEADS = ("run", "format", "status", "step", "updated", "reward", "trend/100", "kl*", "ess*")
+HEADS += ("entropy*", "trunc*", "findings")
 
 
 def table_cells(r: dict[str, Any]) -> list[str]:
     return [
         r["run_id"],
+        r.get("format") or "loops",
         r.get("status") or "-",
         fmt_num(r.get("last_step"), "d"),
         fmt_age(r.get("seconds_since_update")),

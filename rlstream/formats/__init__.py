@@ -1,1 +1,24 @@
-"""Input formats: parsing and validating run files into records and token arrays."""
+"""Readers of trainers' run folders, one module per format, behind `base.Format`.
+
+`FORMATS` names every reader in the order discovery tries them; `get_format(name)`
+returns one (raising `KeyError` with the known names otherwise).
+"""
+
+from __future__ import annotations
+
+from rlstream.formats.base import Format
+from rlstream.formats.loops import LOOPS
+from rlstream.formats.prime_rl import PRIME_RL
+from rlstream.formats.tinker import TINKER
+from rlstream.formats.trl import TRL
+from rlstream.formats.verl import VERL
+
+FORMATS: dict[str, Format] = {f.name: f for f in (LOOPS, TRL, PRIME_RL, VERL, TINKER)}
+"""Detection order: the first whose `detect` accepts a folder names its format."""
+
+
+def get_format(name: str) -> Format:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise KeyError(f"unknown format {name!r}; known: {', '.join(FORMATS)}") from None

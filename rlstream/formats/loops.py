@@ -1,111 +1,59 @@
-"""The run format, version 1 (docs/run-format.md): records of the three file kinds.
+"""The Loops run format, version 1 (docs/run-format.md): its reader.
 
 Pure functions from bytes to validated records. Nothing here touches storage.
 
-- `parse_json` decodes with orjson and falls back to the standard library only to
-  recognise NaN/Infinity literals, which are then rejected as non-finite values.
-- `step_record` / `rollout_record` validate one decoded line; they return a record
-  or a reason string for the quarantine.
-- `TranscriptParser` turns transcript files into per-step metric aggregates, building
-  concatenated numpy arrays per step (no per-token Python: simdjson copies token
-  arrays straight into numpy buffers, with orjson as the exact fallback) and handing
-  them to the kernels in `rlstream.metrics`.
+- `step_record` / `rollout_record` validate one decoded steps.jsonl / rollouts.jsonl
+  line; they return a record or raise `BadRecord` with the quarantine reason.
+- `transcript` validates a decoded transcript file; `decode_transcript` decodes and
+  validates one, with simdjson copying token arrays straight into numpy buffers (no
+  per-token Python) and orjson as the exact fallback.
+- `LOOPS` is the `Format` object: a run is a folder holding run.json; it follows
+  steps.jsonl, rollouts.jsonl and transcripts/ (the pipeline keeps its optimised
+  transcript listing for this format).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import orjson
 
-from rlstream.formats.quarantine import QuarantineRow, excerpt
-from rlstream.metrics import CompletionAgg, StepAgg, TokenAgg, TopKEntropyAgg
-from rlstream.pipeline.partial import StepPartial
+from rlstream.formats.base import RunInfo, Stream, Tail
+from rlstream.formats.quarantine import excerpt
+from rlstream.formats.records import (
+    BadRecord,
+    Heartbeat,
+    StepRecord,
+    Transcript,
+    _finite_number,
+    _float_array,
+    _is_int,
+    _is_num,
+    flatten,
+    parse_json,
+    quarantine,
+    split_values,
+)
+
+__all__ = [
+    "BadRecord",
+    "Heartbeat",
+    "StepRecord",
+    "Transcript",
+    "parse_json",
+    "quarantine",
+]
 
 FORMAT_VERSION = 1
 ATTEMPT_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 TRACES = ("full", "samples")
-
-
-class BadRecord(ValueError):
-    """A record that fails validation; the message is the quarantine reason."""
-
-
-def parse_json(data: bytes) -> Any:
-    """Decode JSON; raise BadRecord('malformed_json' | 'non_finite_value')."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        json.loads(data, parse_constant=_reject_constant)
-    except _NonFinite as e:
-        raise BadRecord("non_finite_value") from e
-    except RecursionError as e:
-        raise BadRecord("too_deeply_nested") from e
-    except ValueError as e:
-        raise BadRecord("malformed_json") from e
-    raise BadRecord("malformed_json")  # pragma: no cover - orjson stricter than json
-
-
-class _NonFinite(ValueError):
-    pass
-
-
-def _reject_constant(name: str) -> float:
-    raise _NonFinite(name)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _finite_number(v: Any, name: str) -> float:
-    if not _is_num(v):
-        raise BadRecord(f"invalid_field:{name}")
-    f = float(v)
-    if not math.isfinite(f):
-        raise BadRecord(f"non_finite_value:{name}")
-    return f
+_INT_TYPES = frozenset({int})
 
 
 # -- steps.jsonl ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """One update line: numeric metrics under their original keys, text labels apart."""
-
-    step: int
-    time: float | None
-    metrics: dict[str, float]
-    text: dict[str, str]
-    offset: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """A progress line without `step`: proof of life between updates."""
-
-    time: float | None
-
-
-def _flatten(prefix: str, obj: dict[str, Any], out: dict[str, Any]) -> None:
-    for k, v in obj.items():
-        key = f"{prefix}/{k}" if prefix else str(k)
-        if isinstance(v, dict):
-            _flatten(key, v, out)
-        else:
-            out[key] = v
 
 
 def step_record(obj: Any) -> StepRecord | Heartbeat:
@@ -121,24 +69,8 @@ def step_record(obj: Any) -> StepRecord | Heartbeat:
     step = obj["step"]
     if not _is_int(step) or step < 0:
         raise BadRecord("invalid_field:step")
-    flat: dict[str, Any] = {}
-    try:
-        _flatten("", {k: v for k, v in obj.items() if k not in ("step", "time")}, flat)
-    except RecursionError as e:
-        raise BadRecord("too_deeply_nested") from e
-    metrics: dict[str, float] = {}
-    text: dict[str, str] = {}
-    for k, v in flat.items():
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            metrics[k] = float(v)
-        elif _is_num(v):
-            metrics[k] = _finite_number(v, k)
-        elif isinstance(v, str):
-            text[k] = v
-        else:
-            text[k] = orjson.dumps(v).decode()
+    flat = flatten({k: v for k, v in obj.items() if k not in ("step", "time")})
+    metrics, text = split_values(flat)
     return StepRecord(step, time, metrics, text)
 
 
@@ -189,24 +121,6 @@ def rollout_record(obj: Any) -> dict[str, Any]:
 # -- transcripts/<attempt_id>.json ---------------------------------------------------
 
 
-_FLOAT_TYPES = frozenset({float, int, type(None)})
-_INT_TYPES = frozenset({int})
-
-
-def _float_array(v: Any, n: int, name: str) -> np.ndarray:
-    if not isinstance(v, list) or len(v) != n:
-        raise BadRecord(f"length_mismatch:{name}")
-    if not _FLOAT_TYPES.issuperset(map(type, v)):  # numpy would turn "-2" into -2.0
-        raise BadRecord(f"invalid_field:{name}")
-    try:
-        arr = np.asarray(v, dtype=np.float64) if n else np.empty(0, np.float64)
-    except (TypeError, ValueError) as e:
-        raise BadRecord(f"invalid_field:{name}") from e
-    if arr.ndim != 1 or np.isinf(arr).any():
-        raise BadRecord(f"invalid_field:{name}")
-    return arr
-
-
 def _topk_rows(v: Any, n: int) -> np.ndarray:
     if not isinstance(v, dict) or not _is_int(v.get("k")) or v["k"] < 1:
         raise BadRecord("invalid_field:top_logprobs")
@@ -222,44 +136,6 @@ def _topk_rows(v: Any, n: int) -> np.ndarray:
     if n and (arr.ndim != 2 or arr.shape[1] != k or np.isinf(arr).any()):
         raise BadRecord("invalid_field:top_logprobs")
     return arr.reshape(n, k)
-
-
-@dataclass
-class _StepArrays:
-    """Lists of per-generation arrays of one step, concatenated once at the end."""
-
-    ls: list[np.ndarray] = field(default_factory=list)
-    lt: list[np.ndarray] = field(default_factory=list)
-    tokens: list[np.ndarray] = field(default_factory=list)
-    topk: list[np.ndarray] = field(default_factory=list)
-    lens: list[int] = field(default_factory=list)
-    tok_lens: list[int] = field(default_factory=list)
-    trains: list[bool] = field(default_factory=list)
-    truncated: list[bool] = field(default_factory=list)
-    tasks: list[str] = field(default_factory=list)
-    samples_lens: list[int] = field(default_factory=list)
-    samples_truncated: list[bool] = field(default_factory=list)
-    vocab: int | None = None
-    transcripts: int = 0
-    full: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Transcript:
-    """A validated transcript: per-generation arrays ready to concatenate."""
-
-    attempt_id: str
-    task_id: str
-    step: int
-    trains: bool
-    trace: str
-    lens: list[int]
-    truncated: list[bool]
-    ls: list[np.ndarray]
-    lt: list[np.ndarray]
-    tokens: list[np.ndarray]
-    topk: list[np.ndarray] | None
-    vocab: int | None
 
 
 def transcript(obj: Any, name: str) -> Transcript:
@@ -429,104 +305,77 @@ def _simd_parser() -> Any:
     return simdjson.Parser()
 
 
-class TranscriptParser:
-    """Accumulate transcripts and emit one `StepAgg` per step.
-
-    `add(data, name)` returns a quarantine reason or None. `aggregates()` builds the
-    kernels' inputs with one concatenation per array per step. Files are decoded with
-    simdjson when it takes them (`_simd_transcript`), else with orjson.
-    """
-
-    def __init__(self, vocab_size: int | None = None) -> None:
-        self._steps: dict[int, _StepArrays] = {}
-        self.vocab_size = vocab_size
-        self.tokens = 0
-        self._simd = _simd_parser()
-
-    def add(self, data: bytes, name: str, final_through: int = -1) -> tuple[int | None, str | None]:
-        """Parse one file; returns (step, None), or (step or None, quarantine reason).
-
-        A transcript of a step at or below `final_through` is late: not aggregated.
-        """
-        t = None if self._simd is None else _simd_transcript(self._simd, data, name)
-        if t is None:
-            try:
-                t = transcript(parse_json(data), name)
-            except BadRecord as e:
-                return None, str(e)
-        if t.step <= final_through:
-            return t.step, "late"
-        acc = self._steps.setdefault(t.step, _StepArrays())
-        acc.transcripts += 1
-        if t.trace == "full":
-            acc.full += 1
-            acc.lens.extend(t.lens)
-            acc.truncated.extend(t.truncated)
-            acc.ls.extend(t.ls)
-            acc.lt.extend(t.lt)
-            acc.tokens.extend(t.tokens)
-            acc.tok_lens.extend(len(x) for x in t.tokens)
-            acc.trains.extend([t.trains] * len(t.ls))
-            acc.tasks.extend([t.task_id] * len(t.ls))
-            if t.topk is not None:
-                acc.topk.extend(t.topk)
-            acc.vocab = t.vocab or acc.vocab
-            self.tokens += sum(t.lens)
-        else:
-            acc.samples_lens.extend(t.lens)
-            acc.samples_truncated.extend(t.truncated)
-        return t.step, None
-
-    def aggregates(self) -> dict[int, StepPartial]:
-        out: dict[int, StepPartial] = {}
-        for step, a in self._steps.items():
-            agg = StepAgg()
-            if a.full:
-                offsets = np.zeros(len(a.tok_lens) + 1, np.int64)
-                np.cumsum(a.tok_lens, out=offsets[1:])
-                ls = np.concatenate(a.ls)
-                lt = np.concatenate(a.lt)
-                toks = np.concatenate(a.tokens)
-                trains = np.asarray(a.trains, dtype=bool)
-                agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains)
-                agg.completions = CompletionAgg.from_arrays(
-                    np.asarray(a.lens, np.int64),
-                    np.asarray(a.truncated, bool),
-                    toks,
-                    offsets,
-                    a.tasks,
-                )
-                if a.topk:
-                    agg.topk = TopKEntropyAgg.from_arrays(
-                        _stack_topk(a.topk), a.vocab or self.vocab_size
-                    )
-            if a.samples_lens:
-                samples = CompletionAgg.from_arrays(
-                    np.asarray(a.samples_lens, np.int64),
-                    np.asarray(a.samples_truncated, bool),
-                    None,
-                    None,
-                    None,
-                )
-                agg.completions = (
-                    samples if agg.completions is None else agg.completions.merge(samples)
-                )
-            out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
-        return out
+def decode_transcript(simd: Any, data: bytes, name: str) -> Transcript:
+    """Decode and validate one transcript file (simdjson when it takes the file, else
+    orjson); raises BadRecord with the quarantine reason."""
+    t = None if simd is None else _simd_transcript(simd, data, name)
+    if t is None:
+        t = transcript(parse_json(data), name)
+    return t
 
 
-def _stack_topk(rows: list[np.ndarray]) -> np.ndarray:
-    k = max(r.shape[1] for r in rows if r.size) if any(r.size for r in rows) else 1
-    padded = [
-        r if r.shape[1] == k else np.pad(r, ((0, 0), (0, k - r.shape[1])), constant_values=np.nan)
-        for r in rows
-        if r.shape[0]
-    ]
-    return np.concatenate(padded) if padded else np.empty((0, k))
+simd_parser = _simd_parser
 
 
-def quarantine(
-    run_id: str, file: str, offset: int | None, reason: str, data: bytes
-) -> QuarantineRow:
-    """Shorthand used by the readers."""
-    return QuarantineRow(run_id, file, offset, reason, excerpt(data))
+# -- the Format object ---------------------------------------------------------------
+
+RUN_JSON = "run.json"
+
+
+class LoopsFormat:
+    """The Loops cookbook's run folders (docs/run-format.md)."""
+
+    name = "loops"
+    unavailable: frozenset[str] = frozenset()
+
+    def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
+        return RUN_JSON in listing
+
+    def identity(
+        self, name: str, listing: frozenset[str], read: Callable[[str], bytes | None]
+    ) -> RunInfo:
+        data = read(RUN_JSON)
+        if data is None:
+            raise BadRecord("run.json is missing")
+        obj = run_json(data)
+        ca = obj.get("created_at")
+        return RunInfo(
+            obj["run_id"],
+            obj.get("config") or {},
+            float(ca) if _is_num(ca) else None,
+            obj.get("finished_at") is not None,
+        )
+
+    def streams(self, listing: frozenset[str]) -> tuple[Stream, ...]:
+        return (Tail("steps.jsonl", "steps"), Tail("rollouts.jsonl", "rollouts"))
+
+    def parse_line(self, kind: str, obj: Any) -> StepRecord | Heartbeat | dict[str, Any]:
+        return step_record(obj) if kind == "steps" else rollout_record(obj)
+
+    def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
+        return [decode_transcript(None, data, name.removesuffix(".json"))]
+
+    def parse_snapshot(self, data: bytes) -> list[StepRecord]:
+        return []
+
+
+def run_json(data: bytes) -> dict[str, Any]:
+    """Validate run.json; raises BadRecord with a readable reason."""
+    try:
+        obj = parse_json(data)
+    except BadRecord as e:
+        raise BadRecord(f"is not valid JSON ({e}): {excerpt(data)!r}") from e
+    if not isinstance(obj, dict) or not isinstance(obj.get("run_id"), str) or not obj["run_id"]:
+        raise BadRecord("has no string run_id")
+    if not isinstance(obj.get("config", {}), dict):
+        raise BadRecord("has a config that is not an object")
+    version = obj.get("format_version", FORMAT_VERSION)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise BadRecord(
+            f"has format_version {version!r}; this rlstream reads version {FORMAT_VERSION}: "
+            "upgrade rlstream"
+        )
+    return obj
+
+
+LOOPS = LoopsFormat()

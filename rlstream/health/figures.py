@@ -138,7 +138,7 @@ def extract(row: dict[str, Any]) -> dict[str, float]:
         f["unusable"] = max(groups - trained, 0.0)
     else:
         f["unusable"] = None if nv is None else nv + (small or 0.0)
-    f["no_variance_frac"] = _share(nv, groups)
+    f["no_variance_frac"] = _first(_share(nv, groups), g("reported_no_variance_frac"))
     f["reward_se"] = _mean_se(f["reward_all"], f["group_std"], groups, attempts)
 
     rf = _first(g("discard_rollout_failed"), _sum_prefix(other, ROLLOUT_FAILED))
@@ -159,12 +159,16 @@ def extract(row: dict[str, Any]) -> dict[str, float]:
     )
     f["max_turns_rate"] = _share(max_turns, attempts)
     f["turns"] = _first(meta.get("turns"), other.get("rollout/turns"))
-    f["truncated"] = _first(g("truncated_frac"))
+    f["truncated"] = _first(g("truncated_frac"), g("reported_truncated_frac"))
 
     f["kl"] = _first(g("mismatch_kl"), g("reported_mismatch_kl"))
     f["ess"] = _first(g("mismatch_ess"), g("reported_mismatch_ess"))
     f["entropy"] = _first(g("entropy_estimate"), g("reported_entropy_estimate"))
-    f["len_mean"] = _first(g("completion_len_mean"), _rollout_metric(other, LENGTH_WORDS))
+    f["len_mean"] = _first(
+        g("completion_len_mean"),
+        g("reported_completion_len_mean"),
+        _rollout_metric(other, LENGTH_WORDS),
+    )
     f["len_p95"] = _first(g("completion_len_p95"))
     f["repetition"] = _first(g("repetition"), _rollout_metric(other, ("repetit",)))
     f["diversity"] = _rollout_metric(other, DIVERSITY_WORDS)

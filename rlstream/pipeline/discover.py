@@ -1,8 +1,12 @@
-"""Finding runs: a run is a folder holding run.json, anywhere under a ROOT.
+"""Finding runs: a run is a folder one of the formats recognises, anywhere under a ROOT.
 
 `check_root(storage, root)` says, before anything starts, whether a ROOT named on the
 command line is a folder this process can list (an `InputError` naming the path and
-what to do if not); `find_runs` then lists the runs under it.
+what to do if not); `find_runs` then lists the runs under it. A folder holding run.json
+is a Loops run (the run.json stats of one level go out together); any other folder is
+listed once and offered to the readers in `rlstream.formats.FORMATS` order
+(docs/formats.md). With a forced format only that reader is asked. A folder recognised
+as a run is not descended into.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import logging
 import os
 
 from rlstream.errors import InputError
+from rlstream.formats import FORMATS
 from rlstream.io.storage import Storage
 
 RUN_JSON = "run.json"
@@ -60,23 +65,51 @@ def check_root(storage: Storage, root: str) -> None:
     why = probe_folder(storage, normalize_root(root))
     if why is not None:
         raise InputError(
-            f"ROOT {root} {why}: give a folder (or URL) holding run folders, each with a run.json"
+            f"ROOT {root} {why}: give a folder (or URL) holding run folders (docs/formats.md)"
         )
 
 
-def find_runs(storage: Storage, root: str, max_depth: int = 4) -> list[str]:
+def detect_other(storage: Storage, url: str, forced: str | None = None) -> str | None:
+    """The non-Loops format of the folder at `url`, or None (Loops is found by its
+    run.json stat, `detect_format` or `find_runs`)."""
+    from rlstream.pipeline.streams import listing, peeker
+
+    if forced == "loops":
+        return None
+    names = listing(storage, url)
+    if not names:
+        return None
+    peek = peeker(storage, url)
+    for name, fmt in FORMATS.items():
+        if name != "loops" and forced in (None, name) and fmt.detect(names, peek):
+            return name
+    return None
+
+
+def detect_format(storage: Storage, url: str, forced: str | None = None) -> str | None:
+    """The format of the run folder at `url`, or None when it is not a run."""
+    if forced in (None, "loops") and storage.stat(Storage.join(url, RUN_JSON)) is not None:
+        return "loops"
+    return detect_other(storage, url, forced)
+
+
+def find_runs(storage: Storage, root: str, max_depth: int = 4, fmt: str | None = None) -> list[str]:
     """URLs of every run folder under `root` (the root itself may be a run), sorted."""
     root = normalize_root(root)
     found: list[str] = []
 
     # Level by level: the run.json stats of a level go out together (`stat_many`: one
-    # round trip on an object store, not one per folder).
+    # round trip on an object store, not one per folder); a folder without run.json is
+    # offered to the other formats' readers before it is descended into.
     level, depth = [root], 0
     while level:
-        stats = storage.stat_many([Storage.join(u, RUN_JSON) for u in level])
+        if fmt in (None, "loops"):
+            stats = storage.stat_many([Storage.join(u, RUN_JSON) for u in level])
+        else:
+            stats = [None] * len(level)
         deeper: list[str] = []
         for url, st in zip(level, stats, strict=True):
-            if st is not None:
+            if st is not None or detect_other(storage, url, fmt) is not None:
                 found.append(url)
             elif depth < max_depth:
                 deeper.extend(
@@ -86,8 +119,10 @@ def find_runs(storage: Storage, root: str, max_depth: int = 4) -> list[str]:
                 )
         level, depth = deeper, depth + 1
     if not found:
+        what = f"no {fmt} runs" if fmt else "no runs"
         log.warning(
-            "no runs under %s (a run is a folder holding run.json)%s",
+            "%s under %s (docs/formats.md says what each format's run folder holds)%s",
+            what,
             root,
             "" if storage.exists(root) else "; that path does not exist",
         )

@@ -63,7 +63,7 @@ def _group_and_runs(
     out_storage = Storage.for_url(out_url, cfg.storage_options)
     sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
     sink.check_layout()
-    urls = [u for root in roots for u in find_runs(storage, root)]
+    urls = [u for root in roots for u in find_runs(storage, root, fmt=cfg.input_format)]
     return RunGroup(storage, sink, cfg, **hooks), urls
 
 

@@ -56,8 +56,8 @@ class ResumeStateError(CheckpointError):
 
 
 def _kinds() -> dict[str, type]:
-    from rlstream.formats.loops import StepRecord
     from rlstream.formats.quarantine import QuarantineRow
+    from rlstream.formats.records import StepRecord
     from rlstream.health.state import AlertState, HealthState
     from rlstream.io.tail import FileCursor
     from rlstream.metrics import (

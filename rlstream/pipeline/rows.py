@@ -13,7 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from rlstream.formats.loops import StepRecord
+from rlstream.formats import get_format
+from rlstream.formats.records import StepRecord
 from rlstream.metrics import StepAgg
 from rlstream.pipeline.partial import StepPartial
 
@@ -32,7 +33,12 @@ REPORTED: dict[str, str] = {
     "freshness/lag_mean": "lag_mean",
     "freshness/lag_p90": "lag_p90",
     "sampling/entropy_estimate": "entropy_estimate",
+    "reward/no_variance_frac": "no_variance_frac",
+    "completion/len_mean": "completion_len_mean",
+    "completion/truncated_frac": "truncated_frac",
 }
+"""Canonical keys. Readers of other formats rename their trainers' keys onto these
+(docs/formats.md); every other key keeps its own name in `reported_other`."""
 
 _MAP_F = pa.map_(pa.string(), pa.float64())
 _MAP_I = pa.map_(pa.string(), pa.int64())
@@ -66,9 +72,10 @@ STEPS_SCHEMA = pa.schema(
 
 
 def step_row(
-    run_id: str, step: int, rec: StepRecord | None, part: StepPartial | None
+    run_id: str, step: int, rec: StepRecord | None, part: StepPartial | None, fmt: str = "loops"
 ) -> dict[str, Any]:
-    """One `steps` row from the step's reported record and recomputed partial."""
+    """One `steps` row from the step's reported record and recomputed partial; the
+    recomputed columns the run's format cannot give are null."""
     row: dict[str, Any] = {
         "run_id": run_id,
         "step": step,
@@ -92,6 +99,8 @@ def step_row(
     row["reported_other"] = other
     row["reported_text"] = dict(rec.text) if rec else {}
     row.update((part.agg if part else StepAgg()).finalize())
+    for col in get_format(fmt).unavailable:
+        row[col] = None
     return row
 
 

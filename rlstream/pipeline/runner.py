@@ -31,18 +31,11 @@ from rlstream.errors import RlstreamError
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
-from rlstream.pipeline.commit import (
-    Written,
-    app_id,
-    commit_group,
-    load_state,
-    settle,
-    write_rejected,
-)
-from rlstream.pipeline.discover import RUN_JSON
+from rlstream.pipeline.commit import Written, app_id, commit_group, settle, write_rejected
+from rlstream.pipeline.discover import RUN_JSON, detect_format
 from rlstream.pipeline.names import advance_names, check_below
-from rlstream.pipeline.resume import ResumeStateError
 from rlstream.pipeline.runjson import apply_run_json, read_run_json
+from rlstream.pipeline.runs import REJECTED, add_other_run, plan_other, resume_run, tails
 from rlstream.pipeline.state import (
     RunState,
     finalize,
@@ -82,9 +75,6 @@ PLAN_THREADS = 16
 MTIME_SLACK = 2.0
 """Seconds after which a folder's unchanged mtime proves no file was added."""
 
-REJECTED = "_rejected"
-"""Pseudo run_id of the quarantine partition listing runs that could not be read."""
-
 
 def run_key(run_url: str) -> str:
     """Stable shard key of a run: used to assign runs to tailers."""
@@ -115,12 +105,18 @@ class RunGroup:
         self.dirty: set[str] = set()
         self.written = Written()
         """Rows that landed per table in this group's appends (`pipeline.commit`; see `tally`)."""
+        self.streams: dict[str, tuple[Any, ...]] = {}
+        """Run URL -> what its format follows (formats other than Loops)."""
+        self._final = False
 
     # -- runs ----------------------------------------------------------------------
     def add_run(self, run_url: str) -> RunState | None:
         """Start tracking a run, resuming from its resume state when one exists."""
         if run_url in self.runs:
             return self.runs[run_url]
+        fmt = detect_format(self.storage, run_url, self.cfg.input_format)
+        if fmt is not None and fmt != "loops":
+            return add_other_run(self, run_url, fmt)
         meta, stat, bad = read_run_json(self.storage, run_url)
         if meta is None:
             log.warning("skipping %s: run.json %s", run_url, bad)
@@ -130,27 +126,9 @@ class RunGroup:
             return None
         if self.rejected.pop(run_url, None) is not None:
             self.dirty.add(REJECTED)
-        run_id = meta["run_id"]
-        try:
-            state = load_state(self.sink, run_id, reset=run_id in self.cfg.reset_runs)
-        except ResumeStateError as e:
-            # One unreadable state stops its run only: the others keep going.
-            log.error("skipping run %s: %s", run_id, e)
-            if run_url not in self.rejected:
-                self.rejected[run_url] = QuarantineRow(
-                    REJECTED, self.sink.state_url(run_id), None, "bad_resume_state", str(e)
-                )
-                self.dirty.add(REJECTED)
+        state = resume_run(self, meta["run_id"], run_url)
+        if state is None:
             return None
-        if state is not None:
-            state.run_url = state.run_url or run_url  # a --reset-run state has none yet
-            if state.run_url != run_url:
-                log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
-                return None
-            if state.unconfirmed:
-                self.dirty.add(run_url)  # the next commit checks what landed
-        else:
-            state = RunState(run_id=run_id, run_url=run_url)
         apply_run_json(state, meta, stat)
         self.runs[run_url] = state
         return state
@@ -177,6 +155,8 @@ class RunGroup:
     # -- polling -------------------------------------------------------------------
     def plan(self, state: RunState) -> list[Unit]:
         """Units for what is new in one run (stats and listings only; no data read)."""
+        if state.format != "loops":
+            return plan_other(self, state)
         files = (STEPS_FILE, ROLLOUTS_FILE)
         # One round trip for the three stats on an object store (stat_many).
         run_json, *stats = self.storage.stat_many(
@@ -243,6 +223,7 @@ class RunGroup:
         now = time.time() if now is None else now
         self.polls += 1
         due = [s for s in self.runs.values() if final or self._due(s, now)]
+        self._final = final
         units = [u for plan in self._plan_all(due) for u in plan]
         by_id = {s.run_id: s for s in due}
         failed = self._run_units(execute, units, by_id, now)
@@ -263,7 +244,7 @@ class RunGroup:
         for state in due:
             advance_names(state, self.cfg.transcript_window)
             if final:
-                self._note_leftovers(state)
+                self._note_leftovers(state, tails(self.streams.get(state.run_url)))
             rows = finalize(state, watermark(state, now, self.cfg, final))
             if rows:
                 new_rows += len(rows)
@@ -315,9 +296,9 @@ class RunGroup:
         every = max(1, self.cfg.idle_poll_every)
         return (self.polls + int(run_key(state.run_url)[:8], 16)) % every == 0
 
-    def _note_leftovers(self, state: RunState) -> None:
+    def _note_leftovers(self, state: RunState, files: tuple[str, ...] | None = None) -> None:
         """At the end of a batch pass, say what could not be read (once each)."""
-        for file in (STEPS_FILE, ROLLOUTS_FILE):
+        for file in files if files is not None else (STEPS_FILE, ROLLOUTS_FILE):
             stat = self.storage.stat(Storage.join(state.run_url, file))
             cur = state.cursors[file]
             if stat is None:

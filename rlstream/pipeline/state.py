@@ -5,7 +5,8 @@ cursors, a bounded window over the transcript names consumed, the partial aggreg
 of steps that are not final yet, and counters. Its fields (but the `TRANSIENT` ones)
 are exactly what its resume state holds (`rlstream.pipeline.resume`, never a pickle),
 so a restarted process continues from it with nothing lost or counted twice. Its size
-is O(1) in the run's length (the pending steps, the name window and the health window).
+is O(1) in the run's length (the pending steps, the name windows of transcripts and
+per-step files, and the health window).
 
 Transcript names: every name at or below `names_low` was consumed (`names_below` of
 them), and `names_window` holds the consumed names above it, at most
@@ -25,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlstream.config import PipelineConfig
-from rlstream.formats.loops import StepRecord
 from rlstream.formats.quarantine import QuarantineRow
+from rlstream.formats.records import StepRecord, merge_parts
 from rlstream.io.tail import FileCursor
 from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
@@ -84,6 +85,21 @@ class RunState:
     restart): the next commit checks their txn versions."""
     listed: list[str] = field(default_factory=list)
     """Transcript names above `names_low` in this poll's listing."""
+    format: str = "loops"
+    """The run's format (`rlstream.formats.FORMATS`)."""
+    parts: tuple[str, ...] = ()
+    """Writers of one step's rows the format expects (prime-rl: trainer, orchestrator)."""
+    part_steps: dict[str, int] = field(default_factory=dict)
+    """Highest step read per writer, for the watermark of multi-writer formats."""
+    step_files: set[str] = field(default_factory=set)
+    """Per-step files and complete step folders consumed (formats with `StepFiles`
+    streams), for steps above their stream's `step_low`."""
+    step_low: dict[str, int] = field(default_factory=dict)
+    """Stream folder -> step at or below which every listed entry was consumed
+    (`transcript_window` steps below `final_through`, at most)."""
+    step_below: dict[str, int] = field(default_factory=dict)
+    """Stream folder -> entries listed at or below its `step_low`: more of them on a
+    later listing arrived late and are quarantined (`step_file_below_window`)."""
 
     @property
     def max_known_step(self) -> int:
@@ -114,20 +130,34 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
         c["quarantined"] += 1
     state.out_quarantine.extend(res.quarantine)
     if res.cursor is not None:
-        state.cursors[res.file] = res.cursor
+        state.cursors[res.cursor_key or res.file] = res.cursor
     if res.names:
         state.names_window = sorted({*state.names_window, *res.names})
         c["transcripts"] += len(res.names)
     if res.heartbeat is not None:
         state.last_activity = max(state.last_activity or res.heartbeat, res.heartbeat)
+    if res.done:
+        state.step_files.update(res.done)
+        state.last_change = now
+    for path, ident in res.seen_files:
+        state.cursors[path] = ident
     for rec in res.steps:
-        if rec.step in state.reported:
-            c["duplicate_steps"] += 1
-            c["quarantined"] += 1
-            state.out_quarantine.append(
-                QuarantineRow(state.run_id, STEPS_FILE, rec.offset, "duplicate_step", "", rec.step)
-            )
-            continue
+        if rec.part:
+            ps = state.part_steps
+            ps[rec.part] = max(ps.get(rec.part, -1), rec.step)
+        prev = state.reported.get(rec.step)
+        if prev is not None:
+            merged = merge_parts(prev, rec)
+            if merged is None:
+                c["duplicate_steps"] += 1
+                c["quarantined"] += 1
+                state.out_quarantine.append(
+                    QuarantineRow(
+                        state.run_id, res.file, rec.offset, "duplicate_step", "", rec.step
+                    )
+                )
+                continue
+            rec = merged
         state.reported[rec.step] = rec
         state.read_at[rec.step] = now
         state.max_reported_step = max(state.max_reported_step, rec.step)
@@ -158,8 +188,24 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
     if idle:
         return state.max_known_step
     by_lag = state.max_reported_step - cfg.watermark_lag_steps
-    settled = [s for s, t in state.read_at.items() if now - t >= cfg.watermark_settle_seconds]
+    parts = state.parts
+    if parts:
+        # A step is final once every writer has moved past it (or its row is whole).
+        seen = state.part_steps
+        by_lag = min(seen.get(p, -1) for p in parts) - cfg.watermark_lag_steps
+    settled = [
+        s
+        for s, t in state.read_at.items()
+        if now - t >= cfg.watermark_settle_seconds and _whole(state, s, parts)
+    ]
     return max(by_lag, *settled) if settled else by_lag
+
+
+def _whole(state: RunState, step: int, parts: tuple[str, ...]) -> bool:
+    if not parts:
+        return True
+    rec = state.reported.get(step)
+    return rec is not None and set(parts) <= set(rec.part.split("+"))
 
 
 def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
@@ -167,8 +213,9 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
     if upto <= state.final_through:
         return []
     steps = sorted(s for s in {*state.pending, *state.reported} if s <= upto)
+    fmt = state.format
     rows = [
-        step_row(state.run_id, s, state.reported.pop(s, None), state.pending.pop(s, None))
+        step_row(state.run_id, s, state.reported.pop(s, None), state.pending.pop(s, None), fmt)
         for s in steps
     ]
     state.final_through = upto
@@ -176,7 +223,7 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
         del state.read_at[s]
     state.out_rows.extend(rows)
     state.counters["steps_final"] += len(rows)
-    _update_headline(state, rows)
+    _update_headline(state, rows, reported=fmt != "loops")
     return rows
 
 
@@ -194,14 +241,19 @@ HEADLINE_KEYS = (
 TREND_WINDOW = 20
 
 
-def _update_headline(state: RunState, rows: list[dict[str, Any]]) -> None:
+def _update_headline(state: RunState, rows: list[dict[str, Any]], reported: bool = False) -> None:
     """Latest non-null headline figures, and the reward trend (slope per step) over
-    the last TREND_WINDOW final steps; bounded memory whatever the run length."""
+    the last TREND_WINDOW final steps; bounded memory whatever the run length. With
+    `reported` (formats other than Loops, which often report what they cannot give to
+    recompute), a figure's reported column stands in for a null recomputed one."""
     recent = state.headline.setdefault("_recent_rewards", [])
     for r in rows:
         for k in HEADLINE_KEYS:
-            if r.get(k) is not None:
-                state.headline[k] = r[k]
+            v = r.get(k)
+            if v is None and reported:
+                v = r.get(f"reported_{k}")
+            if v is not None:
+                state.headline[k] = v
         if r.get("reward_mean") is not None:
             recent.append((r["step"], r["reward_mean"]))
     del recent[:-TREND_WINDOW]
@@ -226,6 +278,7 @@ def summary(state: RunState) -> dict[str, Any]:
     return {
         "run_id": state.run_id,
         "run_uri": state.run_url,
+        "format": state.format,
         "finished": is_finished(state),
         "last_step": state.max_reported_step if state.max_reported_step >= 0 else None,
         "final_through": state.final_through,

@@ -4,7 +4,8 @@
 that just became final (maybe none). It folds them through the pure rules of
 `rlstream.health`, evaluates `stalled` against the clock, stores the health state in
 the run state (so it is checkpointed with everything else), sets the run's status,
-findings and firing codes, and returns the transitions as `alerts` events.
+findings and firing codes, and the rules its data cannot evaluate
+(`health.evaluable`), and returns the transitions as `alerts` events.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rlstream.health import (
     new_state,
     run_status,
 )
+from rlstream.health.evaluable import config_figures, not_evaluable, row_figures
 from rlstream.health.state import View
 from rlstream.pipeline.state import RunState, is_finished
 
@@ -48,6 +50,12 @@ class HealthFold:
         ctx = RunContext(state.run_id, state.config, is_finished(state))
         hs = state.health if state.health is not None else new_state(self.rules, state.run_id)
         transitions = []
+        if rows:
+            seen = set(state.headline.get("_figures", ())) | config_figures(state.config)
+            for row in rows:
+                seen |= row_figures(row)
+            state.headline["_figures"] = sorted(seen)
+            state.headline["_not_evaluable"] = not_evaluable(seen)
         for row in rows:
             hs, tr = fold_step(hs, row, ctx, self.rules)
             transitions.extend(tr)

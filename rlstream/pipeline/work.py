@@ -17,23 +17,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
-from rlstream.formats.loops import (
-    BadRecord,
-    Heartbeat,
-    StepRecord,
-    TranscriptParser,
-    parse_json,
-    quarantine,
-    rollout_record,
-    step_record,
-)
+from rlstream.formats import get_format
 from rlstream.formats.quarantine import QuarantineRow
+from rlstream.formats.records import BadRecord, Heartbeat, StepRecord, parse_json, quarantine
 from rlstream.io.storage import FileStat, Storage
 from rlstream.io.tail import FileCursor, ReadPlan, advance, plan_read, verify_prefix
 from rlstream.metrics import RolloutAgg, StepAgg
 from rlstream.pipeline.partial import StepPartial
+from rlstream.pipeline.transcripts import TranscriptParser
 
 STEPS_FILE = "steps.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -42,14 +35,18 @@ TRANSCRIPTS_DIR = "transcripts"
 
 @dataclass(frozen=True, slots=True)
 class LinesUnit:
-    """Read steps.jsonl or rollouts.jsonl from `cursor` up to `stat.size`."""
+    """Read an append-only JSONL file of the run (steps.jsonl, rollouts.jsonl, or
+    another format's `Tail`) from `cursor` up to `stat.size`."""
 
     run_id: str
     run_url: str
-    file: Literal["steps.jsonl", "rollouts.jsonl"]
+    file: str
     cursor: FileCursor
     stat: FileStat
     final_through: int
+    fmt: str = "loops"
+    kind: str = ""
+    """"steps" or "rollouts"; "" means by file name (the Loops files)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +59,38 @@ class TranscriptsUnit:
     final_through: int
 
 
-Unit = LinesUnit | TranscriptsUnit
+@dataclass(frozen=True, slots=True)
+class FilesUnit:
+    """Read whole per-step files of a format (`StepFiles`): `files` are (step, path
+    relative to the run folder); `done` names what is consumed once this unit is
+    folded (the files, and step folders now complete)."""
+
+    run_id: str
+    run_url: str
+    fmt: str
+    kind: str
+    files: tuple[tuple[int, str], ...]
+    done: tuple[str, ...]
+    final_through: int
+    final: bool = False
+    """Batch end: take files without their last newline too (quarantining the rest)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotUnit:
+    """Read a file the trainer rewrites whole (`Snapshot`): `candidates` are (path,
+    stat) of the versions that changed; the one with the most entries is read."""
+
+    run_id: str
+    run_url: str
+    fmt: str
+    key: str
+    candidates: tuple[tuple[str, FileStat], ...]
+    cursor: FileCursor
+    final_through: int
+
+
+Unit = LinesUnit | TranscriptsUnit | FilesUnit | SnapshotUnit
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +114,12 @@ class UnitResult:
     quarantine: list[QuarantineRow] = field(default_factory=list)
     names: tuple[str, ...] = ()
     reset: str | None = None
+    done: tuple[str, ...] = ()
+    """Per-step files and step folders consumed (a `FilesUnit`'s)."""
+    seen_files: tuple[tuple[str, FileCursor], ...] = ()
+    """Identity cursors of snapshot candidates read (a `SnapshotUnit`'s)."""
+    cursor_key: str | None = None
+    """Where `cursor` is kept in `RunState.cursors` when not under `file`."""
     bytes: int = 0
     records: int = 0
     tokens: int = 0
@@ -96,6 +130,12 @@ def execute(unit: Unit, storage: Storage) -> UnitResult:
     """Run one unit against storage."""
     if isinstance(unit, TranscriptsUnit):
         return _transcripts(unit, storage)
+    if isinstance(unit, (FilesUnit, SnapshotUnit)):
+        from rlstream.pipeline.streams import run_files, run_snapshot
+
+        return (
+            run_files(unit, storage) if isinstance(unit, FilesUnit) else run_snapshot(unit, storage)
+        )
     return _lines(unit, storage)
 
 
@@ -131,10 +171,12 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
     res.records = len(lines)
     by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
     max_step = cursor.max_step
+    parse_line = get_format(unit.fmt).parse_line
+    kind = unit.kind or ("steps" if unit.file == STEPS_FILE else "rollouts")
     for offset, line in lines:
         try:
             obj = parse_json(line)
-            rec = step_record(obj) if unit.file == STEPS_FILE else rollout_record(obj)
+            rec = parse_line(kind, obj)
         except BadRecord as e:
             res.quarantine.append(quarantine(unit.run_id, unit.file, offset, str(e), line))
             continue

@@ -116,6 +116,7 @@ class Fleet:
     ) -> None:
         self.roots = [normalize_root(r) for r in roots]
         self.storage = input_storage(self.roots, cfg.storage_options, cfg.read_inflight_bytes)
+        self.input_format = cfg.input_format
         out_url = normalize_root(out)
         out_storage = Storage.for_url(out_url, cfg.storage_options)
         n_workers = rt.workers or cluster_cpus()
@@ -165,7 +166,11 @@ class Fleet:
         """Find runs under every root and hand new ones to their tailers."""
         found: list[str] = []
         for root in self.roots:
-            found.extend(u for u in find_runs(self.storage, root) if u not in self.owned)
+            found.extend(
+                u
+                for u in find_runs(self.storage, root, fmt=self.input_format)
+                if u not in self.owned
+            )
         if not found:
             return 0
         shards: dict[int, list[str]] = {}
@@ -187,7 +192,11 @@ class Fleet:
         """Batch mode: every tailer reads its shard of the runs (`urls`, default: found
         under the roots now) a chunk at a time."""
         if urls is None:
-            urls = [u for root in self.roots for u in find_runs(self.storage, root)]
+            urls = [
+                u
+                for root in self.roots
+                for u in find_runs(self.storage, root, fmt=self.input_format)
+            ]
         shards: list[list[str]] = [[] for _ in self.tailers]
         for url in urls:
             shards[int(run_key(url), 16) % self.n_tailers].append(url)
@@ -310,10 +319,13 @@ def run(
     urls: list[str] | None = None
     if not watch:
         storage = input_storage([normalize_root(r) for r in roots], cfg.storage_options)
-        urls = [u for r in roots for u in find_runs(storage, normalize_root(r))]
+        urls = [
+            u for r in roots for u in find_runs(storage, normalize_root(r), fmt=cfg.input_format)
+        ]
         if not urls:
             raise NoDataError(
-                f"no runs under {', '.join(roots)} (a run is a folder holding run.json); "
+                f"no runs under {', '.join(roots)} (a run is a Loops folder holding run.json "
+                "or a trainer output folder, docs/formats.md); "
                 f"nothing was written to {out}"
             )
     out_url = normalize_root(out)

@@ -13,6 +13,7 @@ import time
 from rlstream.simulate.config import SimConfig
 from rlstream.simulate.learn import PRESETS, simulate_learn
 from rlstream.simulate.scenarios import SCENARIOS
+from rlstream.simulate.trainers import FORMATS, convert_tree
 from rlstream.simulate.writer import simulate, simulate_live
 
 _D = SimConfig()
@@ -42,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-size", type=int, default=_D.group_size)
     parser.add_argument("--tokens", type=float, default=_D.tokens, help="median completion length")
     parser.add_argument("--mode", choices=("sync", "async"), default=_D.mode)
+    parser.add_argument(
+        "--format",
+        default="loops",
+        choices=FORMATS,
+        help="write the runs as this trainer writes them (docs/formats.md; default loops)",
+    )
     parser.add_argument("--live", action="store_true", help="write in real time")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds per step with --live")
     parser.add_argument(
@@ -106,10 +113,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"rlstream simulate: {e}", file=sys.stderr)
         return 2
+    fmt = getattr(args, "format", "loops")
+    if fmt != "loops" and args.live:
+        print("rlstream simulate: --live writes the loops format only", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     try:
         if args.live:
             labels = simulate_live(args.root, config, interval=args.interval)
+        elif fmt != "loops":
+            labels = _simulate_as(args.root, config, fmt)
         else:
             labels = simulate(args.root, config)
     except (FileExistsError, ValueError) as e:
@@ -121,6 +134,21 @@ def run(args: argparse.Namespace) -> int:
         f"(labels: {args.root}/labels.json)"
     )
     return 0
+
+
+def _simulate_as(root: str, config: SimConfig, fmt: str) -> list:
+    """Simulate in the loops format in a scratch folder, then write each run the way
+    trainer `fmt` writes it under ROOT (with labels.json)."""
+    import tempfile
+    from pathlib import Path
+
+    dst = Path(root)
+    if dst.exists() and any(dst.iterdir()):
+        raise FileExistsError(f"{root} is not empty")
+    with tempfile.TemporaryDirectory(prefix="rlstream-sim-") as tmp:
+        labels = simulate(Path(tmp) / "runs", config)
+        convert_tree(Path(tmp) / "runs", dst, fmt)
+    return labels
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,6 +48,8 @@ RUN_HEALTH_SCHEMA = pa.schema(
         pa.field("quarantined", pa.int64()),
         pa.field("late", pa.int64()),
         pa.field("token_metrics", pa.string()),
+        pa.field("format", pa.string()),
+        pa.field("not_evaluable", pa.list_(pa.string())),
     ],
     metadata={"rlstream.schema_version": "1", "rlstream.table": "run_health"},
 )
@@ -99,6 +101,8 @@ def health_row(state: Any, now: float) -> dict[str, Any]:
         "quarantined": c["quarantined"],
         "late": c["late"],
         "token_metrics": token_metrics,
+        "format": state.format,
+        "not_evaluable": list(state.headline.get("_not_evaluable", [])),
     }
 
 

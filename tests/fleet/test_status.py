@@ -74,11 +74,11 @@ def test_table_shows_the_figures_the_rules_judged():
     lines = text.splitlines()
     assert lines[0] == "1 run: 1 critical"
     assert lines[1].split() == [
-        "run", "status", "step", "updated", "reward", "trend/100", "kl*", "ess*", "entropy*",
+        "run", "format", "status", "step", "updated", "reward", "trend/100", "kl*", "ess*", "entropy*",
         "trunc*", "findings",
     ]  # fmt: skip
     assert lines[2].split() == [
-        "r1", "critical", "41", "3h", "0.457", "↓-0.40", "1.23e-02", "0.210", "0.150", "0.50",
+        "r1", "loops", "critical", "41", "3h", "0.457", "↓-0.40", "1.23e-02", "0.210", "0.150", "0.50",
         "low_ess,mismatch_kl_rising",
     ]  # fmt: skip
     assert lines[3] == (

@@ -1,0 +1,203 @@
+"""prime-rl runs: metrics.jsonl (trainer and orchestrator rows) and token exports.
+
+Writers (PrimeIntellect-ai/prime-rl, cited in docs/formats.md):
+`src/prime_rl/monitors/file.py` `FileMonitor.log_metrics` appends, line-buffered,
+`json.dumps({"step": step, "time": time.time(), **metrics})` to
+`<output_dir>/metrics.jsonl`; the trainer (`trainer/rl/train.py`: `entropy/all/mean`,
+`mismatch_kl/all/mean`, `loss/...`) and the orchestrator (`orchestrator/
+orchestrator.py`: `train/agg/{all,effective}/...`, `progress/...`, `off_policy/...`,
+`time/...`) each write one row per step, in either order. With
+`trainer.enable_token_export=true`, `trainer/rl/token_export.py` writes
+`token_exports/step_N/rank_R.jsonl`, one line per packed micro-sequence
+(`schema_version`, `step`, `rank`, `micro_step`, `micro_sequence_idx`,
+`export_sequence_idx`, `env_name`, `token_ids`, `position_ids`, `loss_mask`,
+`advantages`, `inference_logprobs`, `trainer_logprobs`, `entropy`, ...; non-finite
+floats as null), and touches `token_exports/step_N/STABLE` once every rank flushed.
+
+A step's two rows are merged into one `StepRecord` (`part` "trainer" /
+"orchestrator"; rows with only `eval/` keys are part "eval"); its row is final once
+both writers have passed it. A step folder of token exports is read once, after its
+`STABLE` marker. Each sample of a micro-sequence (position ids restart at 0) becomes
+one generation of the tokens under `loss_mask`, with sampler (`inference_logprobs`)
+and trainer logprobs: the full token-level set is recomputed as for Loops.
+Truncation is not in the exports (the orchestrator reports it).
+
+Mapping (canonical key <- prime-rl key): `train/mismatch_kl` <- `mismatch_kl/all/mean`;
+`sampling/entropy_estimate` <- `entropy/all/mean`; `reward/mean` <-
+`train/agg/effective/<agent>/reward/mean`; `reward/mean_with_unusable` <-
+`train/agg/all/<agent>/reward/mean`; `completion/truncated_frac` <-
+`train/agg/effective/<agent>/is_truncated/mean`; `completion/len_mean` <-
+`train/agg/effective/num_output_tokens/mean`; `freshness/lag_mean` <- `off_policy/mean`
+(the `<agent>` forms only when the run has one agent).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rlstream.formats.base import RunInfo, StepFiles, Stream, Tail, first_line
+from rlstream.formats.records import (
+    BadRecord,
+    Heartbeat,
+    StepRecord,
+    Transcript,
+    finite_number,
+    flatten,
+    float_array,
+    is_int,
+    jsonl_records,
+    parse_json,
+    rename,
+    split_values,
+    step_of,
+)
+
+METRICS = "metrics.jsonl"
+EXPORTS = "token_exports"
+STEP_DIR = re.compile(r"step_(\d+)")
+RANK_FILE = re.compile(r"rank_\d+\.jsonl")
+STABLE = "STABLE"
+
+KEYS = {
+    "mismatch_kl/all/mean": "train/mismatch_kl",
+    "entropy/all/mean": "sampling/entropy_estimate",
+    "train/agg/effective/num_output_tokens/mean": "completion/len_mean",
+    "off_policy/mean": "freshness/lag_mean",
+}
+AGENT_KEYS = (
+    (re.compile(r"train/agg/effective/[^/]+/reward/mean"), "reward/mean"),
+    (re.compile(r"train/agg/all/[^/]+/reward/mean"), "reward/mean_with_unusable"),
+    (re.compile(r"train/agg/effective/[^/]+/is_truncated/mean"), "completion/truncated_frac"),
+)
+ORCHESTRATOR = ("train/", "progress/", "off_policy/", "batch/")
+
+
+def _json_object(line: bytes | None) -> dict[str, Any] | None:
+    try:
+        obj = parse_json(line) if line else None
+    except BadRecord:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+class PrimeRlFormat:
+    """prime-rl's output folders."""
+
+    name = "prime-rl"
+    parts = ("trainer", "orchestrator")
+    unavailable: frozenset[str] = frozenset({"truncated_frac"})
+
+    def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
+        if METRICS not in listing:
+            return False
+        obj = _json_object(first_line(peek(METRICS)))
+        if obj is not None:
+            return "step" in obj and "time" in obj and not isinstance(obj.get("data"), dict)
+        return f"{EXPORTS}/" in listing or "rollouts/" in listing
+
+    def identity(
+        self, name: str, listing: frozenset[str], read: Callable[[str], bytes | None]
+    ) -> RunInfo:
+        return RunInfo(name, {})
+
+    def streams(self, listing: frozenset[str]) -> tuple[Stream, ...]:
+        return (
+            Tail(METRICS, "steps"),
+            StepFiles(EXPORTS, STEP_DIR, RANK_FILE, "generations", marker=STABLE),
+        )
+
+    def parse_line(self, kind: str, obj: Any) -> StepRecord | Heartbeat | dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise BadRecord("not_an_object")
+        step = step_of(obj)
+        t = obj.get("time")
+        time = None if t is None else finite_number(t, "time")
+        rest = {k: v for k, v in obj.items() if k not in ("step", "time")}
+        metrics, text = split_values(flatten(rest))
+        if not metrics and not text:
+            raise BadRecord("no_metrics")
+        if any(k.startswith(ORCHESTRATOR) for k in metrics):
+            part = "orchestrator"
+        elif all(k.startswith("eval/") for k in metrics):
+            part = "eval"
+        else:
+            part = "trainer"
+        out = rename(metrics, KEYS)
+        for pattern, dst in AGENT_KEYS:
+            hits = [k for k in metrics if pattern.fullmatch(k)]
+            if len(hits) == 1 and dst not in metrics:
+                out[dst] = out.pop(hits[0])
+        return StepRecord(step, time, out, text, part=part)
+
+    def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
+        rank = name.rsplit("/", 1)[-1].removesuffix(".jsonl")
+        out: list[Any] = []
+        for rec in jsonl_records(data, lambda obj: _sequence(obj, step, rank)):
+            out.extend(rec if isinstance(rec, list) else [rec])
+        return out
+
+    def parse_snapshot(self, data: bytes) -> list[StepRecord]:
+        return []
+
+
+_SEQ_FIELDS = ("token_ids", "position_ids", "loss_mask", "inference_logprobs", "trainer_logprobs")
+
+
+def _sequence(obj: Any, step: int, rank: str) -> list[Transcript]:
+    """One exported micro-sequence: a transcript per packed sample."""
+    if not isinstance(obj, dict):
+        raise BadRecord("not_an_object")
+    if step_of(obj) != step:
+        raise BadRecord("step_mismatch")
+    idx = obj.get("export_sequence_idx")
+    if not is_int(idx):
+        raise BadRecord("invalid_field:export_sequence_idx")
+    for k in _SEQ_FIELDS:
+        if not isinstance(obj.get(k), list):
+            raise BadRecord(f"missing_field:{k}" if k not in obj else f"invalid_field:{k}")
+    n = len(obj["token_ids"])
+    toks, pos, mask = obj["token_ids"], obj["position_ids"], obj["loss_mask"]
+    if len(pos) != n or len(mask) != n:
+        raise BadRecord("length_mismatch:position_ids")
+    if not all(is_int(x) for x in toks) or not all(is_int(x) for x in pos):
+        raise BadRecord("invalid_field:token_ids")
+    if not all(isinstance(x, bool) for x in mask):
+        raise BadRecord("invalid_field:loss_mask")
+    ls = float_array(obj["inference_logprobs"], n, "inference_logprobs")
+    lt = float_array(obj["trainer_logprobs"], n, "trainer_logprobs")
+    tok = np.asarray(toks, dtype=np.int64) if n else np.empty(0, np.int64)
+    m = np.asarray(mask, dtype=bool) if n else np.empty(0, bool)
+    p = np.asarray(pos, dtype=np.int64) if n else np.empty(0, np.int64)
+    starts = [0, *np.flatnonzero(p[1:] == 0) + 1] if n else []
+    env = obj.get("env_name") if isinstance(obj.get("env_name"), str) else ""
+    out = []
+    for j, a in enumerate(starts):
+        b = starts[j + 1] if j + 1 < len(starts) else n
+        sel = np.flatnonzero(m[a:b]) + a
+        if sel.size == 0:
+            continue
+        aid = f"{step}-{rank}-{idx}-{j}"
+        out.append(
+            Transcript(
+                aid,
+                env,
+                step,
+                True,
+                "full",
+                [int(sel.size)],
+                [False],
+                [ls[sel]],
+                [lt[sel]],
+                [tok[sel]],
+                None,
+                None,
+            )
+        )
+    return out
+
+
+PRIME_RL = PrimeRlFormat()

@@ -1,0 +1,191 @@
+"""tinker-cookbook RL runs (`log_path`): metrics.jsonl, config.json, per-iteration rollouts.
+
+Writers (thinking-machines-lab/tinker-cookbook, cited in docs/formats.md):
+`stores/training_store.py` `write_metrics` appends `{"step": i_batch, **metrics}` to
+`metrics.jsonl` (one `json.dumps` line per iteration; a restarted run with the same
+`log_path` appends to the same file); `write_config` writes `config.json` (indent 2);
+`write_rollouts` writes `iteration_NNNNNN/train_rollout_summaries.jsonl` whole, one
+record per trajectory (`rl/rollout_logging.py` `serialize_rollout_summaries`:
+`schema_version`, `split`, `iteration`, `group_idx`, `traj_idx`, `tags`,
+`sampling_client_step`, `total_reward`, `final_reward`, `trajectory_metrics`,
+`steps` [{`step_idx`, `ob_len`, `ac_len`, `reward`, `episode_done`, `metrics`,
+`logs`}], `final_ob_len`).
+
+Mapping (canonical key <- tinker key): `reward/mean_with_unusable` (every
+trajectory, constant groups included) <- `env/all/reward/total`;
+`reward/no_variance_frac` <- `env/all/by_group/frac_all_good + frac_all_bad`;
+`completion/len_mean` <- `env/all/ac_tokens_per_turn`; `sampling/entropy_estimate`
+<- `optim/entropy`; `train/mismatch_kl` <- `optim/kl_sample_train_v2` (the k2
+estimator 0.5·mean(d²), equal to k3 to second order). Rollout summaries become
+rollout records (reward `total_reward`, lag from `sampling_client_step`, groups whose
+rewards are all equal discarded as `no_variance`) and sample-only transcripts (one
+generation per turn of `ac_len` tokens). Truncation is not written: null.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from rlstream.formats.base import NO_FAILURES, RunInfo, StepFiles, Stream, Tail, first_line
+from rlstream.formats.records import (
+    BadRecord,
+    Heartbeat,
+    StepRecord,
+    Transcript,
+    finite_number,
+    flatten,
+    is_int,
+    jsonl_records,
+    parse_json,
+    rename,
+    split_values,
+    step_of,
+)
+
+METRICS = "metrics.jsonl"
+CONFIG = "config.json"
+ITERATION = re.compile(r"iteration_(\d+)")
+SUMMARIES = re.compile(r"train_rollout_summaries\.jsonl")
+
+KEYS = {
+    "env/all/reward/total": "reward/mean_with_unusable",
+    "env/all/ac_tokens_per_turn": "completion/len_mean",
+    "optim/entropy": "sampling/entropy_estimate",
+    "optim/kl_sample_train_v2": "train/mismatch_kl",
+}
+
+
+def _json_object(data: bytes | None) -> dict[str, Any] | None:
+    try:
+        obj = parse_json(data) if data else None
+    except BadRecord:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+class TinkerFormat:
+    """tinker-cookbook's `log_path` folders."""
+
+    name = "tinker"
+    unavailable: frozenset[str] = NO_FAILURES | {"truncated_frac"}
+
+    def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
+        if METRICS not in listing:
+            return False
+        obj = _json_object(first_line(peek(METRICS)))
+        if obj is not None:
+            if isinstance(obj.get("data"), dict) or "time" in obj:
+                return False  # verl's file logger, prime-rl's monitor
+            return "step" in obj and any(
+                k.startswith(("env/", "optim/", "progress/", "time/")) for k in obj
+            )
+        return CONFIG in listing and any(ITERATION.fullmatch(n.rstrip("/")) for n in listing)
+
+    def identity(
+        self, name: str, listing: frozenset[str], read: Callable[[str], bytes | None]
+    ) -> RunInfo:
+        config: dict[str, Any] = {}
+        if CONFIG in listing:
+            data = read(CONFIG)
+            obj = _json_object(data)
+            if obj is None:
+                raise BadRecord("config.json is not a JSON object")
+            config = {"tinker": obj}
+            if is_int(obj.get("max_tokens")):
+                config["sampling"] = {"max_tokens": obj["max_tokens"]}
+        return RunInfo(name, config)
+
+    def streams(self, listing: frozenset[str]) -> tuple[Stream, ...]:
+        return (
+            Tail(METRICS, "steps"),
+            StepFiles("", ITERATION, SUMMARIES, "both"),
+        )
+
+    def parse_line(self, kind: str, obj: Any) -> StepRecord | Heartbeat | dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise BadRecord("not_an_object")
+        step = step_of(obj)
+        metrics, text = split_values(flatten({k: v for k, v in obj.items() if k != "step"}))
+        good = metrics.get("env/all/by_group/frac_all_good")
+        bad = metrics.get("env/all/by_group/frac_all_bad")
+        out = rename(metrics, KEYS)
+        if good is not None and bad is not None:
+            out["reward/no_variance_frac"] = good + bad
+        return StepRecord(step, None, out, text)
+
+    def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
+        recs = jsonl_records(data, lambda obj: _trajectory(obj, step))
+        return _group_discards(recs)
+
+    def parse_snapshot(self, data: bytes) -> list[StepRecord]:
+        return []
+
+
+def _trajectory(obj: Any, step: int) -> tuple[dict[str, Any], Transcript]:
+    if not isinstance(obj, dict):
+        raise BadRecord("not_an_object")
+    if obj.get("split", "train") != "train":
+        raise BadRecord("invalid_field:split")
+    it = step_of(obj, "iteration")
+    if it != step:
+        raise BadRecord("iteration_mismatch")
+    g, t = step_of(obj, "group_idx"), step_of(obj, "traj_idx")
+    if "total_reward" not in obj:
+        raise BadRecord("missing_field:total_reward")
+    reward = finite_number(obj["total_reward"], "total_reward")
+    pv = obj.get("sampling_client_step")
+    if pv is not None and (not is_int(pv) or pv < 0):
+        raise BadRecord("invalid_field:sampling_client_step")
+    turns = obj.get("steps")
+    if not isinstance(turns, list):
+        raise BadRecord("invalid_field:steps")
+    lens = []
+    for i, s in enumerate(turns):
+        n = s.get("ac_len") if isinstance(s, dict) else None
+        if not is_int(n) or n < 0:
+            raise BadRecord(f"invalid_field:steps[{i}].ac_len")
+        lens.append(n)
+    aid, gid = f"{step}-{g}-{t}", f"{step}-{g}"
+    rollout = {
+        "attempt_id": aid,
+        "group_id": gid,
+        "task_id": gid,
+        "step": step,
+        "policy_version": pv,
+        "reward": reward,
+        "trained": True,
+        "discard_reason": None,
+        "metadata": {"turns": len(turns)},
+    }
+    tr = Transcript(
+        aid, gid, step, True, "samples", lens, [False] * len(lens), [], [], [], None, None
+    )
+    return rollout, tr
+
+
+def _group_discards(recs: list[Any]) -> list[Any]:
+    """Flatten (rollout, transcript) pairs; a group whose rewards are all equal has no
+    advantage to learn from: its attempts are discarded as `no_variance` (a group of
+    one as `group_too_small`)."""
+    rewards: dict[str, list[float]] = {}
+    for r in recs:
+        if isinstance(r, tuple):
+            rewards.setdefault(r[0]["group_id"], []).append(r[0]["reward"])
+    out: list[Any] = []
+    for r in recs:
+        if not isinstance(r, tuple):
+            out.append(r)
+            continue
+        roll, tr = r
+        group = rewards[roll["group_id"]]
+        if len(group) == 1:
+            roll = {**roll, "trained": False, "discard_reason": "group_too_small"}
+        elif len(set(group)) == 1:
+            roll = {**roll, "trained": False, "discard_reason": "no_variance"}
+        out.extend((roll, tr))
+    return out
+
+
+TINKER = TinkerFormat()

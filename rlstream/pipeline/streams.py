@@ -1,0 +1,379 @@
+"""Formats other than Loops: their run identity, planning and per-step/snapshot units.
+
+A format declares what to follow (`rlstream.formats.base`: `Tail`, `StepFiles`,
+`Snapshot`); this module turns that into work units with stats and listings only, and
+runs the two unit kinds that are not JSONL tails:
+
+- `FilesUnit`: whole per-step files. A JSONL file without its final newline is still
+  being written: it is left for a later poll (at the end of a batch pass it is read as
+  it is). A step folder with a `marker` is complete once the marker exists; one
+  without is complete once a matching file was read, or given up once its step is
+  final (a file appearing later would be late).
+- `SnapshotUnit`: a file rewritten whole. Every version holds the whole history, so
+  only entries for steps above the highest step already read are new; a version whose
+  last step is below that (a resumed run's shorter file) gets a quarantine row
+  `file_rewritten_shorter`, and the steps it repeats are not counted again.
+
+Records for a step at or below `final_through` are late: quarantined, never folded.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections import defaultdict
+from dataclasses import replace
+from typing import Any
+
+from rlstream.formats import get_format
+from rlstream.formats.base import PEEK_BYTES, RunInfo, Snapshot, StepFiles, Stream, Tail, step_names
+from rlstream.formats.quarantine import QuarantineRow, excerpt
+from rlstream.formats.records import BadLine, BadRecord, StepRecord, Transcript, quarantine
+from rlstream.io.storage import FileStat, Storage
+from rlstream.io.tail import FileCursor
+from rlstream.metrics import RolloutAgg, StepAgg
+from rlstream.pipeline.partial import StepPartial
+from rlstream.pipeline.transcripts import TranscriptParser
+from rlstream.pipeline.work import FilesUnit, LinesUnit, SnapshotUnit, Unit, UnitResult
+
+JSONL = (".jsonl", ".json")
+READ_KEY = "#read"
+"""Suffix of a snapshot's consumption cursor (entries and last step read) in
+`RunState.cursors`, beside each candidate file's identity cursor."""
+
+
+def listing(storage: Storage, url: str) -> frozenset[str]:
+    """Names of a folder's files, and of its sub-folders with a trailing "/"."""
+    return frozenset([*storage.list_names(url), *(d + "/" for d in storage.list_dirs(url))])
+
+
+def peeker(storage: Storage, url: str):
+    def peek(name: str) -> bytes | None:
+        try:
+            return storage.read_range(Storage.join(url, name), 0, PEEK_BYTES)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+    return peek
+
+
+def reader(storage: Storage, url: str):
+    def read(name: str) -> bytes | None:
+        try:
+            return storage.read(Storage.join(url, name))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+    return read
+
+
+def identify(storage: Storage, url: str, fmt_name: str) -> tuple[RunInfo, tuple[Stream, ...]]:
+    """The run's identity and streams; raises BadRecord with the reason it is unreadable."""
+    fmt = get_format(fmt_name)
+    names = listing(storage, url)
+    info = fmt.identity(url.rstrip("/").rsplit("/", 1)[-1], names, reader(storage, url))
+    return info, fmt.streams(names)
+
+
+def _changed(stat: FileStat, cur: FileCursor) -> bool:
+    return (stat.size, stat.etag, stat.mtime, stat.inode) != (
+        cur.size,
+        cur.etag,
+        cur.mtime,
+        cur.inode,
+    )
+
+
+def plan_streams(
+    storage: Storage,
+    state: Any,
+    streams: tuple[Stream, ...],
+    per_unit: int,
+    final: bool,
+    window: int,
+) -> list[Unit]:
+    """Units for what is new in one run of a format other than Loops. Per-step files
+    are remembered by name until their step is `window` steps below `final_through`,
+    then only through the stream's low step (`RunState.step_low`)."""
+    units: list[Unit] = []
+    for s in streams:
+        if isinstance(s, Tail):
+            stat = storage.stat(Storage.join(state.run_url, s.path))
+            cur = state.cursors.get(s.path, FileCursor())
+            if stat is not None and _changed(stat, cur):
+                units.append(
+                    LinesUnit(
+                        state.run_id,
+                        state.run_url,
+                        s.path,
+                        cur,
+                        stat,
+                        state.final_through,
+                        state.format,
+                        s.kind,
+                    )
+                )
+        elif isinstance(s, StepFiles):
+            files, done = _new_step_files(storage, state, s, window)
+            for i in range(0, max(len(files), 1 if done else 0), per_unit):
+                chunk = tuple(files[i : i + per_unit])
+                last = i + per_unit >= len(files)
+                units.append(
+                    FilesUnit(
+                        state.run_id,
+                        state.run_url,
+                        state.format,
+                        s.kind,
+                        chunk,
+                        tuple(p for _, p in chunk) + (done if last else ()),
+                        state.final_through,
+                        final,
+                    )
+                )
+        elif isinstance(s, Snapshot):
+            cands = _snapshot_candidates(storage, state, s)
+            if cands:
+                units.append(
+                    SnapshotUnit(
+                        state.run_id,
+                        state.run_url,
+                        state.format,
+                        s.paths[0] + READ_KEY,
+                        tuple(cands),
+                        state.cursors.get(s.paths[0] + READ_KEY, FileCursor()),
+                        state.final_through,
+                    )
+                )
+    return units
+
+
+def _new_step_files(
+    storage: Storage, state: Any, s: StepFiles, window: int
+) -> tuple[list[tuple[int, str]], tuple[str, ...]]:
+    base = Storage.join(state.run_url, s.folder) if s.folder else state.run_url
+    prefix = f"{s.folder}/" if s.folder else ""
+    listed = step_names(storage.list_dirs(base) if s.dirs else storage.list_names(base), s.step_re)
+    listed = _above_low(state, s, prefix, listed)
+    files: list[tuple[int, str]] = []
+    done: list[str] = []
+    for step, d in listed:
+        if not s.dirs:
+            if prefix + d not in state.step_files:
+                files.append((step, prefix + d))
+            continue
+        key = f"{prefix}{d}/"
+        if key in state.step_files:
+            continue
+        names = storage.list_names(Storage.join(base, d))
+        if s.marker is not None and s.marker not in names:
+            continue
+        found = [f"{key}{n}" for n in names if s.file_re is None or s.file_re.fullmatch(n)]
+        for sub in s.subdirs:
+            found += [
+                f"{key}{sub}/{n}"
+                for n in storage.list_names(Storage.join(base, d, sub))
+                if s.file_re is None or s.file_re.fullmatch(n)
+            ]
+        new = [(step, f) for f in found if f not in state.step_files]
+        files.extend(new)
+        if s.marker is not None or found:
+            done.append(key)
+        elif step <= state.final_through:
+            state.step_files.add(key)  # given up: nothing to read, and the step is final
+    _advance_low(state, s, prefix, listed, window)
+    return files, tuple(done)
+
+
+def _above_low(
+    state: Any, s: StepFiles, prefix: str, listed: list[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """The listed step files (or folders) above the stream's low step. Entries at or
+    below it were consumed; more of them than last time arrived after it was passed:
+    counted in one quarantine row, not read."""
+    low = state.step_low.get(prefix, -1)
+    below = sum(1 for step, _ in listed if step <= low)
+    extra = below - state.step_below.get(prefix, 0)
+    if low >= 0 and extra > 0:
+        state.out_quarantine.append(
+            QuarantineRow(
+                state.run_id,
+                s.folder or ".",
+                None,
+                "step_file_below_window",
+                f"{extra} step {'folders' if s.dirs else 'files'} for steps at or below "
+                f"{low} appeared after those steps were passed; not read",
+            )
+        )
+        state.counters["quarantined"] += 1
+    if low >= 0:
+        state.step_below[prefix] = below
+    return [(step, n) for step, n in listed if step > low]
+
+
+def _advance_low(
+    state: Any, s: StepFiles, prefix: str, listed: list[tuple[int, str]], window: int
+) -> None:
+    """Move the stream's low step up to `window` steps below `final_through`, over
+    consumed entries only, and forget the consumed names at or below it."""
+    key = (lambda n: f"{prefix}{n}/") if s.dirs else (lambda n: prefix + n)
+    pending = [step for step, n in listed if key(n) not in state.step_files]
+    low = state.step_low.get(prefix, -1)
+    new_low = min(state.final_through - window, min(pending, default=1 << 62) - 1)
+    if new_low <= low:
+        return
+    gone = tuple(key(n) for step, n in listed if step <= new_low)
+    state.step_files = (
+        {f for f in state.step_files if not f.startswith(gone)} if gone else (state.step_files)
+    )
+    state.step_low[prefix] = new_low
+    state.step_below[prefix] = state.step_below.get(prefix, 0) + len(gone)
+
+
+_STAR_NUM = re.compile(r"(\d+)")
+
+
+def _snapshot_candidates(storage: Storage, state: Any, s: Snapshot) -> list[tuple[str, FileStat]]:
+    paths: list[str] = []
+    for p in s.paths:
+        if "*" not in p:
+            paths.append(p)
+            continue
+        folder, _, rest = p.partition("*")
+        head, _, _ = folder.rpartition("/")
+        pattern = folder.rsplit("/", 1)[-1] + "*" + rest.split("/", 1)[0]
+        subs = [
+            d
+            for d in storage.list_dirs(Storage.join(state.run_url, head) if head else state.run_url)
+            if fnmatch.fnmatch(d, pattern)
+        ]
+        if subs:
+            newest = max(subs, key=lambda d: [int(x) for x in _STAR_NUM.findall(d)] or [-1])
+            paths.append((f"{head}/" if head else "") + newest + "/" + rest.split("/", 1)[1])
+    out = []
+    for p in paths:
+        stat = storage.stat(Storage.join(state.run_url, p))
+        if stat is not None and _changed(stat, state.cursors.get(p, FileCursor())):
+            out.append((p, stat))
+    return out
+
+
+# -- execution -----------------------------------------------------------------------
+
+
+def run_files(unit: FilesUnit, storage: Storage) -> UnitResult:
+    fmt = get_format(unit.fmt)
+    res = UnitResult(unit.run_id, unit.kind)
+    parser = TranscriptParser()
+    rollouts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    skipped: set[str] = set()
+    for step, path in unit.files:
+        try:
+            data = storage.read(Storage.join(unit.run_url, path))
+        except FileNotFoundError:
+            res.quarantine.append(
+                QuarantineRow(unit.run_id, path, None, "vanished", "listed but gone when read")
+            )
+            continue
+        if path.endswith(JSONL[0]) and data and not data.endswith(b"\n") and not unit.final:
+            skipped.add(path)  # still being written: read it whole on a later poll
+            continue
+        res.bytes += len(data)
+        res.records += 1
+        if step <= unit.final_through:
+            res.late += 1
+            res.quarantine.append(
+                replace(quarantine(unit.run_id, path, None, "late", data), step=step)
+            )
+            continue
+        try:
+            recs = fmt.parse_file(unit.kind, data, path, step)
+        except BadRecord as e:
+            res.quarantine.append(quarantine(unit.run_id, path, None, str(e), data))
+            continue
+        except Exception as e:  # a reader bug must cost one file, not the unit
+            reason = f"internal_error:{type(e).__name__}"
+            res.quarantine.append(quarantine(unit.run_id, path, None, reason, data))
+            continue
+        for rec in recs:
+            if isinstance(rec, BadLine):
+                res.quarantine.append(
+                    quarantine(unit.run_id, path, rec.offset, rec.reason, rec.data)
+                )
+            elif isinstance(rec, Transcript):
+                parser.add_transcript(rec)
+            elif isinstance(rec, dict):
+                rollouts[rec["step"]].append(rec)
+    res.partials = parser.aggregates()
+    res.tokens = parser.tokens
+    for step, recs in rollouts.items():
+        part = StepPartial(StepAgg(rollouts=RolloutAgg.from_records(recs)))
+        prev = res.partials.get(step)
+        res.partials[step] = part if prev is None else prev.merge(part)
+    dirs_left = {p.rsplit("/", 1)[0] + "/" for p in skipped if "/" in p}
+    res.done = tuple(
+        d for d in unit.done if d not in skipped and not any(d.startswith(x) for x in dirs_left)
+    )
+    return res
+
+
+def run_snapshot(unit: SnapshotUnit, storage: Storage) -> UnitResult:
+    fmt = get_format(unit.fmt)
+    res = UnitResult(unit.run_id, unit.key.removesuffix(READ_KEY), cursor_key=unit.key)
+    best: tuple[int, int, str, list[Any]] | None = None
+    seen = []
+    for path, stat in unit.candidates:
+        try:
+            data = storage.read(Storage.join(unit.run_url, path))
+        except FileNotFoundError:
+            continue
+        seen.append(
+            (path, FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime, inode=stat.inode))
+        )
+        res.bytes += len(data)
+        try:
+            recs = fmt.parse_snapshot(data)
+        except BadRecord as e:
+            res.quarantine.append(quarantine(unit.run_id, path, None, str(e), data))
+            continue
+        steps = [r for r in recs if isinstance(r, StepRecord)]
+        last = max((r.step for r in steps), default=-1)
+        n = 1 + max(
+            [r.offset for r in steps if r.offset is not None]
+            + [r.index for r in recs if isinstance(r, BadLine) and r.index is not None],
+            default=-1,
+        )
+        if best is None or (last, n) > best[:2]:
+            best = (last, n, path, recs)
+    res.seen_files = tuple(seen)
+    cur = unit.cursor
+    res.cursor = cur
+    if best is None:
+        return res
+    last, n, path, recs = best
+    if last < cur.max_step:
+        res.quarantine.append(
+            QuarantineRow(
+                unit.run_id,
+                path,
+                0,
+                "file_rewritten_shorter",
+                excerpt(f"last step {last} below {cur.max_step} already read"),
+            )
+        )
+    for rec in recs:
+        if isinstance(rec, BadLine):
+            if rec.index is None or rec.index >= cur.offset:  # each bad entry once
+                res.quarantine.append(quarantine(unit.run_id, path, None, rec.reason, rec.data))
+            continue
+        if rec.step <= cur.max_step:
+            continue  # already read from an earlier version of the file
+        res.records += 1
+        if rec.step <= unit.final_through:
+            res.late += 1
+            res.quarantine.append(QuarantineRow(unit.run_id, path, None, "late", "", rec.step))
+            continue
+        res.steps.append(rec)
+    # Entries are counted monotonically, so a bad entry a resumed run logs again at
+    # the same place is not quarantined twice.
+    res.cursor = replace(cur, offset=max(cur.offset, n), max_step=max(cur.max_step, last))
+    return res

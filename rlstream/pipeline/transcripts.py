@@ -1,0 +1,177 @@
+"""Transcripts to per-step kernel aggregates: the generations side of every format.
+
+`TranscriptParser` accumulates validated `Transcript`s (Loops transcript files,
+prime-rl token exports, tinker's per-turn lengths, verl's and TRL's text completions as
+word ids: trace "text") per step and builds the kernels' inputs with one
+concatenation per array per step (no per-token Python), handing them to
+`rlstream.metrics`. Readers in `rlstream.formats` give the transcripts; this module
+is where they meet the metric kernels, so `formats` never imports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlstream.formats.loops import decode_transcript, simd_parser
+from rlstream.formats.records import BadRecord, Transcript
+from rlstream.metrics import CompletionAgg, StepAgg, TokenAgg, TopKEntropyAgg
+from rlstream.pipeline.partial import StepPartial
+
+
+@dataclass
+class _StepArrays:
+    """Lists of per-generation arrays of one step, concatenated once at the end."""
+
+    ls: list[np.ndarray] = field(default_factory=list)
+    lt: list[np.ndarray] = field(default_factory=list)
+    tokens: list[np.ndarray] = field(default_factory=list)
+    topk: list[np.ndarray] = field(default_factory=list)
+    lens: list[int] = field(default_factory=list)
+    tok_lens: list[int] = field(default_factory=list)
+    trains: list[bool] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+    samples_lens: list[int] = field(default_factory=list)
+    samples_truncated: list[bool] = field(default_factory=list)
+    text_tokens: list[np.ndarray] = field(default_factory=list)
+    text_tasks: list[str] = field(default_factory=list)
+    vocab: int | None = None
+    transcripts: int = 0
+    full: int = 0
+
+
+class TranscriptParser:
+    """Accumulate transcripts and emit one `StepAgg` per step.
+
+    `add(data, name)` returns a quarantine reason or None. `aggregates()` builds the
+    kernels' inputs with one concatenation per array per step. Files are decoded with
+    simdjson when it takes them (`_simd_transcript`), else with orjson.
+    """
+
+    def __init__(self, vocab_size: int | None = None) -> None:
+        self._steps: dict[int, _StepArrays] = {}
+        self.vocab_size = vocab_size
+        self.tokens = 0
+        self._simd = simd_parser()
+
+    def add(self, data: bytes, name: str, final_through: int = -1) -> tuple[int | None, str | None]:
+        """Parse one file; returns (step, None), or (step or None, quarantine reason).
+
+        A transcript of a step at or below `final_through` is late: not aggregated.
+        """
+        try:
+            t = decode_transcript(self._simd, data, name)
+        except BadRecord as e:
+            return None, str(e)
+        if t.step <= final_through:
+            return t.step, "late"
+        self.add_transcript(t)
+        return t.step, None
+
+    def add_transcript(self, t: Transcript) -> None:
+        """Fold one validated transcript (of any format) into its step's arrays."""
+        acc = self._steps.setdefault(t.step, _StepArrays())
+        if t.trace == "text":  # words of a text-only completion: not a transcript
+            acc.text_tokens.extend(t.tokens)
+            acc.text_tasks.extend([t.task_id] * len(t.tokens))
+            return
+        acc.transcripts += 1
+        if t.trace == "full":
+            acc.full += 1
+            acc.lens.extend(t.lens)
+            acc.truncated.extend(t.truncated)
+            acc.ls.extend(t.ls)
+            acc.lt.extend(t.lt)
+            acc.tokens.extend(t.tokens)
+            acc.tok_lens.extend(len(x) for x in t.tokens)
+            acc.trains.extend([t.trains] * len(t.ls))
+            acc.tasks.extend([t.task_id] * len(t.ls))
+            if t.topk is not None:
+                acc.topk.extend(t.topk)
+            acc.vocab = t.vocab or acc.vocab
+            self.tokens += sum(t.lens)
+        else:
+            acc.samples_lens.extend(t.lens)
+            acc.samples_truncated.extend(t.truncated)
+
+    def aggregates(self) -> dict[int, StepPartial]:
+        out: dict[int, StepPartial] = {}
+        for step, a in self._steps.items():
+            agg = StepAgg()
+            if a.full:
+                offsets = np.zeros(len(a.tok_lens) + 1, np.int64)
+                np.cumsum(a.tok_lens, out=offsets[1:])
+                ls = np.concatenate(a.ls)
+                lt = np.concatenate(a.lt)
+                toks = np.concatenate(a.tokens)
+                trains = np.asarray(a.trains, dtype=bool)
+                agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains)
+                agg.completions = CompletionAgg.from_arrays(
+                    np.asarray(a.lens, np.int64),
+                    np.asarray(a.truncated, bool),
+                    toks,
+                    offsets,
+                    a.tasks,
+                )
+                if a.topk:
+                    agg.topk = TopKEntropyAgg.from_arrays(
+                        _stack_topk(a.topk), a.vocab or self.vocab_size
+                    )
+            if a.samples_lens:
+                samples = CompletionAgg.from_arrays(
+                    np.asarray(a.samples_lens, np.int64),
+                    np.asarray(a.samples_truncated, bool),
+                    None,
+                    None,
+                    None,
+                )
+                agg.completions = (
+                    samples if agg.completions is None else agg.completions.merge(samples)
+                )
+            if a.text_tokens:
+                text = _text_completions(a.text_tokens, a.text_tasks)
+                agg.completions = text if agg.completions is None else agg.completions.merge(text)
+            out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
+        return out
+
+
+def _text_completions(tokens: list[np.ndarray], tasks: list[str]) -> CompletionAgg:
+    """Repetition and distinct answers of text-only completions, from word ids (their
+    lengths count words, so formats giving only text null the length columns)."""
+    lens = np.asarray([len(x) for x in tokens], np.int64)
+    offsets = np.zeros(len(tokens) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    toks = np.concatenate(tokens) if tokens else np.empty(0, np.int64)
+    return CompletionAgg.from_arrays(lens, np.zeros(len(lens), bool), toks, offsets, tasks)
+
+
+def _stack_topk(rows: list[np.ndarray]) -> np.ndarray:
+    k = max(r.shape[1] for r in rows if r.size) if any(r.size for r in rows) else 1
+    padded = [
+        r if r.shape[1] == k else np.pad(r, ((0, 0), (0, k - r.shape[1])), constant_values=np.nan)
+        for r in rows
+        if r.shape[0]
+    ]
+    return np.concatenate(padded) if padded else np.empty((0, k))
+
+
+def _text_completions(tokens: list[np.ndarray], tasks: list[str]) -> CompletionAgg:
+    """Repetition and distinct answers of text-only completions, from word ids (their
+    lengths count words, so formats giving only text null the length columns)."""
+    lens = np.asarray([len(x) for x in tokens], np.int64)
+    offsets = np.zeros(len(tokens) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    toks = np.concatenate(tokens) if tokens else np.empty(0, np.int64)
+    return CompletionAgg.from_arrays(lens, np.zeros(len(lens), bool), toks, offsets, tasks)
+
+
+def _stack_topk(rows: list[np.ndarray]) -> np.ndarray:
+    k = max(r.shape[1] for r in rows if r.size) if any(r.size for r in rows) else 1
+    padded = [
+        r if r.shape[1] == k else np.pad(r, ((0, 0), (0, k - r.shape[1])), constant_values=np.nan)
+        for r in rows
+        if r.shape[0]
+    ]
+    return np.concatenate(padded) if padded else np.empty((0, k))
