@@ -219,6 +219,11 @@ def test_every_run_rejected_is_a_failure_with_the_reasons(tmp_path, capsys):
     ]
     assert lines[5] == "  ... and 2 more runs"
     assert _rows(out, "quarantine") == 5
+    # status still shows them: an OUT holding only rejected runs is an rlstream OUT
+    assert main(["status", str(out)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "0 runs; 5 rejected runs (not analysed, listed below)"
+    assert "rejected (5 runs; run.json could not be read):" in table
 
 
 def test_a_rejected_run_read_since_is_no_longer_listed(tmp_path, capsys):

@@ -54,7 +54,7 @@ def check_out(storage: Storage, out: str) -> None:
         raise InputError(f"OUT {out} cannot be read ({type(e).__name__}: {e})") from e
     if not found:
         raise InputError(
-            f"{out} is not an rlstream output (no Delta table run_health/ under it): "
+            f"{out} is not an rlstream output (no Delta table run_health/ or quarantine/ under it): "
             "give the --out folder of `rlstream analyze` or `rlstream watch`"
         )
 

@@ -205,8 +205,12 @@ class DeltaSink:
 
     def is_out(self) -> bool:
         """Whether OUT holds rlstream's tables: the definition is a Delta log under
-        OUT/run_health (every commit that wrote anything wrote a run's health)."""
-        return self.storage.exists(Storage.join(self.out, "run_health", "_delta_log"))
+        OUT/run_health (every commit that read a run wrote its health) or, when every
+        run was rejected, under OUT/quarantine (the rejected runs' rows)."""
+        return any(
+            self.storage.exists(Storage.join(self.out, t, "_delta_log"))
+            for t in ("run_health", "quarantine")
+        )
 
     def check_layout(self) -> None:
         """Refuse an OUT written by the earlier Parquet layout, with what to do."""
