@@ -155,23 +155,3 @@ def _stack_topk(rows: list[np.ndarray]) -> np.ndarray:
         if r.shape[0]
     ]
     return np.concatenate(padded) if padded else np.empty((0, k))
-
-
-def _text_completions(tokens: list[np.ndarray], tasks: list[str]) -> CompletionAgg:
-    """Repetition and distinct answers of text-only completions, from word ids (their
-    lengths count words, so formats giving only text null the length columns)."""
-    lens = np.asarray([len(x) for x in tokens], np.int64)
-    offsets = np.zeros(len(tokens) + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    toks = np.concatenate(tokens) if tokens else np.empty(0, np.int64)
-    return CompletionAgg.from_arrays(lens, np.zeros(len(lens), bool), toks, offsets, tasks)
-
-
-def _stack_topk(rows: list[np.ndarray]) -> np.ndarray:
-    k = max(r.shape[1] for r in rows if r.size) if any(r.size for r in rows) else 1
-    padded = [
-        r if r.shape[1] == k else np.pad(r, ((0, 0), (0, k - r.shape[1])), constant_values=np.nan)
-        for r in rows
-        if r.shape[0]
-    ]
-    return np.concatenate(padded) if padded else np.empty((0, k))
