@@ -1,7 +1,8 @@
 """The "Defaults" reference of docs/health.md, rendered from the rules config.
 
 Each field's documentation is the string literal that follows it in
-``rlstream/health/config.py`` (attribute docstrings, read with ``ast``); defaults come
+``rlstream/health/config.py``, ``thresholds.py`` or ``thresholds_policy.py``
+(attribute docstrings, read with ``ast``); defaults come
 from the dataclasses themselves, so the page cannot drift from the code:
 
     python -m rlstream.health.reference      # prints the section
@@ -14,12 +15,17 @@ import dataclasses
 import inspect
 
 from rlstream.health import config as C
+from rlstream.health import thresholds, thresholds_policy
+
+SOURCES = (C, thresholds, thresholds_policy)
+"""The modules whose classes hold the documented fields."""
 
 
 def _field_docs() -> dict[str, dict[str, str]]:
     """class name -> field name -> its docstring (whitespace collapsed)."""
     out: dict[str, dict[str, str]] = {}
-    for node in ast.parse(inspect.getsource(C)).body:
+    nodes = [n for mod in SOURCES for n in ast.parse(inspect.getsource(mod)).body]
+    for node in nodes:
         if not isinstance(node, ast.ClassDef):
             continue
         docs: dict[str, str] = {}
