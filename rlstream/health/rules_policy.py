@@ -225,7 +225,10 @@ def entropy_collapse(
         and ge(rep - rep_base, c.repetition_rise, active, ctx)
         and le(dist, c.distinct_ratio * dist_base, active, ctx)
     )
-    has_entropy = ent is not None and ent_base is not None and ent_base > 0
+    # A fall is measured from the baseline's peak: a policy that collapsed within its
+    # first updates has a baseline median already near (or at) zero.
+    peak = v.base_peak("entropy")
+    has_entropy = ent is not None and ent_base is not None and peak is not None and peak > 0
     if not has_entropy and any_none(rep, rep_base, dist, dist_base):
         return None
     parts, why = [], ""
@@ -233,11 +236,8 @@ def entropy_collapse(
     if has_entropy:
         parts.append(
             f"entropy {ent:.3f} nats/token over the last {v.recent_steps} steps "
-            f"({ent_base:.3f} at baseline)"
+            f"({ent_base:.3f} at baseline, {peak:.3f} at its highest)"
         )
-        # Measured from the baseline's peak: a policy that collapsed within its first
-        # updates has a baseline median that is already near zero.
-        peak = v.base_peak("entropy") or ent_base
         toward_zero = le(ent, c.zero_ratio * peak, active, ctx)
         sharp = le(ent, c.entropy_ratio * ent_base, active, ctx)
         better, how = learning(v, c)

@@ -326,6 +326,14 @@ def test_entropy_collapse_inside_the_baseline_window_still_fires():
     state, _ = fold_all(rs)
     fired = _firing(state, "entropy_collapse")
     assert fired and fired[0].since_step < 20, findings(state)
+    assert "2.200 at its highest" in fired[0].message
+    # A baseline whose median is exactly zero (deterministic from step 5) is judged
+    # from its peak too.
+    for r in rs:
+        s = r["step"]
+        r["entropy_estimate"] = r["reported_entropy_estimate"] = 2.2 if s < 5 else 0.0
+    state, _ = fold_all(rs)
+    assert _firing(state, "entropy_collapse"), findings(state)
     # The same run without the early peak (entropy low and flat from the start) is a
     # run whose policy is just sharp: no fall to measure.
     for r in rs:

@@ -132,3 +132,22 @@ def test_sampler_logprobs_come_from_the_sampler():
 def test_bad_preset_is_a_clear_error(tmp_path, capsys):
     assert cli_main(["simulate", str(tmp_path / "x"), "--learn", "--preset", "nope"]) == 2
     assert "unknown preset 'nope'" in capsys.readouterr().err
+
+
+def test_a_healthy_configuration_whose_entropy_went_to_zero_is_labelled_a_collapse():
+    from rlstream.simulate.learn.observe import label_run
+    from rlstream.simulate.learn.trainer import Observed
+
+    fields = Observed.__dataclass_fields__
+    base = {k: 0.5 for k in fields}
+
+    def run(ents):
+        return [Observed(**{**base, "policy_entropy": e}) for e in ents]
+
+    sharpening = [2.0] * 20 + [0.8] * 80  # to 0.4 of its start: healthy
+    codes, onset, facts = label_run("healthy", run(sharpening), [None] * 100)
+    assert codes == () and onset is None and facts["entropy_collapse_observed"] is False
+    dip = [2.0] * 20 + [0.9] * 30 + [0.05] * 20 + [0.4] * 30  # near zero, then back
+    codes, onset, facts = label_run("healthy", run(dip), [None] * 100)
+    assert codes == ("entropy_collapse",) and facts["entropy_collapse_observed"] is True
+    assert onset == 24  # first 5-step mean at or below half the start (2.0)

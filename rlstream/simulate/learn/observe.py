@@ -20,6 +20,9 @@ Observed conditions and their onsets:
   least 0.3.
 - ``too_hard``: over the first 20 steps at least 70 % of groups had no reward
   variance and the mean reward was at most 0.1 (``tasks_too_hard``); onset 0.
+- ``healthy``: nothing, unless the policy's 5-step mean entropy fell at or below a
+  tenth of its start at some step: then ``entropy_collapse`` (a healthy configuration
+  whose policy still went near-deterministic), onset as for ``lr_too_high``.
 - ``stale_sampler``: the mismatch KL's median over the last tenth is at least 4 times
   its median over steps 2-11 (``mismatch_kl_rising``); onset: the first step whose
   10-step median is at least twice that start.
@@ -102,6 +105,14 @@ def label_run(
     elif preset == "stale_sampler" and k0 is not None and k1 is not None:
         seen = k1 >= 4 * k0
         onset = _first(kla, 10, lambda m: m >= 2 * k0, np.median)
+    if preset == "healthy" and ent0:
+        # A healthy configuration whose policy still went near-deterministic is labelled
+        # by what happened: an entropy collapse, not a healthy run.
+        ent = np.array([o.policy_entropy for o in obs])
+        low = _first(ent, 5, lambda m: m <= 0.1 * ent0)
+        facts["entropy_collapse_observed"] = low is not None
+        if low is not None:
+            return ("entropy_collapse",), _first(ent, 5, lambda m: m <= 0.5 * ent0), facts
     facts["pathology_observed"] = seen if preset != "healthy" else None
     if preset == "healthy" or not seen or onset is None:
         return (), None, facts
