@@ -68,7 +68,9 @@ def test_kill_between_writes_then_restart_equals_uninterrupted(fleet, tmp_path, 
         assert got[table] == want[table], table
 
 
-@pytest.mark.parametrize("failpoint", ["after_spill:1", "after_spill:3", "after_state:3", "after_append:3"])
+@pytest.mark.parametrize(
+    "failpoint", ["after_spill:1", "after_spill:3", "after_state:3", "after_append:3"]
+)
 def test_kill_around_a_spill_then_restart_equals_uninterrupted(fleet, tmp_path, failpoint):
     """With one row per run in the resume state, every commit spills (appends its
     steps before the states): a kill after a spill leaves orphaned rows, which the
