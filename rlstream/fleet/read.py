@@ -76,21 +76,26 @@ class StepsTable:
             self._all = t.sort_by([("run_id", "ascending"), ("step", "ascending")])
         return self._all
 
-    def run(self, run_id: str, columns: list[str]) -> dict[str, list[Any]]:
-        """The run's step rows as {column: values}, in step order; missing columns are
-        all None (a column another version adds)."""
+    def arrays(self, run_id: str, columns: list[str]) -> dict[str, pa.Array]:
+        """The run's step rows as {column: Arrow array}, in step order, with no Python
+        object per row; missing columns are all null (a column another version adds)."""
         cols = ["step", *columns]
         if self.dataset is None:
-            return {c: [] for c in cols}
+            return {c: pa.array([], pa.int64() if c == "step" else pa.null()) for c in cols}
         have = [c for c in cols if c in self.dataset.schema.names]
         t = self._scan(have)
         ids = t.column("run_id")
         lo = pc.index(ids, run_id).as_py()
-        if lo < 0:
-            return {c: [] for c in cols}
-        n = pc.sum(pc.equal(ids.slice(lo), run_id)).as_py() or 0
-        t = t.slice(lo, n)
-        return {c: (t.column(c).to_pylist() if c in have else [None] * n) for c in cols}
+        n = 0 if lo < 0 else pc.sum(pc.equal(ids.slice(lo), run_id)).as_py() or 0
+        t = t.slice(max(lo, 0), n)
+        return {
+            c: t.column(c).combine_chunks() if c in have else pa.nulls(n, pa.float64())
+            for c in cols
+        }
+
+    def run(self, run_id: str, columns: list[str]) -> dict[str, list[Any]]:
+        """The run's step rows as {column: values} (Python lists; see `arrays`)."""
+        return {c: a.to_pylist() for c, a in self.arrays(run_id, columns).items()}
 
 
 def read_steps(

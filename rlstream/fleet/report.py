@@ -25,6 +25,9 @@ import logging
 from html import escape
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from rlstream.fleet.charts import STEP_COLUMNS, run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
 from rlstream.fleet.read import StepsTable, example_completions, read_latest
@@ -204,11 +207,24 @@ def _examples(run: dict[str, Any], storage_options: dict[str, Any] | None) -> st
     return head + body
 
 
-def _metadata(cols: dict[str, list[Any]]) -> str:
-    maps = [m for m in cols.get("rollout_metadata") or [] if m]
-    if not maps:
+def _last_map(maps: Any) -> dict[str, Any] | None:
+    """The last non-empty entry of a map column (Arrow map array or list of pairs)."""
+    if isinstance(maps, pa.Array) and pa.types.is_map(maps.type):
+        filled = (np.diff(maps.offsets.to_numpy()) > 0) & maps.is_valid().to_numpy(
+            zero_copy_only=False
+        )
+        idx = np.flatnonzero(filled)
+        return dict(maps[int(idx[-1])].as_py()) if idx.size else None
+    if isinstance(maps, pa.Array):
+        maps = maps.to_pylist()
+    filled_rows = [m for m in maps or [] if m]
+    return dict(filled_rows[-1]) if filled_rows else None
+
+
+def _metadata(cols: dict[str, Any]) -> str:
+    last = _last_map(cols.get("rollout_metadata"))
+    if not last:
         return ""
-    last = dict(maps[-1])
     cells = "".join(
         f"<tr><td>{_e(k)}</td><td class='n'>{_e(fmt_num(v, '.3g'))}</td></tr>"
         for k, v in sorted(last.items())
@@ -227,7 +243,7 @@ def run_section(
     storage_options: dict[str, Any] | None,
 ) -> str:
     findings = list(latest.get("findings") or [])
-    cols = steps.run(row["run_id"], STEP_COLUMNS)
+    cols = steps.arrays(row["run_id"], STEP_COLUMNS)
     charts = run_charts(cols, findings)
     unplaced = [f for f in findings if f.get("since_step") is None]
     extra = "".join(

@@ -13,8 +13,10 @@ may come from run data (series labels, marker codes and messages) is escaped her
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from html import escape
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,10 +28,36 @@ SEVERITY_COLOR = {"critical": "#c0392b", "warning": "#d68910", "info": "#2e86c1"
 
 @dataclass(frozen=True)
 class Series:
+    """A line: `steps` and `values` are lists or numpy arrays (NaN or None: no value)."""
+
     label: str
-    steps: list[int]
-    values: list[float | None]
+    steps: Sequence[int] | np.ndarray
+    values: Sequence[float | None] | np.ndarray
     dashed: bool = False
+
+
+def as_floats(values: Any) -> np.ndarray:
+    """`values` (an Arrow array, a numpy array or a list) as float64, NaN where a value
+    is missing, not finite or not a number."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        t = values.type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)):
+            return np.full(len(values), np.nan)
+        out = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    elif isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
+        out = values.astype(np.float64)
+    else:
+        try:
+            out = pa.array(values, type=pa.float64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # a value that is not a number
+            out = np.array([v if _finite(v) else np.nan for v in values], dtype=np.float64)
+    return np.where(np.isfinite(out), out, np.nan)
+
+
+def _points(ser: Series) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(ser.steps, dtype=np.int64), as_floats(ser.values)
 
 
 @dataclass(frozen=True)
@@ -88,30 +116,27 @@ def gap_bands(chart: Chart) -> list[tuple[int, int]]:
     value, when it has one elsewhere: a gap that must be seen, not a missing series."""
     if not chart.series:
         return []
-    ser = chart.series[0]
-    ok = [_finite(v) and (not chart.log_y or v > 0) for v in ser.values]
-    if not any(ok):
+    steps, vals = _points(chart.series[0])
+    ok = ~np.isnan(vals)
+    if chart.log_y:
+        ok &= np.where(ok, vals, 0.0) > 0
+    bad = steps[~ok]
+    if not ok.any() or not bad.size:
         return []
-    bands: list[tuple[int, int]] = []
-    for step, good in zip(ser.steps, ok, strict=True):
-        if good:
-            continue
-        if bands and step == bands[-1][1] + 1:
-            bands[-1] = (bands[-1][0], step)
-        else:
-            bands.append((step, step))
-    return bands
+    cut = np.flatnonzero(np.diff(bad) != 1)
+    first = np.concatenate([[0], cut + 1])
+    last = np.concatenate([cut, [bad.size - 1]])
+    return list(zip(bad[first].tolist(), bad[last].tolist(), strict=True))
 
 
 def _merge_bands(bands: list[tuple[int, int]], within: int) -> list[tuple[int, int]]:
     """Bands closer than `within` steps (one pixel column of a thinned chart) as one."""
-    merged: list[tuple[int, int]] = []
-    for a, b in bands:
-        if merged and a - merged[-1][1] <= within:
-            merged[-1] = (merged[-1][0], b)
-        else:
-            merged.append((a, b))
-    return merged
+    if not bands:
+        return []
+    a, b = (np.array(x, dtype=np.int64) for x in zip(*bands, strict=True))
+    first = np.flatnonzero(np.concatenate([[True], a[1:] - b[:-1] > within]))
+    last = np.concatenate([first[1:] - 1, [a.size - 1]])
+    return list(zip(a[first].tolist(), b[last].tolist(), strict=True))
 
 
 def thin(ser: Series, columns: int) -> Series:
@@ -119,14 +144,12 @@ def thin(ser: Series, columns: int) -> Series:
     and highest finite value (in step order) and a gap if it has a missing value.
     Vectorised: the cost is numpy's, not a Python loop over the points."""
     n = len(ser.steps)
-    if n <= 2 * columns:
+    if n <= 2 * columns and isinstance(ser.steps, list) and isinstance(ser.values, list):
         return ser
+    all_steps, vals = _points(ser)
+    if n <= 2 * columns:  # arrays: drawn from lists
+        return Series(ser.label, all_steps.tolist(), _values(vals), ser.dashed)
     k = -(-n // columns)
-    try:
-        vals = pa.array(ser.values, type=pa.float64()).to_numpy(zero_copy_only=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # a value that is not a number
-        vals = np.array([v if _finite(v) else np.nan for v in ser.values], dtype=np.float64)
-    vals = np.where(np.isfinite(vals), vals, np.nan)
     pad = np.full(k * columns - n, np.nan)
     grid = np.concatenate([vals, pad]).reshape(columns, k)
     bad = np.isnan(grid)
@@ -139,9 +162,11 @@ def thin(ser: Series, columns: int) -> Series:
     base = np.arange(columns) * k
     keep = np.concatenate([(base + lo)[has], (base + hi)[has], (base + gap)[has_gap]])
     keep = np.unique(keep)
-    steps = [ser.steps[i] for i in keep.tolist()]
-    values = [None if np.isnan(vals[i]) else float(vals[i]) for i in keep.tolist()]
-    return Series(ser.label, steps, values, ser.dashed)
+    return Series(ser.label, all_steps[keep].tolist(), _values(vals[keep]), ser.dashed)
+
+
+def _values(vals: np.ndarray) -> list[float | None]:
+    return [None if v != v else v for v in vals.tolist()]
 
 
 def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:

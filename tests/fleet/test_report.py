@@ -166,3 +166,35 @@ def test_long_series_are_thinned_keeping_extremes_and_gaps():
     assert thin(short, 490) is short
     svg = line_chart(Chart("long", [Series("x", list(range(n)), values)]))
     assert svg.count(",") < 4 * 490  # points drawn, not 100,000
+
+
+def test_charts_from_arrow_columns_equal_charts_from_lists(fleet_out):
+    """The report builds charts from Arrow columns (no Python object per step); they
+    must draw exactly what the same rows as Python lists draw."""
+    from rlstream.fleet.read import StepsTable
+    from rlstream.fleet.report import STEP_COLUMNS, _metadata
+
+    table = StepsTable(str(fleet_out.out))
+    seen = 0
+    for run in read_latest(str(fleet_out.out)):
+        arrays = table.arrays(run["run_id"], STEP_COLUMNS)
+        lists = table.run(run["run_id"], STEP_COLUMNS)
+        assert len(arrays["step"]) == len(lists["step"]) == 40
+        got = [line_chart(c) for c in run_charts(arrays, run["findings"])]
+        want = [line_chart(c) for c in run_charts(lists, run["findings"])]
+        assert got == want
+        assert _metadata(arrays) == _metadata(lists) != ""
+        # discards: one series per reason, recomputed here from the rows
+        totals: dict[str, float] = {}
+        for m in lists["discards"]:
+            for k, v in m or []:
+                totals[k] = totals.get(k, 0) + (v or 0)
+        top = sorted(totals, key=lambda k: (-totals[k], k))[:6]
+        want_series = {
+            k: [float(dict(m or []).get(k) or 0) for m in lists["discards"]] for k in top
+        }
+        chart = next(c for c in run_charts(arrays, []) if c.title.startswith("discards"))
+        got_series = {s.label: [float(v) for v in s.values] for s in chart.series if not s.dashed}
+        assert got_series == want_series
+        seen = max(seen, len(want_series))
+    assert seen >= 2  # some run has several discard reasons
