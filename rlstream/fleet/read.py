@@ -10,7 +10,9 @@ costs the same after 10 steps or 10,000, on local disk or S3.
 
 `example_completions(run_uri, since_step)` is the one read outside OUT: a few
 completion texts from the newest transcripts of a run, for the report's
-degenerate_outputs and entropy_collapse sections.
+degenerate_outputs and entropy_collapse sections. Given the run's name watermark
+(`names_mark`, from its resume state in OUT), it lists only the names above it (on
+S3 a `StartAfter` listing of the last few hundred names), never the whole run.
 """
 
 from __future__ import annotations
@@ -140,6 +142,19 @@ def read_table(
     return ds.to_table(columns=columns, filter=flt)
 
 
+def names_mark(out: str, run_id: str, storage_options: dict[str, Any] | None = None) -> str | None:
+    """The run's transcript-name watermark (`names_low` of its resume state in OUT):
+    every name at or below it was read, and the transcripts written last sort above
+    it (docs/run-format.md, "Listing order"). None without a readable state."""
+    from rlstream.pipeline.resume import decode_state
+
+    try:
+        data = out_sink(out, storage_options).load_state(run_id)
+        return None if data is None else decode_state(data, run_id, "").names_low
+    except Exception:  # no state, or one this version cannot read: list everything
+        return None
+
+
 def example_completions(
     run_uri: str,
     since_step: int | None,
@@ -147,16 +162,18 @@ def example_completions(
     limit: int = 4,
     scan: int = 48,
     max_chars: int = 400,
+    start_after: str | None = None,
 ) -> list[dict[str, Any]]:
     """Up to `limit` completions from the newest `scan` transcripts of the run whose
     step is at or after `since_step`: {attempt_id, task_id, step, text, count}, where
     `count` is how many of the scanned completions had the same text (a degenerate
-    run shows one text many times). Texts are cut at `max_chars`. Returns [] when the
-    run has no readable full-trace transcripts; never raises for a bad file."""
+    run shows one text many times). Texts are cut at `max_chars`. Only names after
+    `start_after` are listed (`names_mark`). Returns [] when the run has no readable
+    full-trace transcripts; never raises for a bad file."""
     storage = Storage.for_url(run_uri, storage_options)
     folder = Storage.join(run_uri, "transcripts")
     try:
-        names = [n for n in storage.list_names(folder) if n.endswith(".json")]
+        names = [n for n in storage.list_names(folder, start_after) if n.endswith(".json")]
     except Exception as e:  # the run folder may be gone or unreachable: no examples
         log.warning("cannot list transcripts of %s: %s", run_uri, e)
         return []

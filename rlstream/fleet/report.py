@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from rlstream.fleet.charts import STEP_COLUMNS, run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
-from rlstream.fleet.read import StepsTable, example_completions, read_latest
+from rlstream.fleet.read import StepsTable, example_completions, names_mark, read_latest
 from rlstream.fleet.status import (
     STATUS_LABEL,
     STATUS_ORDER,
@@ -181,7 +181,7 @@ def _figure(chart: Chart, findings: list[dict[str, Any]]) -> str:
     return f'<div class="fig">{line_chart(chart)}{notes}</div>'
 
 
-def _examples(run: dict[str, Any], storage_options: dict[str, Any] | None) -> str:
+def _examples(run: dict[str, Any], out: str, storage_options: dict[str, Any] | None) -> str:
     wanted = [f for f in run.get("findings") or [] if f.get("code") in EXAMPLE_CODES]
     if not wanted or not run.get("run_uri"):
         return ""
@@ -190,7 +190,8 @@ def _examples(run: dict[str, Any], storage_options: dict[str, Any] | None) -> st
         if any(f.get("since_step") is not None for f in wanted)
         else None
     )
-    ex = example_completions(run["run_uri"], since, storage_options)
+    mark = names_mark(out, run["run_id"], storage_options)
+    ex = example_completions(run["run_uri"], since, storage_options, start_after=mark)
     codes = ", ".join(sorted({f["code"] for f in wanted}))
     head = f"<h3>Example completions ({_e(codes)}; newest transcripts from step {_e(since)})</h3>"
     if not ex:
@@ -240,6 +241,7 @@ def run_section(
     row: dict[str, Any],
     latest: dict[str, Any],
     steps: StepsTable,
+    out: str,
     storage_options: dict[str, Any] | None,
 ) -> str:
     findings = list(latest.get("findings") or [])
@@ -258,7 +260,7 @@ def run_section(
         f"{plural(len(cols['step']), 'final step')} · {plural(len(findings), 'finding')}</div>"
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
-        + _examples(latest, storage_options)
+        + _examples(latest, out, storage_options)
         + _metadata(cols)
         + "</section>"
     )
@@ -292,7 +294,8 @@ def render_report(
     now_dt = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
     steps = StepsTable(out, storage_options)
     sections = "".join(
-        run_section(i, r, by_id[r["run_id"]], steps, storage_options) for i, r in enumerate(rows)
+        run_section(i, r, by_id[r["run_id"]], steps, out, storage_options)
+        for i, r in enumerate(rows)
     )
     csp = (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "

@@ -96,6 +96,34 @@ def test_example_completions_count_repeats(fleet_out):
     assert example_completions(str(fleet_out.root / "missing"), None) == []
 
 
+def test_examples_list_only_the_names_above_the_runs_watermark(fleet_out, monkeypatch):
+    """The report lists a run's transcripts after its name watermark (its resume
+    state's names_low): a few hundred names however long the run, same examples."""
+    from rlstream.fleet.read import names_mark
+    from rlstream.io.storage import Storage
+
+    run = fleet_out.root / "run-003-degenerate_outputs"
+    names = sorted(p.name for p in (run / "transcripts").iterdir())
+    mark = names_mark(str(fleet_out.out), fleet_out.run_ids["degenerate_outputs"])
+    assert mark == names[-257]  # the last 256 names read stay above it
+    assert names_mark(str(fleet_out.out), "no-such-run") is None
+    listed: list[int] = []
+    real = Storage.list_names
+
+    def counting(self, url, start_after=None):
+        got = real(self, url, start_after)
+        listed.append(len(got))
+        return got
+
+    monkeypatch.setattr(Storage, "list_names", counting)
+    bounded = example_completions(str(run), since_step=30, start_after=mark)
+    assert listed == [256]
+    assert bounded == example_completions(str(run), since_step=30)
+    assert listed[-1] == len(names) == 640
+    render_report(str(fleet_out.out), now=2e9)
+    assert max(listed[2:]) == 256  # the report's listings: above the watermark only
+
+
 def _unescape(s: str) -> str:
     import html
 
