@@ -42,7 +42,13 @@ import pyarrow as pa
 from rlstream.pipeline.failpoint import failpoint
 from rlstream.pipeline.resume import decode_state, encode_state
 from rlstream.pipeline.rows import steps_table
-from rlstream.pipeline.spill import append_spills, clean_orphans, count_spilled, take_spill
+from rlstream.pipeline.spill import (
+    append_spills,
+    clean_orphans,
+    count_spilled,
+    spill_id,
+    take_spill,
+)
 from rlstream.pipeline.state import RunState
 from rlstream.sinks.delta import DeltaSink, quarantine_table
 from rlstream.sinks.health import alerts_table, health_row, run_health_table
@@ -286,9 +292,8 @@ def load_state(sink: DeltaSink, run_id: str, reset: bool = False) -> RunState | 
             )
         deleted = sink.delete_run(run_id)
         log.warning("%s: --reset-run: %d rows deleted; reading it again", run_id, deleted)
-        seqs = [
-            v for t in COMMIT_TABLES for v in sink.txn_versions(t, [app_id(run_id)]).values() if v
-        ]
+        ids = [app_id(run_id), spill_id(run_id)]
+        seqs = [v for t in COMMIT_TABLES for v in sink.txn_versions(t, ids).values() if v]
         return RunState(run_id=run_id, run_url="", seq=max(seqs, default=0)) if seqs else None
     if data is None:
         return None
