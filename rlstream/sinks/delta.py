@@ -134,7 +134,8 @@ class DeltaSink:
         self.storage_options = dict(storage_options or {})
         self.fsync = fsync
         self.retention_seconds = retention_seconds
-        self._handles: dict[str, Any] = {}
+        self._handles: dict[str, tuple[Any, float]] = {}
+        """table -> (DeltaTable, monotonic time of its last use)."""
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_handles"}
@@ -145,23 +146,26 @@ class DeltaSink:
 
     def handle(self, table: str) -> Any:
         """The table's `DeltaTable`, opened once and brought up to date with the log
-        (None: no such table yet). A handle that cannot catch up (its log entries were
-        cleaned up while it was idle, or the table was replaced) is opened again."""
+        (None: no such table yet). A handle idle for half the retention is opened
+        again rather than caught up (log cleanup may have removed the entries it
+        missed), and so is one that cannot catch up."""
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
-        dt = self._handles.get(table)
-        if dt is not None:
+        now = time.monotonic()
+        dt, used = self._handles.pop(table, (None, 0.0))
+        if dt is not None and now - used < self.retention_seconds / 2:
             try:
                 dt.update_incremental()
+                self._handles[table] = (dt, now)
                 return dt
             except Exception:
-                self._handles.pop(table, None)
+                pass
         try:
             dt = DeltaTable(self.uri(table), storage_options=self.options)
         except TableNotFoundError:
             return None
-        self._handles[table] = dt
+        self._handles[table] = (dt, now)
         return dt
 
     @property

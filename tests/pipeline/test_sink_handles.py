@@ -1,10 +1,12 @@
 """The sink opens each Delta table once and keeps the handle: later appends and txn
 reads catch up with the log (other writers' commits included) instead of replaying
-it; a pickled sink carries no handle; a failed append drops the handle."""
+it; a pickled sink carries no handle; a failed append, or an idle spell of half the
+retention, makes it open the table again."""
 
 from __future__ import annotations
 
 import pickle
+import time
 
 import deltalake
 import pyarrow as pa
@@ -55,3 +57,7 @@ def test_a_failed_append_drops_the_handle(tmp_path):
     assert "steps" not in sink._handles
     again = sink.handle("steps")
     assert again is not first and again.transaction_version("rlstream:r") == 1
+    assert sink.handle("steps") is again
+    # idle for the retention: opened afresh (log cleanup may have run meanwhile)
+    sink._handles["steps"] = (again, time.monotonic() - sink.retention_seconds)
+    assert sink.handle("steps") is not again
