@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -75,7 +76,11 @@ class StepsTable:
             assert self.dataset is not None
             self._cols = sorted({*have, "run_id"})
             t = self.dataset.to_table(columns=self._cols)
-            self._all = t.sort_by([("run_id", "ascending"), ("step", "ascending")])
+            order = pc.sort_indices(t, [("run_id", "ascending"), ("step", "ascending")])
+            idx = order.to_numpy()
+            # A batch's or a compacted table's rows are often in order already: no
+            # take (a copy of every column) then.
+            self._all = t if bool((np.diff(idx) > 0).all()) else t.take(order)
         return self._all
 
     def arrays(self, run_id: str, columns: list[str]) -> dict[str, pa.Array]:
@@ -146,13 +151,14 @@ def names_mark(out: str, run_id: str, storage_options: dict[str, Any] | None = N
     """The run's transcript-name watermark (`names_low` of its resume state in OUT):
     every name at or below it was read, and the transcripts written last sort above
     it (docs/run-format.md, "Listing order"). None without a readable state."""
-    from rlstream.pipeline.resume import decode_state
+    from rlstream.pipeline.resume import peek_field
 
     try:
         data = out_sink(out, storage_options).load_state(run_id)
-        return None if data is None else decode_state(data, run_id, "").names_low
+        mark = None if data is None else peek_field(data, run_id, "names_low")
     except Exception:  # no state, or one this version cannot read: list everything
         return None
+    return mark if isinstance(mark, str) else None
 
 
 def example_completions(
