@@ -77,7 +77,7 @@ class StepsTable:
             self._cols = sorted({*have, "run_id"})
             t = self.dataset.to_table(columns=self._cols)
             order = pc.sort_indices(t, [("run_id", "ascending"), ("step", "ascending")])
-            idx = order.to_numpy()
+            idx = order.to_numpy().astype(np.int64)  # uint64: a diff would wrap
             # A batch's or a compacted table's rows are often in order already: no
             # take (a copy of every column) then.
             self._all = t if bool((np.diff(idx) > 0).all()) else t.take(order)

@@ -226,3 +226,15 @@ def test_charts_from_arrow_columns_equal_charts_from_lists(fleet_out):
         assert got_series == want_series
         seen = max(seen, len(want_series))
     assert seen >= 2  # some run has several discard reasons
+
+
+def test_steps_come_back_in_step_order_whatever_the_file_order(tmp_path):
+    from rlstream.fleet.read import StepsTable, out_sink
+    from rlstream.pipeline.rows import steps_table
+
+    sink = out_sink(str(tmp_path / "out"))
+    for step in (3, 1, 2, 0):
+        rows = [{"run_id": r, "step": step} for r in ("b", "a")]
+        sink.append("steps", steps_table(rows), {"x": step})
+    table = StepsTable(str(tmp_path / "out"))
+    assert table.run("a", [])["step"] == table.run("b", [])["step"] == [0, 1, 2, 3]
