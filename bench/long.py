@@ -156,6 +156,13 @@ def main(quick: bool, work: Path, runs: int = 20, steps: int = 2000, interval: f
         near_end = _commit_lines(log)[max(first + WINDOW_LINES, last - WINDOW_LINES) : last]
         res["writers_end"] = commit_window(near_end)
         print(f"long: last commits before the writers stopped: {res['writers_end']}", flush=True)
+        if not near_end:
+            print(
+                "long: no commit logged between the 10 % window and the writers' end: the "
+                "watch was behind its writers, so commit time at equal work is not measured "
+                "(use fewer --runs or a longer --interval on a loaded machine)",
+                flush=True,
+            )
         _wait(lambda: reached(1.0), 3600, proc)
         time.sleep(35)  # one more commit-time log line and a maintenance pass
         res["at_100"] = snapshot(out, proc)
