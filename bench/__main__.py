@@ -3,6 +3,7 @@
     python -m bench batch [--quick] [--reps N] [--work DIR] [--json FILE]
     python -m bench live  [--quick] [--work DIR] [--json FILE]
     python -m bench long  [--quick] [--runs N] [--steps N] [--interval S]
+    python -m bench report [--quick] [--runs N] [--work DIR]
     python -m bench s3    [--quick] [--reps N] [--work DIR] [--json FILE]
     python -m bench all   [--quick]
 
@@ -12,7 +13,8 @@ transcripts, worker scaling, memory against archive size (bench/batch.py).
 CPU; the idle cost of 100 unchanging runs; S3 requests per idle run per poll against
 a moto server (bench/live.py). `long`: a time-compressed long history under `watch`:
 resume state size, files under OUT, commit time, RSS, status/report time at 10 % and
-100 % of it (bench/long.py).
+100 % of it (bench/long.py). `report`: `render_report` on OUTs of the same runs with
+200 and 2,000 steps each, in one process (bench/report_scale.py).
 `s3`: the same `rlstream analyze` from local disk, from moto's S3 server at loopback
 and behind a proxy adding 10 and 50 ms per request; `watch` of 20 live runs on S3 at
 50 ms (bench/s3.py; not part of `all`). `--quick` shrinks everything to about a minute for CI
@@ -34,7 +36,7 @@ from bench.common import machine
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("batch", "live", "long", "s3", "all"))
+    p.add_argument("what", choices=("batch", "live", "long", "report", "s3", "all"))
     p.add_argument("--quick", action="store_true", help="CI-sized: about a minute")
     p.add_argument("--reps", type=int, help="timed rounds (default 3, quick 1)")
     p.add_argument("--work", help="scratch folder (default: a temp dir, removed after)")
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="batch: K times as many runs, contenders only (how fixed costs amortise)",
     )
-    p.add_argument("--runs", type=int, default=20, help="long: runs (default 20)")
+    p.add_argument("--runs", type=int, help="long: runs (default 20); report: (default 6)")
     p.add_argument("--steps", type=int, default=2000, help="long: steps per run (default 2000)")
     p.add_argument(
         "--interval", type=float, default=0.15, help="long: seconds per step (default 0.15)"
@@ -69,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.what == "long":
             from bench import long
 
-            results["long"] = long.main(a.quick, work, a.runs, a.steps, a.interval)
+            results["long"] = long.main(a.quick, work, a.runs or 20, a.steps, a.interval)
+        if a.what == "report":
+            from bench import report_scale
+
+            results["report"] = report_scale.main(a.quick, work, a.runs or 6)
         if a.what == "s3":
             from bench import s3
 

@@ -12,8 +12,11 @@ reads it) reaches 10 % of the steps, and again at the end, it records:
 
 - resume state bytes per run (mean and max over `OUT/_resume/*.state`);
 - files under OUT (data, logs and resume state together);
-- commit time: the watch's own "commits: mean ... over the last 10" log line
-  that follows the point;
+- commit time at equal work: the watch logs, every 10 commits, their mean time and
+  the run commits and step rows they carried. At 10 % the 30 commits after the point
+  are taken, near 100 % the last 30 before the writers stopped: both while the
+  writers are active, so both carry the same steps per commit (printed), and the
+  figures are the mean commit time and the commit time per committed step row;
 - RSS of the watch's process tree (driver, tailers, workers, Ray) and of the driver;
 - `status` and `report` time: `read_latest` and `render_report` in this process,
   median of 3.
@@ -65,22 +68,34 @@ def _timed(fn, reps: int = 3) -> float:
     return statistics.median(times)
 
 
-def _commit_means(log: Path) -> list[float]:
-    return [
-        float(x)
-        for x in re.findall(r"commits: mean ([0-9.]+) s", log.read_text("utf-8", "replace"))
-    ]
+COMMIT_LINE = re.compile(
+    r"commits: mean ([0-9.]+) s, max [0-9.]+ s over the last (\d+) "
+    r"\((\d+) run commits, (\d+) step rows\)"
+)
+WINDOW_LINES = 3
+"""Log lines (of 10 commits each) per commit-time window."""
 
 
-def _next_commit_mean(log: Path, proc: subprocess.Popen) -> float | None:
-    """The mean of the watch's next 30 commits (its next log line), or None."""
-    seen = len(_commit_means(log))
-    _wait(lambda: len(_commit_means(log)) > seen, 300, proc)
-    got = _commit_means(log)
-    return got[seen] if len(got) > seen else None
+def _commit_lines(log: Path) -> list[tuple[float, int, int, int]]:
+    """(mean s, commits, run commits, step rows) of each of the watch's commit lines."""
+    text = log.read_text("utf-8", "replace")
+    return [(float(m), int(n), int(r), int(s)) for m, n, r, s in COMMIT_LINE.findall(text)]
 
 
-def snapshot(out: Path, proc: subprocess.Popen, log: Path) -> dict:
+def commit_window(lines: list[tuple[float, int, int, int]]) -> dict:
+    """Mean commit time, step rows per commit and commit time per step row."""
+    commits = sum(n for _, n, _, _ in lines)
+    seconds = sum(m * n for m, n, _, _ in lines)
+    rows = sum(s for *_, s in lines)
+    return {
+        "commits": commits,
+        "commit_s_mean": round(seconds / commits, 4) if commits else None,
+        "step_rows_per_commit": round(rows / commits, 1) if commits else None,
+        "commit_ms_per_step_row": round(1000 * seconds / rows, 2) if rows else None,
+    }
+
+
+def snapshot(out: Path, proc: subprocess.Popen) -> dict:
     from rlstream.fleet.read import read_latest
     from rlstream.fleet.report import render_report
 
@@ -94,7 +109,6 @@ def snapshot(out: Path, proc: subprocess.Popen, log: Path) -> dict:
         "rss_driver_mb": round(_rss_kb(proc.pid) / 1024),
         "status_s": round(_timed(lambda: read_latest(str(out))), 4),
         "report_s": round(_timed(lambda: render_report(str(out))), 4),
-        "commit_s_mean": _next_commit_mean(log, proc),
     }
 
 
@@ -132,12 +146,26 @@ def main(quick: bool, work: Path, runs: int = 20, steps: int = 2000, interval: f
             return len(got) == runs and min(got.values()) >= frac * steps - 1
 
         _wait(lambda: reached(0.1), 3600, proc)
-        res["at_10"] = snapshot(out, proc, log)
+        first = len(_commit_lines(log))
+        res["at_10"] = snapshot(out, proc)
+        _wait(lambda: len(_commit_lines(log)) >= first + WINDOW_LINES, 600, proc)
+        res["at_10"].update(commit_window(_commit_lines(log)[first : first + WINDOW_LINES]))
         print(f"long: at 10 %: {res['at_10']}", flush=True)
         writer.join()
+        last = len(_commit_lines(log))
+        near_end = _commit_lines(log)[max(first + WINDOW_LINES, last - WINDOW_LINES) : last]
+        res["writers_end"] = commit_window(near_end)
+        print(f"long: last commits before the writers stopped: {res['writers_end']}", flush=True)
+        if not near_end:
+            print(
+                "long: no commit logged between the 10 % window and the writers' end: the "
+                "watch was behind its writers, so commit time at equal work is not measured "
+                "(use fewer --runs or a longer --interval on a loaded machine)",
+                flush=True,
+            )
         _wait(lambda: reached(1.0), 3600, proc)
         time.sleep(35)  # one more commit-time log line and a maintenance pass
-        res["at_100"] = snapshot(out, proc, log)
+        res["at_100"] = snapshot(out, proc)
         print(f"long: at 100 %: {res['at_100']}", flush=True)
     finally:
         _stop(proc)
@@ -151,9 +179,13 @@ def main(quick: bool, work: Path, runs: int = 20, steps: int = 2000, interval: f
     a, b = res["at_10"], res["at_100"]
     res["growth"] = {
         k: round(b[k] / a[k], 2)
-        for k in ("state_bytes_mean", "commit_s_mean", "rss_tree_mb", "status_s", "report_s")
+        for k in ("state_bytes_mean", "state_bytes_max", "rss_tree_mb", "status_s", "report_s")
         if a.get(k) and b.get(k)
     }
+    w = res["writers_end"]
+    for k in ("commit_s_mean", "commit_ms_per_step_row"):
+        if a.get(k) and w.get(k):
+            res["growth"][k] = round(w[k] / a[k], 2)
     print(
         f"long: files under OUT after `rlstream compact`: {res['files_after_compact']}; "
         f"100 % / 10 %: {res['growth']}",

@@ -1,7 +1,9 @@
 """The per-run charts of the HTML report: which step columns, which series, which axes.
 
-`run_charts(cols, findings)` turns a run's step rows (`fleet.read.read_steps` with
-`STEP_COLUMNS`) and its findings into `svg.Chart`s: each finding is a marker on the
+`run_charts(cols, findings)` turns a run's step rows (`fleet.read.StepsTable.arrays`,
+Arrow arrays, or `read_steps`'s lists, with `STEP_COLUMNS`) and its findings into
+`svg.Chart`s. Columns become numpy arrays (map columns are split per key with
+numpy), so a chart costs no Python per step: each finding is a marker on the
 chart of the figure it judges (`CHART_OF`). Axes fit the quantity: shares (ESS,
 truncation) stay within 0-1, counts, lengths, lags and entropy never go below 0.
 Steps where a chart's main series has no value (for example a step with no trained
@@ -12,7 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlstream.fleet.svg import Chart, Marker, Series
+import numpy as np
+import pyarrow as pa
+
+from rlstream.fleet.svg import Chart, Marker, Series, as_floats
 
 STEP_COLUMNS = [
     "reward_mean",
@@ -59,18 +64,30 @@ CHART_OF = {
 MAX_DISCARD_SERIES = 6
 
 
-def _map_series(steps: list[int], maps: list[Any]) -> dict[str, list[float | None]]:
-    """Per-key series of a map column (list of (key, value) pairs per row); a key
+def _map_series(maps: Any) -> dict[str, np.ndarray]:
+    """Per-key series of a map column (an Arrow map array, or a list of (key, value)
+    pairs per row): the `MAX_DISCARD_SERIES` keys with the largest totals; a key
     missing at a step counts 0 (a discard reason that did not occur)."""
-    keys: dict[str, float] = {}
-    rows = []
-    for m in maps:
-        d = dict(m or [])
-        rows.append(d)
-        for k, v in d.items():
-            keys[k] = keys.get(k, 0) + (v or 0)
-    top = sorted(keys, key=lambda k: (-keys[k], k))[:MAX_DISCARD_SERIES]
-    return {k: [float(d.get(k) or 0) for d in rows] for k in top}
+    if not isinstance(maps, pa.Array):
+        maps = pa.array(maps, pa.map_(pa.string(), pa.float64()))
+    n = len(maps)
+    if not n or not pa.types.is_map(maps.type):
+        return {}
+    offsets = maps.offsets.to_numpy()
+    keys = maps.keys.slice(offsets[0], offsets[-1] - offsets[0])
+    vals = as_floats(maps.items.slice(offsets[0], offsets[-1] - offsets[0]))
+    vals = np.nan_to_num(vals, nan=0.0)
+    row = np.repeat(np.arange(n), np.diff(offsets))
+    names, code = np.unique(
+        np.asarray(keys.to_numpy(zero_copy_only=False), dtype=str), return_inverse=True
+    )
+    totals = np.bincount(code, weights=vals, minlength=len(names))
+    order = sorted(range(len(names)), key=lambda i: (-totals[i], names[i]))[:MAX_DISCARD_SERIES]
+    out = {}
+    for i in order:
+        mask = code == i
+        out[str(names[i])] = np.bincount(row[mask], weights=vals[mask], minlength=n)
+    return out
 
 
 NO_TRAINED = "no trained attempt at these steps"
@@ -79,10 +96,10 @@ NO_SAMPLES = "no full-trace transcript at these steps"
 
 
 def run_charts(cols: dict[str, list[Any]], findings: list[dict[str, Any]]) -> list[Chart]:
-    steps = cols["step"]
+    steps = np.asarray(as_floats(cols["step"]), dtype=np.int64)
 
     def s(col: str, label: str, dashed: bool = False) -> Series:
-        return Series(label, steps, cols[col], dashed)
+        return Series(label, steps, as_floats(cols[col]), dashed)
 
     # key: (title, series, axis options); y_min/y_max bound the axis, gap_note
     # explains the shaded steps where the first series has no value.
@@ -101,7 +118,7 @@ def run_charts(cols: dict[str, list[Any]], findings: list[dict[str, Any]]) -> li
         "discards": (
             "discards by reason (attempts) and no-variance groups",
             [
-                *(Series(k, steps, v) for k, v in _map_series(steps, cols["discards"]).items()),
+                *(Series(k, steps, v) for k, v in _map_series(cols["discards"]).items()),
                 s("groups_no_variance", "groups: no_variance", True),
             ],
             {"y_min": 0.0},

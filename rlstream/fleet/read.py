@@ -10,7 +10,9 @@ costs the same after 10 steps or 10,000, on local disk or S3.
 
 `example_completions(run_uri, since_step)` is the one read outside OUT: a few
 completion texts from the newest transcripts of a run, for the report's
-degenerate_outputs and entropy_collapse sections.
+degenerate_outputs and entropy_collapse sections. Given the run's name watermark
+(`names_mark`, from its resume state in OUT), it lists only the names above it (on
+S3 a `StartAfter` listing of the last few hundred names), never the whole run.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,24 +76,33 @@ class StepsTable:
             assert self.dataset is not None
             self._cols = sorted({*have, "run_id"})
             t = self.dataset.to_table(columns=self._cols)
-            self._all = t.sort_by([("run_id", "ascending"), ("step", "ascending")])
+            order = pc.sort_indices(t, [("run_id", "ascending"), ("step", "ascending")])
+            idx = order.to_numpy().astype(np.int64)  # uint64: a diff would wrap
+            # A batch's or a compacted table's rows are often in order already: no
+            # take (a copy of every column) then.
+            self._all = t if bool((np.diff(idx) > 0).all()) else t.take(order)
         return self._all
 
-    def run(self, run_id: str, columns: list[str]) -> dict[str, list[Any]]:
-        """The run's step rows as {column: values}, in step order; missing columns are
-        all None (a column another version adds)."""
+    def arrays(self, run_id: str, columns: list[str]) -> dict[str, pa.Array]:
+        """The run's step rows as {column: Arrow array}, in step order, with no Python
+        object per row; missing columns are all null (a column another version adds)."""
         cols = ["step", *columns]
         if self.dataset is None:
-            return {c: [] for c in cols}
+            return {c: pa.array([], pa.int64() if c == "step" else pa.null()) for c in cols}
         have = [c for c in cols if c in self.dataset.schema.names]
         t = self._scan(have)
         ids = t.column("run_id")
         lo = pc.index(ids, run_id).as_py()
-        if lo < 0:
-            return {c: [] for c in cols}
-        n = pc.sum(pc.equal(ids.slice(lo), run_id)).as_py() or 0
-        t = t.slice(lo, n)
-        return {c: (t.column(c).to_pylist() if c in have else [None] * n) for c in cols}
+        n = 0 if lo < 0 else pc.sum(pc.equal(ids.slice(lo), run_id)).as_py() or 0
+        t = t.slice(max(lo, 0), n)
+        return {
+            c: t.column(c).combine_chunks() if c in have else pa.nulls(n, pa.float64())
+            for c in cols
+        }
+
+    def run(self, run_id: str, columns: list[str]) -> dict[str, list[Any]]:
+        """The run's step rows as {column: values} (Python lists; see `arrays`)."""
+        return {c: a.to_pylist() for c, a in self.arrays(run_id, columns).items()}
 
 
 def read_steps(
@@ -135,6 +147,20 @@ def read_table(
     return ds.to_table(columns=columns, filter=flt)
 
 
+def names_mark(out: str, run_id: str, storage_options: dict[str, Any] | None = None) -> str | None:
+    """The run's transcript-name watermark (`names_low` of its resume state in OUT):
+    every name at or below it was read, and the transcripts written last sort above
+    it (docs/run-format.md, "Listing order"). None without a readable state."""
+    from rlstream.pipeline.resume import peek_field
+
+    try:
+        data = out_sink(out, storage_options).load_state(run_id)
+        mark = None if data is None else peek_field(data, run_id, "names_low")
+    except Exception:  # no state, or one this version cannot read: list everything
+        return None
+    return mark if isinstance(mark, str) else None
+
+
 def example_completions(
     run_uri: str,
     since_step: int | None,
@@ -142,16 +168,18 @@ def example_completions(
     limit: int = 4,
     scan: int = 48,
     max_chars: int = 400,
+    start_after: str | None = None,
 ) -> list[dict[str, Any]]:
     """Up to `limit` completions from the newest `scan` transcripts of the run whose
     step is at or after `since_step`: {attempt_id, task_id, step, text, count}, where
     `count` is how many of the scanned completions had the same text (a degenerate
-    run shows one text many times). Texts are cut at `max_chars`. Returns [] when the
-    run has no readable full-trace transcripts; never raises for a bad file."""
+    run shows one text many times). Texts are cut at `max_chars`. Only names after
+    `start_after` are listed (`names_mark`). Returns [] when the run has no readable
+    full-trace transcripts; never raises for a bad file."""
     storage = Storage.for_url(run_uri, storage_options)
     folder = Storage.join(run_uri, "transcripts")
     try:
-        names = [n for n in storage.list_names(folder) if n.endswith(".json")]
+        names = [n for n in storage.list_names(folder, start_after) if n.endswith(".json")]
     except Exception as e:  # the run folder may be gone or unreachable: no examples
         log.warning("cannot list transcripts of %s: %s", run_uri, e)
         return []

@@ -25,9 +25,12 @@ import logging
 from html import escape
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from rlstream.fleet.charts import STEP_COLUMNS, run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
-from rlstream.fleet.read import StepsTable, example_completions, read_latest
+from rlstream.fleet.read import StepsTable, example_completions, names_mark, read_latest
 from rlstream.fleet.status import (
     STATUS_LABEL,
     STATUS_ORDER,
@@ -178,7 +181,7 @@ def _figure(chart: Chart, findings: list[dict[str, Any]]) -> str:
     return f'<div class="fig">{line_chart(chart)}{notes}</div>'
 
 
-def _examples(run: dict[str, Any], storage_options: dict[str, Any] | None) -> str:
+def _examples(run: dict[str, Any], out: str, storage_options: dict[str, Any] | None) -> str:
     wanted = [f for f in run.get("findings") or [] if f.get("code") in EXAMPLE_CODES]
     if not wanted or not run.get("run_uri"):
         return ""
@@ -187,7 +190,8 @@ def _examples(run: dict[str, Any], storage_options: dict[str, Any] | None) -> st
         if any(f.get("since_step") is not None for f in wanted)
         else None
     )
-    ex = example_completions(run["run_uri"], since, storage_options)
+    mark = names_mark(out, run["run_id"], storage_options)
+    ex = example_completions(run["run_uri"], since, storage_options, start_after=mark)
     codes = ", ".join(sorted({f["code"] for f in wanted}))
     head = f"<h3>Example completions ({_e(codes)}; newest transcripts from step {_e(since)})</h3>"
     if not ex:
@@ -204,11 +208,24 @@ def _examples(run: dict[str, Any], storage_options: dict[str, Any] | None) -> st
     return head + body
 
 
-def _metadata(cols: dict[str, list[Any]]) -> str:
-    maps = [m for m in cols.get("rollout_metadata") or [] if m]
-    if not maps:
+def _last_map(maps: Any) -> dict[str, Any] | None:
+    """The last non-empty entry of a map column (Arrow map array or list of pairs)."""
+    if isinstance(maps, pa.Array) and pa.types.is_map(maps.type):
+        filled = (np.diff(maps.offsets.to_numpy()) > 0) & maps.is_valid().to_numpy(
+            zero_copy_only=False
+        )
+        idx = np.flatnonzero(filled)
+        return dict(maps[int(idx[-1])].as_py()) if idx.size else None
+    if isinstance(maps, pa.Array):
+        maps = maps.to_pylist()
+    filled_rows = [m for m in maps or [] if m]
+    return dict(filled_rows[-1]) if filled_rows else None
+
+
+def _metadata(cols: dict[str, Any]) -> str:
+    last = _last_map(cols.get("rollout_metadata"))
+    if not last:
         return ""
-    last = dict(maps[-1])
     cells = "".join(
         f"<tr><td>{_e(k)}</td><td class='n'>{_e(fmt_num(v, '.3g'))}</td></tr>"
         for k, v in sorted(last.items())
@@ -224,10 +241,11 @@ def run_section(
     row: dict[str, Any],
     latest: dict[str, Any],
     steps: StepsTable,
+    out: str,
     storage_options: dict[str, Any] | None,
 ) -> str:
     findings = list(latest.get("findings") or [])
-    cols = steps.run(row["run_id"], STEP_COLUMNS)
+    cols = steps.arrays(row["run_id"], STEP_COLUMNS)
     charts = run_charts(cols, findings)
     unplaced = [f for f in findings if f.get("since_step") is None]
     extra = "".join(
@@ -242,7 +260,7 @@ def run_section(
         f"{plural(len(cols['step']), 'final step')} · {plural(len(findings), 'finding')}</div>"
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
-        + _examples(latest, storage_options)
+        + _examples(latest, out, storage_options)
         + _metadata(cols)
         + "</section>"
     )
@@ -276,7 +294,8 @@ def render_report(
     now_dt = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
     steps = StepsTable(out, storage_options)
     sections = "".join(
-        run_section(i, r, by_id[r["run_id"]], steps, storage_options) for i, r in enumerate(rows)
+        run_section(i, r, by_id[r["run_id"]], steps, out, storage_options)
+        for i, r in enumerate(rows)
     )
     csp = (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "

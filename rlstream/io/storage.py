@@ -17,6 +17,7 @@ are plain loops (a read there costs microseconds and threads would only add work
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import tempfile
@@ -246,6 +247,14 @@ class Storage:
         ListObjectsV2 StartAfter request, so the cost is O(new names).
         """
         path = self.strip(url).rstrip("/")
+        if self.is_local and start_after is not None:
+            # Sort every name in C, then stat only those after the mark.
+            try:
+                names = sorted(os.listdir(path))
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            after = names[bisect.bisect_right(names, start_after) :]
+            return [n for n in after if os.path.isfile(os.path.join(path, n))]
         if self.is_local:
             try:
                 with os.scandir(path) as it:
@@ -253,8 +262,6 @@ class Storage:
             except (FileNotFoundError, NotADirectoryError):
                 return []
             names.sort()
-            if start_after is not None:
-                names = [n for n in names if n > start_after]
             return names
         if self.protocol in ("s3", "s3a") and start_after is not None:
             return self._s3_list_after(path, start_after)

@@ -22,7 +22,9 @@ the input is read again from the old cursors) or the new state with its outbox, 
 which case step 1 of the next commit appends exactly the tables whose txn is behind.
 No row is lost and none is written twice. The outbox stays in the state file until
 the run's next commit replaces it, or the next commit of the group `settle`s it (an
-idle run's state is rewritten once without it).
+idle run's state is rewritten once without it). A run with more than `max_rows` new
+rows for steps or quarantine (catching up) appends those before its state instead,
+so the outbox stays small (`rlstream.pipeline.spill`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ import pyarrow as pa
 from rlstream.pipeline.failpoint import failpoint
 from rlstream.pipeline.resume import decode_state, encode_state
 from rlstream.pipeline.rows import steps_table
+from rlstream.pipeline.spill import (
+    append_spills,
+    clean_orphans,
+    count_spilled,
+    spill_id,
+    take_spill,
+)
 from rlstream.pipeline.state import RunState, is_finished
 from rlstream.sinks.delta import DeltaSink, quarantine_table
 from rlstream.sinks.health import alerts_table, health_row, run_health_table
@@ -170,23 +179,32 @@ def commit_runs(
     now: float,
     threads: int = 8,
     written: Written | None = None,
+    max_rows: int | None = None,
 ) -> tuple[list[RunState], list[RunState]]:
-    """Commit these runs (steps 2-4 above; run `resolve` first). Returns (runs whose
-    state was written, runs to retry: state not written or an append failed).
-    `written`, if given, counts the rows of each append that landed (`Written`)."""
+    """Commit these runs (steps 2-4 above; run `resolve` and `spill.clean_orphans`
+    first). Returns (runs whose state was written, runs to retry: state not written or
+    an append failed). `written`, if given, counts the rows of each append that landed
+    (`Written`). A run's steps or quarantine rows beyond `max_rows` are spilled."""
     saved = {
         id(st): (st.seq, st.outbox, st.outbox_seq, set(st.unconfirmed), st.health_sig)
         for st in states
     }
     for st in states:
         st.seq += 1
+    spills: dict[int, dict[str, pa.Table]] = {}
     for st, new in zip(states, _new_rows(states, now), strict=True):
+        spilled = take_spill(new, max_rows)
+        if spilled:
+            spills[id(st)] = spilled
         _prepare(st, new)
     pending = [(st.out_rows, st.out_quarantine, st.out_alerts) for st in states]
     for st in states:
         st.out_rows, st.out_quarantine, st.out_alerts = [], [], []
+    unspilled = append_spills(sink, [(st, spills[id(st)]) for st in states if id(st) in spills])
 
     def save(st: RunState) -> bool:
+        if id(st) in unspilled:
+            return False
         try:
             _save(sink, st)
             return True
@@ -204,6 +222,10 @@ def commit_runs(
     for st, done, rows in zip(states, ok, pending, strict=True):
         if done:
             saved_ok.append(st)
+            st.durable_through, st.durable_seq = st.final_through, st.seq
+            if id(st) in spills:
+                st.spill_check = False
+                count_spilled(written, spills[id(st)])
         else:
             _undo(st, saved[id(st)])
             st.out_rows, st.out_quarantine, st.out_alerts = rows
@@ -270,9 +292,8 @@ def load_state(sink: DeltaSink, run_id: str, reset: bool = False) -> RunState | 
             )
         deleted = sink.delete_run(run_id)
         log.warning("%s: --reset-run: %d rows deleted; reading it again", run_id, deleted)
-        seqs = [
-            v for t in COMMIT_TABLES for v in sink.txn_versions(t, [app_id(run_id)]).values() if v
-        ]
+        ids = [app_id(run_id), spill_id(run_id)]
+        seqs = [v for t in COMMIT_TABLES for v in sink.txn_versions(t, ids).values() if v]
         return RunState(run_id=run_id, run_url="", seq=max(seqs, default=0)) if seqs else None
     if data is None:
         return None
@@ -308,6 +329,7 @@ def commit_group(
     now: float,
     threads: int,
     written: Written | None = None,
+    max_rows: int | None = None,
 ) -> set[str]:
     """One commit of a tailer's runs (by URL): the runs in `urls` and those whose last
     outbox is not known to have landed. Runs outside the commit whose outbox landed are
@@ -315,13 +337,14 @@ def commit_group(
     unsure = [s for s in runs.values() if s.unconfirmed]
     try:
         resolve(sink, unsure, written)
+        urls = set(urls) | {s.run_url for s in unsure if s.unconfirmed}
+        targets = [runs[u] for u in sorted(urls) if u in runs]
+        clean_orphans(sink, targets)
     except Exception:
         log.exception("could not read the tables' transactions; commit retried")
         return set(urls) | {s.run_url for s in unsure}
-    urls = set(urls) | {s.run_url for s in unsure if s.unconfirmed}
-    targets = [runs[u] for u in sorted(urls) if u in runs]
     settle(sink, [s for s in runs.values() if s.run_url not in urls])
     if not targets:
         return set()
-    _, retry = commit_runs(sink, targets, now, threads, written)
+    _, retry = commit_runs(sink, targets, now, threads, written, max_rows)
     return {st.run_url for st in retry}

@@ -4,7 +4,8 @@
 reaches `failpoint("<name>")` end it at once with `os._exit(137)` (no cleanup, no
 flush: as a SIGKILL would). Unset, a failpoint costs one dict lookup.
 
-Points (rlstream.pipeline.commit): `after_state` (a run's resume state was written),
+Points (rlstream.pipeline.commit, .spill): `after_spill` (a spill append landed, before
+any state of its commit), `after_state` (a run's resume state was written),
 `after_states` (every run's state of the commit was written, no table yet),
 `after_append` (one table's append landed, the next not yet).
 """

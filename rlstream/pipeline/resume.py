@@ -242,6 +242,22 @@ def decode(data: bytes, where: str, way_out: str) -> tuple[dict[str, Any], dict[
     return head, state
 
 
+def peek_field(data: bytes, where: str, name: str) -> Any:
+    """One top-level field of a resume state's body as stored (tags not decoded), for
+    readers that need a plain value (the report reads `names_low`) without building
+    the whole state. Errors as `decode`."""
+    if not data.startswith(MAGIC):
+        raise ResumeStateError(f"resume state {where} is not an rlstream resume state")
+    head_line, _, body = data[len(MAGIC) :].partition(b"\n")
+    try:
+        head = orjson.loads(head_line)
+        if head.get("format") != FORMAT:
+            raise ValueError(f"format {head.get('format')!r}")
+        return orjson.loads(_body(head, body)).get(name)
+    except Exception as e:
+        raise ResumeStateError(f"resume state {where} cannot be read ({e})") from e
+
+
 def encode_state(state: Any) -> bytes:
     """A `RunState`'s resume state file (its fields but the transient ones)."""
     from rlstream.pipeline.state import TRANSIENT

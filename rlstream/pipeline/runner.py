@@ -333,7 +333,15 @@ class RunGroup:
                 self.rejected_written.update(todo)
                 self.dirty.discard(REJECTED)
         urls = set(self.runs) if force else self.dirty - {REJECTED}
-        retry = commit_group(self.sink, self.runs, urls, now, self.cfg.commit_threads, self.written)
+        retry = commit_group(
+            self.sink,
+            self.runs,
+            urls,
+            now,
+            self.cfg.commit_threads,
+            self.written,
+            self.cfg.commit_max_rows,
+        )
         self.dirty = (self.dirty & {REJECTED}) | retry
         return len(urls - retry)
 

@@ -34,7 +34,18 @@ from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
 
-TRANSIENT = frozenset({"out_rows", "out_quarantine", "out_alerts", "listed", "unconfirmed"})
+TRANSIENT = frozenset(
+    {
+        "out_rows",
+        "out_quarantine",
+        "out_alerts",
+        "listed",
+        "unconfirmed",
+        "spill_check",
+        "durable_through",
+        "durable_seq",
+    }
+)
 """Fields a resume state does not hold: rows waiting for the next commit (a commit
 moves them into `outbox` first), and what one poll or process learnt."""
 
@@ -101,6 +112,16 @@ class RunState:
     step_below: dict[str, int] = field(default_factory=dict)
     """Stream folder -> entries listed at or below its `step_low`: more of them on a
     later listing arrived late and are quarantined (`step_file_below_window`)."""
+    spill_check: bool = True
+    """Look for orphaned spilled rows before the next commit (`rlstream.pipeline.spill`):
+    once per process, and after a spill or state write that failed."""
+    durable_through: int = -1
+    """`final_through` of the last resume state written (or loaded)."""
+    durable_seq: int = 0
+    """`seq` of the last resume state written (or loaded)."""
+
+    def __post_init__(self) -> None:
+        self.durable_through, self.durable_seq = self.final_through, self.seq
 
     @property
     def max_known_step(self) -> int:

@@ -44,6 +44,7 @@ from rlstream.sinks.maintain import MaintenanceConfig
 log = logging.getLogger("rlstream")
 
 COMMIT_LOG_EVERY = 10
+COMMIT_LOG = "commits: mean %.3f s, max %.3f s over the last %d (%d run commits, %d step rows)"
 """A watch logs the mean and max time of its commits once per this many commits."""
 
 
@@ -362,6 +363,7 @@ def run(
         maintainer.start()
         last_commit = last_discover = time.monotonic()
         commit_times: list[float] = []
+        work = [0, 0]  # run commits and step rows since the last log line; rows at it
         try:
             while not (stop and stop()):
                 t0, wall = time.monotonic(), time.time()
@@ -375,16 +377,19 @@ def run(
                     last_discover = t0
                 if t0 - last_commit >= cfg.commit_seconds:
                     t_commit = time.monotonic()
-                    fleet.commit()
+                    work[0] += fleet.commit()
                     commit_times.append(time.monotonic() - t_commit)
                     if len(commit_times) == COMMIT_LOG_EVERY:
                         log.info(
-                            "commits: mean %.3f s, max %.3f s over the last %d",
+                            COMMIT_LOG,
                             sum(commit_times) / len(commit_times),
                             max(commit_times),
                             len(commit_times),
+                            work[0],
+                            totals.get("rows", 0) - work[1],
                         )
                         commit_times.clear()
+                        work[:] = [0, totals.get("rows", 0)]
                     last_commit = t0
                     if metrics is not None:
                         metrics.on_commit(

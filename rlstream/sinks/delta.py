@@ -11,11 +11,14 @@ Layout (docs/schema.md):
 
 `DeltaSink` appends one Arrow table to one Delta table per call, recording one
 application transaction (`txn`: app id, version) per run the rows belong to, in the
-same commit as the rows; `txn_versions` reads them back. The commit protocol that
+same commit as the rows; `txn_versions` reads them back. It opens each table once
+and keeps the handle for its lifetime: before each use the handle catches up with
+the log entries written since (`update_incremental`, one listing), instead of a
+full log replay per append. The commit protocol that
 orders resume states and appends lives in `rlstream.pipeline.commit`. Maintenance
 (compaction, log checkpoints, vacuum) is `rlstream.sinks.maintain`.
 
-A sink keeps configuration, not connections, so it pickles (it goes to every tailer).
+A sink pickles (it goes to every tailer) as its configuration: the handles stay behind.
 """
 
 from __future__ import annotations
@@ -131,6 +134,39 @@ class DeltaSink:
         self.storage_options = dict(storage_options or {})
         self.fsync = fsync
         self.retention_seconds = retention_seconds
+        self._handles: dict[str, tuple[Any, float]] = {}
+        """table -> (DeltaTable, monotonic time of its last use)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_handles"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._handles = {}
+
+    def handle(self, table: str) -> Any:
+        """The table's `DeltaTable`, opened once and brought up to date with the log
+        (None: no such table yet). A handle idle for half the retention is opened
+        again rather than caught up (log cleanup may have removed the entries it
+        missed), and so is one that cannot catch up."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        now = time.monotonic()
+        dt, used = self._handles.pop(table, (None, 0.0))
+        if dt is not None and now - used < self.retention_seconds / 2:
+            try:
+                dt.update_incremental()
+                self._handles[table] = (dt, now)
+                return dt
+            except Exception:
+                pass
+        try:
+            dt = DeltaTable(self.uri(table), storage_options=self.options)
+        except TableNotFoundError:
+            return None
+        self._handles[table] = (dt, now)
+        return dt
 
     @property
     def options(self) -> dict[str, str] | None:
@@ -160,26 +196,39 @@ class DeltaSink:
             app_transactions=[Transaction(app_id=a, version=v) for a, v in sorted(txns.items())],
             max_commit_retries=50,
         )
-        write_deltalake(
-            self.uri(table),
-            data,
-            mode="append",
-            schema_mode="merge",
-            storage_options=self.options,
-            configuration=table_config(self.retention_seconds),
-            commit_properties=props,
-        )
+        dt = self.handle(table)
+        try:
+            write_deltalake(
+                self.uri(table) if dt is None else dt,
+                data,
+                mode="append",
+                schema_mode="merge",
+                storage_options=self.options,
+                configuration=table_config(self.retention_seconds),
+                commit_properties=props,
+            )
+        except Exception:
+            self._handles.pop(table, None)  # opened afresh next time
+            raise
 
     def txn_versions(self, table: str, app_ids: list[str]) -> dict[str, int | None]:
         """The last version recorded for each app id in `table` (None: never)."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        try:
-            dt = DeltaTable(self.uri(table), storage_options=self.options)
-        except TableNotFoundError:
+        dt = self.handle(table)
+        if dt is None:
             return dict.fromkeys(app_ids)
         return {a: dt.transaction_version(a) for a in app_ids}
+
+    def delete_where(self, table: str, predicate: str) -> int:
+        """Delete the rows matching a SQL `predicate`; returns how many."""
+        dt = self.handle(table)
+        if dt is None:
+            return 0
+        try:
+            got = dt.delete(predicate)
+        except Exception:
+            self._handles.pop(table, None)
+            raise
+        return int(got.get("num_deleted_rows", 0) or 0)
 
     # -- resume state files --------------------------------------------------------
     def state_url(self, run_id: str) -> str:
@@ -229,13 +278,5 @@ class DeltaSink:
     def delete_run(self, run_id: str) -> int:
         """Delete a run's rows from every table (`--reset-run`); returns rows deleted.
         Appends running at the same time may fail once and are retried."""
-        from deltalake import DeltaTable
-
         quoted = run_id.replace("'", "''")
-        n = 0
-        for table in TABLES:
-            if self.exists(table):
-                dt = DeltaTable(self.uri(table), storage_options=self.options)
-                got = dt.delete(f"run_id = '{quoted}'")
-                n += int(got.get("num_deleted_rows", 0) or 0)
-        return n
+        return sum(self.delete_where(t, f"run_id = '{quoted}'") for t in TABLES)

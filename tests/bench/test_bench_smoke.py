@@ -75,3 +75,23 @@ def test_bench_live_quick_runs_and_prints(tmp_path: Path) -> None:
     res = json.loads(out.read_text())["live"]
     assert res["fleets"][0]["steps_measured"] > 0
     assert res["s3"]["requests"]  # requests were counted
+
+
+def test_bench_long_reads_the_watch_commit_log_lines(tmp_path: Path) -> None:
+    """bench long's commit-time windows parse the driver's own log line."""
+    sys.path.insert(0, str(ROOT))
+    from bench.long import _commit_lines, commit_window
+    from rlstream.runtime.driver import COMMIT_LOG
+
+    log = tmp_path / "watch.log"
+    lines = [COMMIT_LOG % (0.5, 0.9, 10, 40, 200), COMMIT_LOG % (0.25, 0.3, 10, 40, 50)]
+    log.write_text("noise\n" + "\n".join(f"INFO {x}" for x in lines) + "\n")
+    got = _commit_lines(log)
+    assert got == [(0.5, 10, 40, 200), (0.25, 10, 40, 50)]
+    w = commit_window(got)
+    assert w == {
+        "commits": 20,
+        "commit_s_mean": 0.375,
+        "step_rows_per_commit": 12.5,
+        "commit_ms_per_step_row": 30.0,
+    }

@@ -96,6 +96,34 @@ def test_example_completions_count_repeats(fleet_out):
     assert example_completions(str(fleet_out.root / "missing"), None) == []
 
 
+def test_examples_list_only_the_names_above_the_runs_watermark(fleet_out, monkeypatch):
+    """The report lists a run's transcripts after its name watermark (its resume
+    state's names_low): a few hundred names however long the run, same examples."""
+    from rlstream.fleet.read import names_mark
+    from rlstream.io.storage import Storage
+
+    run = fleet_out.root / "run-003-degenerate_outputs"
+    names = sorted(p.name for p in (run / "transcripts").iterdir())
+    mark = names_mark(str(fleet_out.out), fleet_out.run_ids["degenerate_outputs"])
+    assert mark == names[-257]  # the last 256 names read stay above it
+    assert names_mark(str(fleet_out.out), "no-such-run") is None
+    listed: list[int] = []
+    real = Storage.list_names
+
+    def counting(self, url, start_after=None):
+        got = real(self, url, start_after)
+        listed.append(len(got))
+        return got
+
+    monkeypatch.setattr(Storage, "list_names", counting)
+    bounded = example_completions(str(run), since_step=30, start_after=mark)
+    assert listed == [256]
+    assert bounded == example_completions(str(run), since_step=30)
+    assert listed[-1] == len(names) == 640
+    render_report(str(fleet_out.out), now=2e9)
+    assert max(listed[2:]) == 256  # the report's listings: above the watermark only
+
+
 def _unescape(s: str) -> str:
     import html
 
@@ -166,3 +194,47 @@ def test_long_series_are_thinned_keeping_extremes_and_gaps():
     assert thin(short, 490) is short
     svg = line_chart(Chart("long", [Series("x", list(range(n)), values)]))
     assert svg.count(",") < 4 * 490  # points drawn, not 100,000
+
+
+def test_charts_from_arrow_columns_equal_charts_from_lists(fleet_out):
+    """The report builds charts from Arrow columns (no Python object per step); they
+    must draw exactly what the same rows as Python lists draw."""
+    from rlstream.fleet.read import StepsTable
+    from rlstream.fleet.report import STEP_COLUMNS, _metadata
+
+    table = StepsTable(str(fleet_out.out))
+    seen = 0
+    for run in read_latest(str(fleet_out.out)):
+        arrays = table.arrays(run["run_id"], STEP_COLUMNS)
+        lists = table.run(run["run_id"], STEP_COLUMNS)
+        assert len(arrays["step"]) == len(lists["step"]) == 40
+        got = [line_chart(c) for c in run_charts(arrays, run["findings"])]
+        want = [line_chart(c) for c in run_charts(lists, run["findings"])]
+        assert got == want
+        assert _metadata(arrays) == _metadata(lists) != ""
+        # discards: one series per reason, recomputed here from the rows
+        totals: dict[str, float] = {}
+        for m in lists["discards"]:
+            for k, v in m or []:
+                totals[k] = totals.get(k, 0) + (v or 0)
+        top = sorted(totals, key=lambda k: (-totals[k], k))[:6]
+        want_series = {
+            k: [float(dict(m or []).get(k) or 0) for m in lists["discards"]] for k in top
+        }
+        chart = next(c for c in run_charts(arrays, []) if c.title.startswith("discards"))
+        got_series = {s.label: [float(v) for v in s.values] for s in chart.series if not s.dashed}
+        assert got_series == want_series
+        seen = max(seen, len(want_series))
+    assert seen >= 2  # some run has several discard reasons
+
+
+def test_steps_come_back_in_step_order_whatever_the_file_order(tmp_path):
+    from rlstream.fleet.read import StepsTable, out_sink
+    from rlstream.pipeline.rows import steps_table
+
+    sink = out_sink(str(tmp_path / "out"))
+    for step in (3, 1, 2, 0):
+        rows = [{"run_id": r, "step": step} for r in ("b", "a")]
+        sink.append("steps", steps_table(rows), {"x": step})
+    table = StepsTable(str(tmp_path / "out"))
+    assert table.run("a", [])["step"] == table.run("b", [])["step"] == [0, 1, 2, 3]

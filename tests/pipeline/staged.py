@@ -1,13 +1,14 @@
 """A deterministic 'watch' for crash tests, in one process and without Ray.
 
-    python -m tests.pipeline.staged SRC ROOT OUT STAGES
+    python -m tests.pipeline.staged SRC ROOT OUT STAGES [MAX_ROWS]
 
 copies the finished runs under SRC into ROOT stage by stage (stage k adds every
 record of the steps below 2k: transcripts first, then the JSONL lines, appended, so a
 rerun after a crash appends only what is missing), and after each stage polls and
 commits a `RunGroup` on OUT at the fixed clock 1000 + k. Then a final poll and
 commit. With RLSTREAM_FAILPOINT set it dies where told (rlstream.pipeline.failpoint);
-run again with the same arguments it resumes from OUT.
+run again with the same arguments it resumes from OUT. MAX_ROWS sets
+`commit_max_rows` (a small value makes every commit spill).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def stage(src: Path, root: Path, upto: int) -> None:
             _append_missing(dst / name, b"".join(keep))
 
 
-def main(src: str, root: str, out: str, stages: str) -> None:
-    cfg = PipelineConfig(commit_threads=1)
+def main(src: str, root: str, out: str, stages: str, max_rows: str = "128") -> None:
+    cfg = PipelineConfig(commit_threads=1, commit_max_rows=int(max_rows))
     group = None
     for k in range(1, int(stages) + 1):
         stage(Path(src), Path(root), 2 * k)

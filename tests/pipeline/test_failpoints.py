@@ -21,11 +21,14 @@ STAGES = "4"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _staged(src: Path, root: Path, out: Path, failpoint: str | None = None) -> int:
+def _staged(
+    src: Path, root: Path, out: Path, failpoint: str | None = None, max_rows: int = 128
+) -> int:
     env = {k: v for k, v in os.environ.items() if k != "RLSTREAM_FAILPOINT"}
     if failpoint:
         env["RLSTREAM_FAILPOINT"] = failpoint
     cmd = [sys.executable, "-m", "tests.pipeline.staged", str(src), str(root), str(out), STAGES]
+    cmd.append(str(max_rows))
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=300).returncode
 
 
@@ -61,5 +64,21 @@ def test_kill_between_writes_then_restart_equals_uninterrupted(fleet, tmp_path, 
     assert _staged(base / "src", root, out) == 0
     got = _tables(out)
     assert len(want["steps"]) == 2 * 8
+    for table in want:
+        assert got[table] == want[table], table
+
+
+@pytest.mark.parametrize(
+    "failpoint", ["after_spill:1", "after_spill:3", "after_state:3", "after_append:3"]
+)
+def test_kill_around_a_spill_then_restart_equals_uninterrupted(fleet, tmp_path, failpoint):
+    """With one row per run in the resume state, every commit spills (appends its
+    steps before the states): a kill after a spill leaves orphaned rows, which the
+    restart deletes before writing them again."""
+    base, want = fleet
+    root, out = tmp_path / "root", tmp_path / "out"
+    assert _staged(base / "src", root, out, failpoint, max_rows=1) == 137
+    assert _staged(base / "src", root, out, max_rows=1) == 0
+    got = _tables(out)
     for table in want:
         assert got[table] == want[table], table

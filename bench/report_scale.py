@@ -1,0 +1,67 @@
+"""Report time against history length: is `rlstream report` flat in it?
+
+    python -m bench report [--quick] [--runs 6] [--work DIR]
+
+Simulates the same runs twice, with 200 and with 2,000 steps each (1 group of 2
+attempts a step, 8-token completions, scenarios healthy, degenerate_outputs and
+entropy_collapse, so example completions are read), analyses each into its own OUT
+in this process (`analyze_local`, one maintenance pass at the end, as `analyze`
+does), then times `render_report` on both OUTs, alternating, and prints the median
+of each and their ratio (long / short). Both OUTs are timed in the same process and
+run, so the ratio holds however loaded the machine is. With `--work`, OUTs already
+there are reused.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+SCENARIOS = ("healthy", "degenerate_outputs", "entropy_collapse")
+
+
+def build(work: Path, runs: int, steps: int) -> Path:
+    """OUT of `runs` simulated runs of `steps` steps (reused when complete)."""
+    from rlstream.pipeline.local import analyze_local
+    from rlstream.simulate import SimConfig, simulate
+
+    src, out = work / f"report-src-{steps}", work / f"report-out-{steps}"
+    if (out / "run_latest" / "_delta_log").exists():
+        return out
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = SimConfig(runs=runs, steps=steps, groups=1, group_size=2, tokens=8, scenarios=SCENARIOS)
+    simulate(src, cfg)
+    analyze_local([str(src)], str(out))
+    return out
+
+
+def main(quick: bool, work: Path, runs: int = 6, reps: int = 5) -> dict:
+    from rlstream.fleet.report import render_report
+
+    short, long = (20, 200) if quick else (200, 2000)
+    if quick:
+        runs, reps = 2, 1
+    t0 = time.perf_counter()
+    outs = {n: build(work, runs, n) for n in (short, long)}
+    print(
+        f"report: {runs} runs x {short} and x {long} steps built in {time.perf_counter() - t0:.0f} s"
+    )
+    times: dict[int, list[float]] = {n: [] for n in outs}
+    for _ in range(reps):
+        for n, out in outs.items():
+            t = time.perf_counter()
+            html = render_report(str(out))
+            times[n].append(time.perf_counter() - t)
+            assert html.count('<section class="run"') == runs
+    med = {n: statistics.median(v) for n, v in times.items()}
+    res = {
+        "runs": runs,
+        "steps": [short, long],
+        "report_s": {str(n): round(v, 4) for n, v in med.items()},
+        "ratio": round(med[long] / med[short], 2),
+    }
+    print(f"report: median of {reps}: {res['report_s']} s; {long} / {short} steps: {res['ratio']}")
+    return res
