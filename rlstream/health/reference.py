@@ -1,7 +1,7 @@
 """The "Defaults" reference of docs/health.md, rendered from the rules config.
 
 Each field's documentation is the string literal that follows it in
-``rlstream/health/config.py`` (attribute docstrings, read with ``ast``); defaults come
+``rlstream/health/config.py`` and ``config_peers.py`` (attribute docstrings, read with ``ast``); defaults come
 from the dataclasses themselves, so the page cannot drift from the code:
 
     python -m rlstream.health.reference      # prints the section
@@ -14,12 +14,14 @@ import dataclasses
 import inspect
 
 from rlstream.health import config as C
+from rlstream.health import config_peers
 
 
 def _field_docs() -> dict[str, dict[str, str]]:
     """class name -> field name -> its docstring (whitespace collapsed)."""
     out: dict[str, dict[str, str]] = {}
-    for node in ast.parse(inspect.getsource(C)).body:
+    nodes = [n for m in (C, config_peers) for n in ast.parse(inspect.getsource(m)).body]
+    for node in nodes:
         if not isinstance(node, ast.ClassDef):
             continue
         docs: dict[str, str] = {}
@@ -59,6 +61,8 @@ def defaults_markdown(rules: C.RulesConfig = C.DEFAULT_RULES) -> str:
         for k in reversed(cls.__mro__):  # base classes first, overridden by subclasses
             inherited.update(docs.get(k.__name__, {}))
         out += _table(rule, inherited)
+    out += ["", "### [cohorts]", "", " ".join((C.CohortsConfig.__doc__ or "").split()), ""]
+    out += _table(rules.cohorts, docs["CohortsConfig"])
     return "\n".join(out) + "\n"
 
 

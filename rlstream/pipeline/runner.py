@@ -90,11 +90,15 @@ class RunGroup:
         sink: DeltaSink,
         cfg: PipelineConfig,
         health: HealthHook | None = None,
+        peers: Any = None,
     ) -> None:
         self.storage = storage
         self.sink = sink
         self.cfg = cfg
         self.health = health
+        self.peers = peers
+        """Cohorts, peer bands and `unlike_peers` across the group's runs
+        (`pipeline.cohorts.PeerFold`), called once per poll."""
         self.runs: dict[str, RunState] = {}
         self.polls = 0
         self.totals: Counter[str] = Counter()
@@ -241,6 +245,7 @@ class RunGroup:
                 "nothing was finalized from them: rerun to resume from the resume states"
             )
         new_rows = 0
+        finalized: dict[str, list[dict[str, Any]]] = {}
         for state in due:
             advance_names(state, self.cfg.transcript_window)
             if final:
@@ -250,11 +255,14 @@ class RunGroup:
                 new_rows += len(rows)
                 self.totals["rows"] += len(rows)
                 self.dirty.add(state.run_url)
+                finalized[state.run_url] = rows
             if self.health is not None:
                 events = self.health(state, rows, now)
                 if events:
                     state.out_alerts.extend(events)
                     self.dirty.add(state.run_url)
+        if self.peers is not None:
+            self.dirty |= self.peers.fold(self.runs.values(), finalized, now)
         return new_rows
 
     def _plan_all(self, due: list[RunState]) -> list[list[Unit]]:
@@ -349,7 +357,10 @@ class RunGroup:
             settle(self.sink, [self.runs[u] for u in chunk if u in self.runs])
             self.totals["runs_done"] += len(chunk)
             for u in chunk:
-                yield self.runs.pop(u)
+                state = self.runs.pop(u)
+                if self.peers is not None:
+                    self.peers.release(state)
+                yield state
 
     def tally(self) -> dict[str, Any]:
         """What this group's commits wrote ({table: rows}) and the runs it rejected

@@ -33,7 +33,9 @@ from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
 
-TRANSIENT = frozenset({"out_rows", "out_quarantine", "out_alerts", "listed", "unconfirmed"})
+TRANSIENT = frozenset(
+    {"out_rows", "out_quarantine", "out_alerts", "out_cohorts", "listed", "unconfirmed"}
+)
 """Fields a resume state does not hold: rows waiting for the next commit (a commit
 moves them into `outbox` first), and what one poll or process learnt."""
 
@@ -100,6 +102,15 @@ class RunState:
     step_below: dict[str, int] = field(default_factory=dict)
     """Stream folder -> entries listed at or below its `step_low`: more of them on a
     later listing arrived late and are quarantined (`step_file_below_window`)."""
+    cohort: str = ""
+    """The run's cohort (`rlstream.health.cohort`), set once when it is first polled."""
+    peer_window: list[list[Any]] = field(default_factory=list)
+    """[step, figure values...] of the last `[unlike_peers] window_steps` final steps
+    (`rlstream.pipeline.cohorts`): what its cohort's bands and judging read."""
+    peer_judged: int = -1
+    """Highest step judged against its peers (`unlike_peers`)."""
+    out_cohorts: list[dict[str, Any]] = field(default_factory=list)
+    """Band rows for OUT/cohorts this run's next commit carries."""
 
     @property
     def max_known_step(self) -> int:
