@@ -27,6 +27,8 @@ import orjson
 from rlstream.errors import ConfigError
 from rlstream.health.config_peers import CohortsConfig, split_keys
 
+DEFAULT_COHORTS = CohortsConfig()
+
 CohortRules = tuple[tuple[str, str], ...]
 """(cohort name, glob) pairs from ``--cohort NAME=GLOB``, in command-line order."""
 
@@ -79,14 +81,12 @@ def _strip(obj: Any, names: frozenset[str], paths: frozenset[str], at: str = "")
     return out
 
 
-def fingerprint(config: dict[str, Any], cfg: CohortsConfig = CohortsConfig()) -> str:
+def fingerprint(config: dict[str, Any], cfg: CohortsConfig = DEFAULT_COHORTS) -> str:
     """``cfg-`` + digest of the config without ``cfg.ignore_keys``."""
     keys = split_keys(cfg.ignore_keys)
     names = frozenset(k for k in keys if "." not in k)
     paths = frozenset(k for k in keys if "." in k)
-    body = orjson.dumps(
-        _strip(config, names, paths), option=orjson.OPT_SORT_KEYS, default=str
-    )
+    body = orjson.dumps(_strip(config, names, paths), option=orjson.OPT_SORT_KEYS, default=str)
     return "cfg-" + hashlib.blake2b(body, digest_size=5).hexdigest()
 
 
@@ -94,7 +94,7 @@ def cohort_of(
     run_id: str,
     run_url: str,
     config: dict[str, Any],
-    cfg: CohortsConfig = CohortsConfig(),
+    cfg: CohortsConfig = DEFAULT_COHORTS,
     rules: CohortRules = (),
 ) -> str:
     """The run's cohort (see the module docstring for the order)."""

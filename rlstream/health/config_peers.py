@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True)
 class CohortsConfig:
     """How runs are grouped into cohorts (docs/health.md "Cohorts")."""

@@ -23,8 +23,8 @@ import numpy as np
 from rlstream.health import stats
 from rlstream.health.config_peers import UnlikePeers
 from rlstream.health.engine import _advance
-from rlstream.health.verdict import Verdict
 from rlstream.health.state import FIRING, PENDING, HealthState, Transition
+from rlstream.health.verdict import Verdict
 
 CODE = "unlike_peers"
 

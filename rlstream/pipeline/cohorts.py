@@ -192,9 +192,7 @@ class PeerFold:
     def _ready(self, step: int, rid: str, members: dict[str, _Member], own_final: int) -> bool:
         if own_final - step >= self.rules.unlike_peers.window_steps:
             return True
-        return all(
-            m.finished or m.final_through >= step for p, m in members.items() if p != rid
-        )
+        return all(m.finished or m.final_through >= step for p, m in members.items() if p != rid)
 
     def _judge(
         self,
