@@ -2,6 +2,7 @@
 
     python -m bench.detectors --seeds 101 102 103 104 105 --healthy 20 --steps 300
     python -m bench.detectors --format tinker ...   (each run written as that trainer does)
+    python -m bench.detectors --cohorts --seeds 801 802 803 804   (unlike_peers: bench/cohorts.py)
 
 For each seed the simulator writes one run per scenario (every finding code plus
 `healthy`) and `--healthy` extra healthy runs of varied difficulty, group size, noise
@@ -337,6 +338,12 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--cohorts" in argv:  # unlike_peers on simulated cohorts: bench/cohorts.py
+        from bench.cohorts import main as cohorts_main
+
+        return cohorts_main([a for a in argv if a != "--cohorts"])
     p = argparse.ArgumentParser(
         prog="python -m bench.detectors", description=__doc__.split("\n\n")[0]
     )
