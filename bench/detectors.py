@@ -404,7 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = [r for b in loaded for r in b]
     results = [evaluate(r, cfg) for r in runs]
     t2 = time.time()
-    codes = tuple(EXPECTED[p] for p in LEARN_PATHOLOGIES) if args.learn else CODES
+    # unlike_peers judges a run against its cohort: measured by --cohorts (bench/cohorts.py).
+    per_run = tuple(c for c in CODES if c != "unlike_peers")
+    codes = tuple(EXPECTED[p] for p in LEARN_PATHOLOGIES) if args.learn else per_run
     table, summary = report(results, args.steps, codes)
     print(
         ("learning trainer, " if args.learn else "scripted simulator, ")

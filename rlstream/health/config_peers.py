@@ -53,6 +53,10 @@ class UnlikePeers:
     """Other runs of the cohort that must have the step for it to be judged."""
     smooth_steps: int = 10
     """Each run's figure is the median over this many steps ending at the judged one."""
+    wait_steps: int = 50
+    """A step is judged once every other run of the cohort has reached it or finished,
+    but for runs more than this many steps behind the judged run's latest final step
+    (started later): those are not waited for."""
     window_steps: int = 200
     """Recent final steps of each run kept for its cohort (bands and judging): a run
     more than this many steps behind its siblings is judged with fewer peers."""

@@ -16,8 +16,9 @@ URLs of the runs whose next commit changed.
   commit, under its transaction, exactly once (`pipeline.commit`). A later poll in
   which more runs reach the step writes the band again with a larger n.
 - **Judging.** A run's steps are judged in order, each once (`peer_judged`), when
-  every other run of the cohort has finalized that step or finished, or when the step
-  is `window_steps` behind the run's own latest (slow peers never block it for long).
+  every other run of the cohort has finalized that step, or finished, or is more than
+  `wait_steps` behind the run's latest final step (started later), or when the step
+  is `window_steps` behind the run's own latest (a stuck peer never blocks it long).
   Its figure at a step is the median of its last `smooth_steps` final rows; so are its
   peers'. `health.peers.judge` decides; the verdict moves the run's `unlike_peers`
   alert (pending, firing, resolved, with hysteresis) in its health state, and the
@@ -190,9 +191,14 @@ class PeerFold:
         return changed
 
     def _ready(self, step: int, rid: str, members: dict[str, _Member], own_final: int) -> bool:
-        if own_final - step >= self.rules.unlike_peers.window_steps:
+        cfg = self.rules.unlike_peers
+        if own_final - step >= cfg.window_steps:
             return True
-        return all(m.finished or m.final_through >= step for p, m in members.items() if p != rid)
+        return all(
+            m.finished or m.final_through >= step or own_final - m.final_through > cfg.wait_steps
+            for p, m in members.items()
+            if p != rid
+        )
 
     def _judge(
         self,

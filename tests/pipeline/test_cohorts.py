@@ -117,3 +117,13 @@ def test_cohort_is_assigned_from_rules_when_the_config_names_none():
     st2 = RunState(run_id="x", run_url="/y", config={"experiment": "grader-v2"})
     PeerFold(cohort_rules=(("sweep-a", "*"),)).fold([st2], {}, 0.0)
     assert st2.cohort == "grader-v2"
+
+
+def test_a_run_that_started_far_behind_does_not_hold_the_others_back():
+    states = _runs(5)
+    fold = PeerFold()
+    wait = DEFAULT_RULES.unlike_peers.wait_steps
+    _drive(states, fold, steps=wait + 20, lag=(4, wait + 10))
+    # r4 is past the wait: the others are judged up to their own last final step.
+    assert states[4].final_through == 9
+    assert all(st.peer_judged == wait + 19 for st in states[:4])
