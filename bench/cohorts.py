@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.cohorts", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--seeds", type=int, nargs="+", default=[801, 802, 803, 804])
-    p.add_argument("--n-cohorts", type=int, default=6, help="cohorts per seed (half have an odd run)")
+    p.add_argument(
+        "--n-cohorts", type=int, default=6, help="cohorts per seed (half have an odd run)"
+    )
     p.add_argument("--runs", type=int, default=5, help="runs per cohort (>= 4)")
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--odd-kl", type=float, default=3.0, help="KL of the odd run / its siblings'")
