@@ -12,7 +12,7 @@ URLs of the runs whose next commit changed.
   state holds it, so bands and judging continue after a restart).
 - **Bands.** For each step a run finalized in this poll, the band of each figure over
   every run of the cohort holding that step (`health.peers.band`) goes into the
-  `out_cohorts` of the first such run (by run id): those rows ride in that run's next
+  `out_cohorts` of the first such run (by run id), once `MIN_BAND_RUNS` runs hold it: those rows ride in that run's next
   commit, under its transaction, exactly once (`pipeline.commit`). A later poll in
   which more runs reach the step writes the band again with a larger n.
 - **Judging.** A run's steps are judged in order, each once (`peer_judged`), when
@@ -44,6 +44,11 @@ from rlstream.health.config_peers import split_keys
 from rlstream.health.peers import active, advance_peers, band, judge
 from rlstream.pipeline.state import RunState, is_finished
 from rlstream.pipeline.verdicts import apply_health
+
+
+MIN_BAND_RUNS = 2
+"""A band is written once this many runs of the cohort hold the step (a run alone in
+its cohort adds no rows)."""
 
 
 class _Member:
@@ -176,11 +181,11 @@ class PeerFold:
             for j, fig in enumerate(self.figures):
                 col = arr[:, j]
                 col = col[~np.isnan(col)]
-                if col.size:
+                if col.size >= MIN_BAND_RUNS:
                     owner.out_cohorts.append(
                         {"cohort": cohort, "step": step, "figure": fig, **band(col.tolist())}
                     )
-            changed.add(owner.run_url)
+                    changed.add(owner.run_url)
         if not cfg.enabled:
             return changed
         smooth = {rid: _rolling_median(series[rid][1], cfg.smooth_steps) for rid in ids}
