@@ -32,6 +32,7 @@ their windows (`release` keeps them as arrays once their state is dropped).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
@@ -44,7 +45,6 @@ from rlstream.health.config_peers import split_keys
 from rlstream.health.peers import active, advance_peers, band, judge
 from rlstream.pipeline.state import RunState, is_finished
 from rlstream.pipeline.verdicts import apply_health
-
 
 MIN_BAND_RUNS = 2
 """A band is written once this many runs of the cohort hold the step (a run alone in
@@ -77,25 +77,17 @@ def _arrays(window: Any, n_figs: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _rolling_median(vals: np.ndarray, n: int) -> np.ndarray:
     """Median of each row and the n-1 before it, per column; NaN unless at least half
-    of n rows (or of the rows so far, early on) have a value."""
+    of the n rows have a value (so the first few rows of a run are not judged)."""
     if vals.shape[0] == 0 or n <= 1:
         return vals
     pad = np.full((n - 1, vals.shape[1]), np.nan)
     win = np.lib.stride_tricks.sliding_window_view(np.vstack([pad, vals]), n, axis=0)
     count = np.sum(~np.isnan(win), axis=-1)
-    need = np.minimum((n + 1) // 2, np.arange(1, vals.shape[0] + 1))[:, None]
-    with np.errstate(all="ignore"), _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: NaN
         med = np.nanmedian(win, axis=-1)
-    med[count < need] = np.nan
+    med[count < (n + 1) // 2] = np.nan
     return med
-
-
-def _quiet() -> Any:
-    import warnings
-
-    w = warnings.catch_warnings()
-    warnings.simplefilter("ignore", RuntimeWarning)
-    return w
 
 
 class PeerFold:
