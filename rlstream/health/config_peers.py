@@ -30,9 +30,11 @@ class CohortsConfig:
 @dataclass(frozen=True)
 class UnlikePeers:
     """A run's figure leaves its cohort's band: its rolling median is more than `k`
-    robust deviations (1.4826 x MAD of its peers' rolling medians, at least `mad_floor`
-    x the peers' median and `abs_floor`) from its peers' median at the same step, with
-    at least `min_peers` other runs of the cohort there."""
+    robust deviations from its peers' median at the same step, with at least
+    `min_peers` other runs of the cohort there. The deviation is the largest of 1.4826
+    x the MAD of the peers' rolling medians, the standard error of the difference that
+    the runs' own step-to-step noise explains, `mad_floor` x the peers' median and
+    `abs_floor`."""
 
     enabled: bool = True
     """Evaluate this rule at all."""

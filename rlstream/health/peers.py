@@ -2,11 +2,13 @@
 
 - ``band(values)``: n, p10, p50, p90 (linear interpolation), median and MAD (scaled
   by 1.4826) of one figure across a cohort's runs at one step.
-- ``judge(values, peers, cfg, active, hysteresis)``: the `unlike_peers` verdict of one
-  run at one step, from its smoothed figures and each peer's (figure -> list of the
-  peers' smoothed values). The run is unlike its peers when one figure lies more than
-  ``k`` robust deviations from the peers' median, the deviation being
-  ``max(1.4826 * MAD, mad_floor * |median|, abs_floor)``; while the finding is active
+- ``judge(values, peers, cfg, active, hysteresis, noise)``: the `unlike_peers` verdict
+  of one run at one step, from its smoothed figures and each peer's (figure -> list of
+  the peers' smoothed values). The run is unlike its peers when one figure lies more
+  than ``k`` robust deviations from the peers' median, the deviation being
+  ``max(1.4826 * MAD, noise, mad_floor * |median|, abs_floor)``, where ``noise`` (per
+  figure, optional) is the standard error of the difference the runs' own step-to-step
+  noise explains (few peers give a MAD that can be small by chance); while the finding is active
   ``k`` relaxes by ``hysteresis``. None when no figure has ``min_peers`` peers (the
   finding's state is then left as it is).
 - ``advance_peers(state, verdict, cfg, step, time)``: folds a verdict into the run's
@@ -51,6 +53,7 @@ def judge(
     cfg: UnlikePeers,
     active: bool = False,
     hysteresis: float = 0.8,
+    noise: dict[str, float] | None = None,
 ) -> Verdict | None:
     """The `unlike_peers` verdict at one step (see the module docstring)."""
     k = cfg.k * (hysteresis if active else 1.0)
@@ -63,7 +66,8 @@ def judge(
         judged = True
         med = stats.median(ps)
         assert med is not None
-        dev = max(stats.mad(ps) or 0.0, cfg.mad_floor * abs(med), cfg.abs_floor)
+        extra = (noise or {}).get(fig, 0.0)
+        dev = max(stats.mad(ps) or 0.0, extra, cfg.mad_floor * abs(med), cfg.abs_floor)
         score = abs(x - med) / dev
         if worst is None or score > worst[0]:
             worst = (score, fig, x, med, dev, len(ps))

@@ -20,7 +20,8 @@ URLs of the runs whose next commit changed.
   `wait_steps` behind the run's latest final step (started later), or when the step
   is `window_steps` behind the run's own latest (a stuck peer never blocks it long).
   Its figure at a step is the median of its last `smooth_steps` final rows; so are its
-  peers'. `health.peers.judge` decides; the verdict moves the run's `unlike_peers`
+  peers'. The noise of a difference is the run's and its peers' standard errors of
+  those medians combined (from each run's own step-to-step MAD). `health.peers.judge` decides; the verdict moves the run's `unlike_peers`
   alert (pending, firing, resolved, with hysteresis) in its health state, and the
   transitions become `alerts` rows.
 
@@ -75,19 +76,26 @@ def _arrays(window: Any, n_figs: int) -> tuple[np.ndarray, np.ndarray]:
     return arr[:, 0].astype(np.int64), arr[:, 1:]
 
 
-def _rolling_median(vals: np.ndarray, n: int) -> np.ndarray:
-    """Median of each row and the n-1 before it, per column; NaN unless at least half
-    of the n rows have a value (so the first few rows of a run are not judged)."""
-    if vals.shape[0] == 0 or n <= 1:
-        return vals
+def _rolling(vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row and column, over that row and the n-1 before it: the median, and its
+    standard error (1.2533 x 1.4826 x MAD / sqrt(count): the step-to-step noise of the
+    run itself). NaN unless at least half of the n rows have a value (so the first few
+    rows of a run are not judged)."""
+    if vals.shape[0] == 0:
+        return vals, vals
+    n = max(n, 1)
     pad = np.full((n - 1, vals.shape[1]), np.nan)
     win = np.lib.stride_tricks.sliding_window_view(np.vstack([pad, vals]), n, axis=0)
     count = np.sum(~np.isnan(win), axis=-1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: NaN
         med = np.nanmedian(win, axis=-1)
-    med[count < (n + 1) // 2] = np.nan
-    return med
+        mad = np.nanmedian(np.abs(win - med[..., None]), axis=-1)
+        se = 1.2533 * 1.4826 * mad / np.sqrt(np.maximum(count, 1))
+    short = count < (n + 1) // 2
+    med[short] = np.nan
+    se[short] = np.nan
+    return med, se
 
 
 class PeerFold:
@@ -180,7 +188,7 @@ class PeerFold:
                     changed.add(owner.run_url)
         if not cfg.enabled:
             return changed
-        smooth = {rid: _rolling_median(series[rid][1], cfg.smooth_steps) for rid in ids}
+        smooth = {rid: _rolling(series[rid][1], cfg.smooth_steps) for rid in ids}
         for rid in ids:
             st = members[rid].state
             if st is not None and self._judge(st, rid, members, series, where, smooth, now):
@@ -204,7 +212,7 @@ class PeerFold:
         members: dict[str, _Member],
         series: dict[str, tuple[np.ndarray, np.ndarray]],
         where: dict[str, dict[int, int]],
-        smooth: dict[str, np.ndarray],
+        smooth: dict[str, tuple[np.ndarray, np.ndarray]],
         now: float,
     ) -> bool:
         """Judge the run's steps not judged yet; True if its health changed."""
@@ -219,18 +227,26 @@ class PeerFold:
         for step in todo:
             if not self._ready(step, rid, members, st.final_through):
                 break
-            own = smooth[rid][where[rid][step]]
+            i = where[rid][step]
+            own, own_se = smooth[rid][0][i], smooth[rid][1][i]
             values = {f: float(own[j]) for j, f in enumerate(self.figures) if not np.isnan(own[j])}
             peers: dict[str, list[float]] = {f: [] for f in values}
+            peer_se: dict[str, list[float]] = {f: [] for f in values}
             for p in others:
-                i = where[p].get(step)
-                if i is None:
+                k = where[p].get(step)
+                if k is None:
                     continue
-                pv = smooth[p][i]
+                pv, ps = smooth[p][0][k], smooth[p][1][k]
                 for j, f in enumerate(self.figures):
                     if f in peers and not np.isnan(pv[j]):
                         peers[f].append(float(pv[j]))
-            verdict = judge(values, peers, cfg, active(hs), self.rules.history.hysteresis)
+                        peer_se[f].append(float(ps[j]))
+            noise = {
+                f: float(np.hypot(own_se[j], np.median(peer_se[f])))
+                for j, f in enumerate(self.figures)
+                if f in values and peer_se[f]
+            }
+            verdict = judge(values, peers, cfg, active(hs), self.rules.history.hysteresis, noise)
             if verdict is not None:
                 transitions += advance_peers(hs, verdict, cfg, step, now)
                 judged = True
