@@ -106,3 +106,15 @@ def test_kill_between_writes_then_restart_leaves_the_same_bands(staged, tmp_path
         "select 1 from cohorts group by run_id, commit_seq, cohort, step, figure having count(*) > 1",
     )
     assert dup == []
+
+
+def test_the_report_draws_each_run_over_its_cohorts_band(analyzed):
+    from rlstream.fleet.report import render_report
+
+    html = render_report(str(analyzed / "out"), now=1767300000.0)
+    assert html.count('<section class="run"') == 4
+    assert html.count("cohort sweep ·") == 3  # each run's header names its cohort
+    # Reward, KL, entropy, length and truncation charts of the 3 sweep runs have a band;
+    # the fourth run is alone in its cohort and has none.
+    assert html.count('class="band"') >= 3 * 4
+    assert "cohort p10-p90 (3 runs)" in html
