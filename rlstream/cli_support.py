@@ -166,16 +166,13 @@ def finish(outcome, out: str, verb: str, opts: dict) -> int:
 
 def rules_hooks(args: argparse.Namespace):
     """A picklable factory of the health hooks with the `--rules` file and the
-    `--cohort` rules applied."""
-    import functools
-
+    `--cohort` rules applied (`pipeline.verdicts.HealthHooks`)."""
     from rlstream.health import DEFAULT_RULES, load_rules
     from rlstream.health.cohort import parse_cohort_rules
-    from rlstream.pipeline.verdicts import health_hooks
+    from rlstream.pipeline.verdicts import HealthHooks
 
     rules = load_rules(args.rules) if args.rules else DEFAULT_RULES
-    cohorts = parse_cohort_rules(getattr(args, "cohort", None) or [])
-    return functools.partial(health_hooks, rules, cohorts)
+    return HealthHooks(rules, parse_cohort_rules(getattr(args, "cohort", None) or []))
 
 
 def checked_out(out: str, opts: dict) -> None:

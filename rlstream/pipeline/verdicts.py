@@ -82,6 +82,23 @@ def apply_health(state: RunState, hs: Any, ctx: RunContext) -> None:
     state.firing = [f.code for f in current if f.state == "firing"]
 
 
+class HealthHooks:
+    """Picklable factory of the health hooks (`health_hooks`) for the Ray tailers, with
+    the run's cohort function the driver shards runs by (`pipeline.shards`)."""
+
+    def __init__(self, rules: RulesConfig = DEFAULT_RULES, cohort_rules: Any = ()) -> None:
+        self.rules = rules
+        self.cohort_rules = tuple(cohort_rules)
+
+    def __call__(self) -> dict[str, Any]:
+        return health_hooks(self.rules, self.cohort_rules)
+
+    def cohort(self, run_id: str, run_url: str, config: dict[str, Any]) -> str:
+        from rlstream.health.cohort import cohort_of
+
+        return cohort_of(run_id, run_url, config, self.rules.cohorts, self.cohort_rules)
+
+
 def health_hooks(rules: RulesConfig = DEFAULT_RULES, cohort_rules: Any = ()) -> dict[str, Any]:
     """Keyword arguments for `RunGroup` that turn health verdicts, cohorts and peer
     bands on (`cohort_rules`: `--cohort NAME=GLOB` pairs, `health.cohort`)."""

@@ -127,3 +127,33 @@ def test_a_run_that_started_far_behind_does_not_hold_the_others_back():
     # r4 is past the wait: the others are judged up to their own last final step.
     assert states[4].final_through == 9
     assert all(st.peer_judged == wait + 19 for st in states[:4])
+
+
+def test_the_runs_of_a_cohort_go_to_one_tailer(tmp_path):
+    import json
+
+    from rlstream.io.storage import Storage
+    from rlstream.pipeline.shards import Sharder
+    from rlstream.pipeline.verdicts import HealthHooks
+
+    urls = []
+    for i in range(24):
+        run = tmp_path / f"run-{i:02d}"
+        run.mkdir()
+        config = {"experiment": f"exp-{i % 3}", "seed": i}
+        (run / "run.json").write_text(json.dumps({"run_id": f"r{i}", "config": config}))
+        urls.append(run.as_posix())
+    (tmp_path / "broken").mkdir()  # no run.json yet: sharded by its URL
+    urls.append((tmp_path / "broken").as_posix())
+    storage = Storage.for_url(tmp_path.as_posix())
+    shards = Sharder(storage, HealthHooks(), 4).split(urls)
+    assert sorted(u for s in shards for u in s) == sorted(urls)
+    for k in range(3):
+        owners = [
+            i
+            for i, s in enumerate(shards)
+            if any(u[-2:].isdigit() and int(u[-2:]) % 3 == k for u in s)
+        ]
+        assert len(owners) == 1, (k, owners)
+    # Without a cohort function (a bare hooks factory) runs are spread by URL.
+    assert sum(map(len, Sharder(storage, dict, 4).split(urls))) == len(urls)
