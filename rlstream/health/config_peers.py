@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlstream.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class CohortsConfig:
@@ -67,6 +69,17 @@ class UnlikePeers:
         "truncated_frac,completion_len_mean"
     )
     """step-row figures that get bands in OUT/cohorts and are judged (comma-separated)."""
+
+    def __post_init__(self) -> None:
+        if min(self.min_peers, self.smooth_steps, self.wait_steps) < 1 or self.k <= 0:
+            raise ConfigError("[unlike_peers] min_peers, smooth_steps, wait_steps >= 1; k > 0")
+        if self.window_steps < self.smooth_steps:
+            raise ConfigError(
+                f"[unlike_peers] window_steps ({self.window_steps}) must be >= smooth_steps "
+                f"({self.smooth_steps})"
+            )
+        if not split_keys(self.figures):
+            raise ConfigError("[unlike_peers] figures: name at least one steps column")
 
 
 def split_keys(value: str) -> tuple[str, ...]:
