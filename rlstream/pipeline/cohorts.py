@@ -9,7 +9,8 @@ URLs of the runs whose next commit changed.
   id and URL (explicit key, then `--cohort NAME=GLOB`, then the config fingerprint).
 - **Window.** Each run keeps `[step, figure values...]` of its last
   `[unlike_peers] window_steps` final steps in `RunState.peer_window` (its resume
-  state holds it, so bands and judging continue after a restart).
+  state holds it, so bands and judging continue after a restart); a run alone in its
+  cohort keeps only its last `smooth_steps`.
 - **Bands.** For each step a run finalized in this poll, the band of each figure over
   every run of the cohort holding that step (`health.peers.band`) goes into the
   `out_cohorts` of the first such run (by run id), once `MIN_BAND_RUNS` runs hold it: those rows ride in that run's next
@@ -155,9 +156,11 @@ class PeerFold:
         changed: set[str] = set()
         for cohort in sorted(touched):
             changed |= self._cohort(cohort, new_rows, now)
-        keep = self.rules.unlike_peers.window_steps
+        cfg = self.rules.unlike_peers
         for st in states:
-            del st.peer_window[:-keep]
+            # A run alone in its cohort keeps only what a later sibling's judging reads.
+            alone = len(self.members[st.cohort]) == 1
+            del st.peer_window[: -(cfg.smooth_steps if alone else cfg.window_steps)]
         return changed
 
     def _cohort(
