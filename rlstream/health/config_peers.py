@@ -51,7 +51,7 @@ class UnlikePeers:
     mad_floor: float = 0.1
     """Least robust deviation, as a fraction of the absolute peers' median: siblings that agree
     closely do not make every small difference an outlier."""
-    abs_floor: float = 1e-4
+    abs_floor: float = 1e-9
     """Least robust deviation in the figure's own unit (figures near zero)."""
     min_peers: int = 3
     """Other runs of the cohort that must have the step for it to be judged."""

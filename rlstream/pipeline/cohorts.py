@@ -78,10 +78,11 @@ def _arrays(window: Any, n_figs: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rolling(vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row and column, over that row and the n-1 before it: the median, and its
-    standard error (1.2533 x 1.4826 x MAD / sqrt(count): the step-to-step noise of the
-    run itself). NaN unless at least half of the n rows have a value (so the first few
-    rows of a run are not judged)."""
+    """Per row and column, over that row and the n-1 before it: the median, and the
+    standard error of that window's level, max(1.2533 x 1.4826 x MAD, sd) / sqrt(count)
+    (the run's own step-to-step noise; the standard deviation covers a figure that is
+    mostly one value with occasional others, such as a small truncated share). NaN
+    unless at least half of the n rows have a value (the first rows are not judged)."""
     if vals.shape[0] == 0:
         return vals, vals
     n = max(n, 1)
@@ -92,7 +93,8 @@ def _rolling(vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: NaN
         med = np.nanmedian(win, axis=-1)
         mad = np.nanmedian(np.abs(win - med[..., None]), axis=-1)
-        se = 1.2533 * 1.4826 * mad / np.sqrt(np.maximum(count, 1))
+        sd = np.nanstd(win, axis=-1, ddof=1) if n > 1 else np.zeros_like(med)
+        se = np.fmax(1.2533 * 1.4826 * mad, sd) / np.sqrt(np.maximum(count, 1))
     short = count < (n + 1) // 2
     med[short] = np.nan
     se[short] = np.nan

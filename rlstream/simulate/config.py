@@ -128,6 +128,8 @@ class RunPlan:
     progress_every_seconds: float | None
     created_at: float
     seed: int
+    recipe: str = ""
+    """With cohorts: the recipe's name (its task set, in the config as `data.tasks`)."""
     # Latent parameters (never written): see engine.py for how they are used.
     params: dict[str, float] = field(default_factory=dict)
 
@@ -156,6 +158,7 @@ class RunPlan:
             "sampling": {"max_tokens": self.max_tokens, "temperature": 1.0},
             "output": output,
             "model": {"name": "sim-policy-1b", "vocab_size": self.vocab_size},
+            **({"data": {"tasks": self.recipe}} if self.recipe else {}),
         }
 
 
@@ -251,6 +254,7 @@ def plan_run(config: SimConfig, index: int) -> RunPlan:
         progress_every_seconds=progress,
         created_at=EPOCH + offset + index * 37.0,
         seed=config.seed,
+        recipe="" if cohort is None else f"sim-tasks-{config.seed}-{cohort}",
         params=params,
     )
 
