@@ -118,6 +118,10 @@ class PeerFold:
             )
         return state.cohort
 
+    def cohort(self, run_id: str, run_url: str, config: dict[str, Any]) -> str:
+        """The cohort of a run not added yet (`pipeline.shards.cohort_chunks`)."""
+        return cohort_of(run_id, run_url, config, self.rules.cohorts, self.cohort_rules)
+
     def release(self, state: RunState) -> None:
         """The run's state is dropped (`analyze`): keep its window as arrays."""
         m = self.members.get(state.cohort, {}).get(state.run_id)

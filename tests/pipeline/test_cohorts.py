@@ -157,3 +157,23 @@ def test_the_runs_of_a_cohort_go_to_one_tailer(tmp_path):
         assert len(owners) == 1, (k, owners)
     # Without a cohort function (a bare hooks factory) runs are spread by URL.
     assert sum(map(len, Sharder(storage, dict, 4).split(urls))) == len(urls)
+
+
+def test_analyze_reads_a_cohort_in_one_chunk(tmp_path):
+    import json
+
+    from rlstream.io.storage import Storage
+    from rlstream.pipeline.shards import cohort_chunks
+
+    urls = []
+    for i in range(7):
+        run = tmp_path / f"run-{i}"
+        run.mkdir()
+        meta = {"run_id": f"r{i}", "config": {"experiment": f"e{i % 3}"}}
+        (run / "run.json").write_text(json.dumps(meta))
+        urls.append(run.as_posix())
+    urls.append((tmp_path / "gone").as_posix())  # no run.json: last, alone
+    fold = PeerFold()
+    chunks = cohort_chunks(Storage.for_url(tmp_path.as_posix()), urls, fold.cohort, 2)
+    names = [[u.rsplit("/", 1)[1] for u in c] for c in chunks]
+    assert names == [["run-0", "run-3", "run-6"], ["run-1", "run-4"], ["run-2", "run-5"], ["gone"]]

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlstream.config import PipelineConfig
 from rlstream.fleet.read import read_bands, read_latest, read_table
 from rlstream.health import DEFAULT_RULES
 from rlstream.health.peers import band
@@ -29,8 +30,10 @@ REPO = Path(__file__).resolve().parents[2]
 def analyzed(tmp_path_factory):
     base = tmp_path_factory.mktemp("cohorts")
     simulate(base / "runs", SimConfig(runs=4, steps=12, seed=3, groups=2))
-    hooks = health_hooks(DEFAULT_RULES, (("sweep", "run-00[0-2]*"),))
-    analyze_local([str(base / "runs")], str(base / "out"), **hooks)
+    # Runs 0, 2 and 3 form the cohort; chunks of 2 runs in folder order would split it.
+    hooks = health_hooks(DEFAULT_RULES, (("sweep", "run-00[023]*"),))
+    cfg = PipelineConfig(analyze_chunk_runs=2)
+    analyze_local([str(base / "runs")], str(base / "out"), cfg, **hooks)
     return base
 
 
@@ -54,11 +57,12 @@ def test_bands_are_the_quantiles_of_the_cohorts_step_rows(analyzed):
             if r["step"] == step and latest[r["run_id"]] == "sweep" and r["mismatch_kl"] is not None
         ]
         want = band(vals)
-        assert bands["n"][i] == want["n"] == 3
+        assert bands["n"][i] == want["n"]  # 3, or 2 at a step with no trained tokens
         assert np.isclose(bands["p10"][i], float(np.percentile(vals, 10)))
-        assert np.isclose(bands["median"][i], sorted(vals)[1])
+        assert np.isclose(bands["median"][i], float(np.median(vals)))
         assert np.isclose(bands["mad"][i], want["mad"])
-    # In one analyze chunk every step's band is written once, with all three runs.
+    assert bands["n"].count(3) >= 10
+    # The cohort is read in one chunk: every step's band is written once, with all three.
     raw = read_table(out, "cohorts", where=("cohort", "sweep"))
     assert raw.num_rows == newest_bands(raw).num_rows
 
