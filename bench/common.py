@@ -162,6 +162,19 @@ def percentile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def freshness(fresh: list[float], missing: int, bound: float) -> dict[str, float | int]:
+    """The freshness figures of a live run: step lines measured and missing, p50, p99,
+    max (seconds) and the bound they are held to."""
+    return {
+        "steps_measured": len(fresh),
+        "missing": missing,
+        "p50": percentile(fresh, 0.5),
+        "p99": percentile(fresh, 0.99),
+        "max": max(fresh) if fresh else float("nan"),
+        "bound": bound,
+    }
+
+
 def machine() -> str:
     model = ""
     try:

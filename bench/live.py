@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import TreeSampler, held_clock, median, percentile, ray_env, rlstream_cmd
+from bench.common import TreeSampler, freshness, held_clock, median, ray_env, rlstream_cmd
 from rlstream.config import PipelineConfig
 
 POLL = 1.0
@@ -191,12 +191,7 @@ def live_fleet(n: int, steps: int, work: Path, interval: float = 1.0) -> dict:
     res = {
         "runs": n,
         "ready": ready,
-        "steps_measured": len(fresh),
-        "missing": missing,
-        "p50": percentile(fresh, 0.5),
-        "p99": percentile(fresh, 0.99),
-        "max": max(fresh) if fresh else float("nan"),
-        "bound": bound,
+        **freshness(fresh, missing, bound),
         "caught_up_after_writer_s": caught_up,
         "cpu_core_pct": 100 * cpu / max(t_end - t_ready, 1e-9),
         "window_s": t_end - t_ready,

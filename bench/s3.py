@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import held_clock, median, percentile, ray_env, rlstream_cmd, run_measured
+from bench.common import freshness, held_clock, median, ray_env, rlstream_cmd, run_measured
 from bench.proxy import LatencyProxy
 
 DELAYS = {"local": None, "loopback": 0.0, "+10ms": 0.010, "+50ms": 0.050}
@@ -331,12 +331,7 @@ def live(runs: int, steps: int, delay: float, work: Path, interval: float = 1.0)
         "delay_s": delay,
         "left_out_before_ready": early,
         "ready": ready,
-        "steps_measured": len(fresh),
-        "missing": missing,
-        "p50": percentile(fresh, 0.5),
-        "p99": percentile(fresh, 0.99),
-        "max": max(fresh) if fresh else float("nan"),
-        "bound": bound,
+        **freshness(fresh, missing, bound),
         "requests": requests,
     }
     print(

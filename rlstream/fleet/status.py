@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from rlstream.health.figures import RECENT_FIGURES
 from rlstream.pipeline.outcome import plural
-from rlstream.pipeline.verdicts import RECENT_FIGURES
 
 STATUS_ORDER = {"critical": 0, "stalled": 1, "warning": 2, "healthy": 3, "finished": 4}
 STATUS_LABEL = {"healthy": "healthy running", "finished": "finished healthy"}

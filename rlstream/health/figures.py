@@ -27,6 +27,16 @@ ROLLOUT_FAILED = "discard/rollouts/rollout_failed/"
 GRADING_FAILED = "discard/rollouts/grading_failed/"
 MAX_TURNS_KEYS = ("termination_reason/max_turns",)
 
+RECENT_FIGURES = {
+    "mismatch_kl_recent": "kl",
+    "mismatch_ess_recent": "ess",
+    "entropy_recent": "entropy",
+    "truncated_recent": "truncated",
+}
+"""run_health columns holding, per run, the median over the rules' recent window
+(`[history] recent_steps`) of the figure that kl/ESS/entropy/truncation rules judge
+(`rlstream.health.figures`); `recent_steps` holds that window's length."""
+
 
 def num(x: Any) -> float | None:
     """``x`` as a finite float, else None (bools and strings are not numbers here)."""

@@ -1,7 +1,8 @@
 """The "Defaults" reference of docs/health.md, rendered from the rules config.
 
 Each field's documentation is the string literal that follows it in
-``rlstream/health/config.py`` and ``config_peers.py`` (attribute docstrings, read with ``ast``); defaults come
+``rlstream/health/config.py``, ``thresholds.py``, ``thresholds_policy.py`` or
+``config_peers.py`` (attribute docstrings, read with ``ast``); defaults come
 from the dataclasses themselves, so the page cannot drift from the code:
 
     python -m rlstream.health.reference      # prints the section
@@ -14,13 +15,16 @@ import dataclasses
 import inspect
 
 from rlstream.health import config as C
-from rlstream.health import config_peers
+from rlstream.health import config_peers, thresholds, thresholds_policy
+
+SOURCES = (C, thresholds, thresholds_policy, config_peers)
+"""The modules whose classes hold the documented fields."""
 
 
 def _field_docs() -> dict[str, dict[str, str]]:
     """class name -> field name -> its docstring (whitespace collapsed)."""
     out: dict[str, dict[str, str]] = {}
-    nodes = [n for m in (C, config_peers) for n in ast.parse(inspect.getsource(m)).body]
+    nodes = [n for mod in SOURCES for n in ast.parse(inspect.getsource(mod)).body]
     for node in nodes:
         if not isinstance(node, ast.ClassDef):
             continue

@@ -235,7 +235,10 @@ def entropy_collapse(
             f"entropy {ent:.3f} nats/token over the last {v.recent_steps} steps "
             f"({ent_base:.3f} at baseline)"
         )
-        toward_zero = le(ent, c.zero_ratio * ent_base, active, ctx)
+        # Measured from the baseline's peak: a policy that collapsed within its first
+        # updates has a baseline median that is already near zero.
+        peak = v.base_peak("entropy") or ent_base
+        toward_zero = le(ent, c.zero_ratio * peak, active, ctx)
         sharp = le(ent, c.entropy_ratio * ent_base, active, ctx)
         better, how = learning(v, c)
         signs = _degenerating(v, c, better)

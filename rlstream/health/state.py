@@ -178,6 +178,11 @@ class View:
         vals = self.base_values(name)
         return stats.median(vals) if len(vals) >= self.baseline_min else None
 
+    def base_peak(self, name: str) -> float | None:
+        """Highest value of the early baseline; None until it holds ``baseline_min``."""
+        vals = self.base_values(name)
+        return max(vals) if len(vals) >= self.baseline_min else None
+
     def lowest(self, name: str) -> float | None:
         """Lowest median of ``baseline_steps`` consecutive rows so far (LEVEL_FIGURES)."""
         lv = self.state.levels.get(name)

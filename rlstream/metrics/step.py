@@ -20,6 +20,20 @@ from rlstream.metrics.rollouts import RolloutAgg
 from rlstream.metrics.tokens import TokenAgg
 from rlstream.metrics.topk import TopKEntropyAgg
 
+HEADLINE_KEYS = (
+    "reward_mean",
+    "reward_mean_with_unusable",
+    "reward_group_std_mean",
+    "mismatch_kl",
+    "mismatch_ess",
+    "entropy_estimate",
+    "truncated_frac",
+    "completion_len_mean",
+    "lag_mean",
+)
+"""The steps columns a run's headline shows (status, report, run_health): the latest
+non-null value of each."""
+
 _PARTS: tuple[tuple[str, Any], ...] = (
     ("tokens", TokenAgg),
     ("topk", TopKEntropyAgg),

@@ -41,7 +41,7 @@ import pyarrow as pa
 from rlstream.pipeline.failpoint import failpoint
 from rlstream.pipeline.resume import decode_state, encode_state
 from rlstream.pipeline.rows import steps_table
-from rlstream.pipeline.state import RunState
+from rlstream.pipeline.state import RunState, is_finished
 from rlstream.sinks.cohorts import cohorts_table
 from rlstream.sinks.delta import DeltaSink, quarantine_table
 from rlstream.sinks.health import alerts_table, health_row, run_health_table
@@ -119,7 +119,7 @@ def _new_rows(states: list[RunState], now: float) -> list[dict[str, pa.Table]]:
     milliseconds per call, whatever its rows."""
     health: list[dict[str, Any] | None] = []
     for st in states:
-        row = health_row(st, now)
+        row = health_row(st, now, is_finished(st))
         sig = _health_sig(row)
         health.append(row if sig != st.health_sig else None)
         st.health_sig = sig

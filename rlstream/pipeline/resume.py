@@ -55,38 +55,33 @@ class ResumeStateError(CheckpointError):
     """A resume state file cannot be read (corrupt, hostile, or another format)."""
 
 
-def _kinds() -> dict[str, type]:
-    from rlstream.formats.quarantine import QuarantineRow
-    from rlstream.formats.records import StepRecord
-    from rlstream.health.state import AlertState, HealthState
-    from rlstream.io.tail import FileCursor
-    from rlstream.metrics import (
-        CompletionAgg,
-        CountHistogram,
-        GroupStats,
-        RolloutAgg,
-        StepAgg,
-        TokenAgg,
-        TopKEntropyAgg,
-    )
-    from rlstream.pipeline.partial import StepPartial
+_KIND_SOURCES = {
+    "rlstream.formats.quarantine": ("QuarantineRow",),
+    "rlstream.formats.records": ("StepRecord",),
+    "rlstream.health.state": ("AlertState", "HealthState"),
+    "rlstream.io.tail": ("FileCursor",),
+    "rlstream.metrics": (
+        "CompletionAgg",
+        "CountHistogram",
+        "GroupStats",
+        "RolloutAgg",
+        "StepAgg",
+        "TokenAgg",
+        "TopKEntropyAgg",
+    ),
+    "rlstream.pipeline.partial": ("StepPartial",),
+}
+"""The only classes a resume state may name (module -> class names)."""
 
-    classes = (
-        StepRecord,
-        QuarantineRow,
-        AlertState,
-        HealthState,
-        FileCursor,
-        CompletionAgg,
-        CountHistogram,
-        GroupStats,
-        RolloutAgg,
-        StepAgg,
-        TokenAgg,
-        TopKEntropyAgg,
-        StepPartial,
-    )
-    return {c.__name__: c for c in classes}
+
+def _kinds() -> dict[str, type]:
+    import importlib
+
+    return {
+        name: getattr(importlib.import_module(mod), name)
+        for mod, names in _KIND_SOURCES.items()
+        for name in names
+    }
 
 
 KINDS: dict[str, type] = {}

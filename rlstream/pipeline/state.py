@@ -29,6 +29,7 @@ from rlstream.config import PipelineConfig
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import StepRecord, merge_parts
 from rlstream.io.tail import FileCursor
+from rlstream.metrics.step import HEADLINE_KEYS
 from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
@@ -238,17 +239,6 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
     return rows
 
 
-HEADLINE_KEYS = (
-    "reward_mean",
-    "reward_mean_with_unusable",
-    "reward_group_std_mean",
-    "mismatch_kl",
-    "mismatch_ess",
-    "entropy_estimate",
-    "truncated_frac",
-    "completion_len_mean",
-    "lag_mean",
-)
 TREND_WINDOW = 20
 
 

@@ -24,18 +24,9 @@ from rlstream.health import (
     run_status,
 )
 from rlstream.health.evaluable import config_figures, not_evaluable, row_figures
+from rlstream.health.figures import RECENT_FIGURES
 from rlstream.health.state import View
 from rlstream.pipeline.state import RunState, is_finished
-
-RECENT_FIGURES = {
-    "mismatch_kl_recent": "kl",
-    "mismatch_ess_recent": "ess",
-    "entropy_recent": "entropy",
-    "truncated_recent": "truncated",
-}
-"""run_health columns holding, per run, the median over the rules' recent window
-(`[history] recent_steps`) of the figure that kl/ESS/entropy/truncation rules judge
-(`rlstream.health.figures`); `recent_steps` holds that window's length."""
 
 
 class HealthFold:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 
 from rlstream.simulate.config import SimConfig
 from rlstream.simulate.learn import PRESETS, simulate_learn
@@ -101,26 +103,33 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     )
 
 
-def run_learn(args: argparse.Namespace) -> int:
+def _timed(write: Callable[[], list], done: str) -> int:
+    """Run `write()` (it returns the labels), print `done` with the count and the time,
+    or the error with exit 2."""
     start = time.perf_counter()
     try:
-        labels = simulate_learn(
+        labels = write()
+    except (FileExistsError, ValueError) as e:
+        print(f"rlstream simulate: {e}", file=sys.stderr)
+        return 2
+    print(done.format(n=len(labels), took=time.perf_counter() - start))
+    return 0
+
+
+def run_learn(args: argparse.Namespace) -> int:
+    return _timed(
+        partial(
+            simulate_learn,
             args.root,
             args.preset,
             runs=args.runs or 1,
             steps=args.steps,
             seed=args.seed,
             mode=args.mode,
-        )
-    except (FileExistsError, ValueError) as e:
-        print(f"rlstream simulate: {e}", file=sys.stderr)
-        return 2
-    took = time.perf_counter() - start
-    print(
-        f"trained {len(labels)} {args.preset} runs x {args.steps} steps into {args.root} "
-        f"in {took:.1f}s (labels: {args.root}/labels.json)"
+        ),
+        f"trained {{n}} {args.preset} runs x {args.steps} steps into {args.root} "
+        f"in {{took:.1f}}s (labels: {args.root}/labels.json)",
     )
-    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,23 +144,17 @@ def run(args: argparse.Namespace) -> int:
     if fmt != "loops" and args.live:
         print("rlstream simulate: --live writes the loops format only", file=sys.stderr)
         return 2
-    start = time.perf_counter()
-    try:
-        if args.live:
-            labels = simulate_live(args.root, config, interval=args.interval)
-        elif fmt != "loops":
-            labels = _simulate_as(args.root, config, fmt)
-        else:
-            labels = simulate(args.root, config)
-    except (FileExistsError, ValueError) as e:
-        print(f"rlstream simulate: {e}", file=sys.stderr)
-        return 2
-    took = time.perf_counter() - start
-    print(
-        f"wrote {len(labels)} runs x {config.steps} steps to {args.root} in {took:.1f}s "
-        f"(labels: {args.root}/labels.json)"
+    if args.live:
+        write = partial(simulate_live, args.root, config, interval=args.interval)
+    elif fmt != "loops":
+        write = partial(_simulate_as, args.root, config, fmt)
+    else:
+        write = partial(simulate, args.root, config)
+    return _timed(
+        write,
+        f"wrote {{n}} runs x {config.steps} steps to {args.root} in {{took:.1f}}s "
+        f"(labels: {args.root}/labels.json)",
     )
-    return 0
 
 
 def _simulate_as(root: str, config: SimConfig, fmt: str) -> list:

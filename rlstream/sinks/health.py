@@ -11,8 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from rlstream.pipeline.state import HEADLINE_KEYS
-from rlstream.pipeline.verdicts import RECENT_FIGURES
+from rlstream.health.figures import RECENT_FIGURES
+from rlstream.metrics.step import HEADLINE_KEYS
 
 FINDING = pa.struct(
     [
@@ -26,7 +26,7 @@ FINDING = pa.struct(
 
 HEADLINE = (*HEADLINE_KEYS, "reward_trend", *RECENT_FIGURES, "recent_steps")
 """Headline figures of a run: the latest value of these steps columns, the trend, and
-the window medians the health rules judged (`pipeline.verdicts.RECENT_FIGURES`)."""
+the window medians the health rules judged (`health.figures.RECENT_FIGURES`)."""
 
 RUN_HEALTH_SCHEMA = pa.schema(
     [
@@ -74,12 +74,11 @@ def _ms(t: float | None) -> int | None:
     return None if t is None else round(t * 1000)
 
 
-def health_row(state: Any, now: float) -> dict[str, Any]:
-    """The run_health row of a run state (rlstream.pipeline.state.RunState)."""
-    from rlstream.pipeline.state import is_finished
-
+def health_row(state: Any, now: float, finished: bool) -> dict[str, Any]:
+    """The run_health row of a run state (rlstream.pipeline.state.RunState); `finished`
+    gives the status of a run the health rules have not judged yet."""
     c = state.counters
-    status = state.status or ("finished" if is_finished(state) else "healthy")
+    status = state.status or ("finished" if finished else "healthy")
     token_metrics = (
         "recomputed" if c["tokens"] else ("reported_only" if c["transcripts"] else "none")
     )

@@ -315,3 +315,21 @@ def test_reward_too_fast_quiet_when_the_heldout_score_follows():
 
     assert _firing(run(follow=False), "reward_too_fast")
     assert not _firing(run(follow=True), "reward_too_fast")
+
+
+def test_entropy_collapse_inside_the_baseline_window_still_fires():
+    # Entropy 2.2 nats at the first baseline steps, near 0 by step 6: the baseline's
+    # median is already collapsed, but its peak is where the policy started.
+    rs = rows(60)
+    for r in rs:
+        s = r["step"]
+        r["entropy_estimate"] = r["reported_entropy_estimate"] = 2.2 if s < 5 else 0.02
+    state, _ = fold_all(rs)
+    fired = _firing(state, "entropy_collapse")
+    assert fired and fired[0].since_step < 20, findings(state)
+    # The same run without the early peak (entropy low and flat from the start) is a
+    # run whose policy is just sharp: no fall to measure.
+    for r in rs:
+        r["entropy_estimate"] = r["reported_entropy_estimate"] = 0.02
+    state, _ = fold_all(rs)
+    assert not _firing(state, "entropy_collapse")
