@@ -2,6 +2,7 @@
 
     python -m bench.detectors --seeds 101 102 103 104 105 --healthy 20 --steps 300
     python -m bench.detectors --format tinker ...   (each run written as that trainer does)
+    python -m bench.detectors --cohorts --seeds 801 802 803 804   (unlike_peers: bench/cohorts.py)
 
 For each seed the simulator writes one run per scenario (every finding code plus
 `healthy`) and `--healthy` extra healthy runs of varied difficulty, group size, noise
@@ -337,6 +338,12 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--cohorts" in argv:  # unlike_peers on simulated cohorts: bench/cohorts.py
+        from bench.cohorts import main as cohorts_main
+
+        return cohorts_main([a for a in argv if a != "--cohorts"])
     p = argparse.ArgumentParser(
         prog="python -m bench.detectors", description=__doc__.split("\n\n")[0]
     )
@@ -397,7 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = [r for b in loaded for r in b]
     results = [evaluate(r, cfg) for r in runs]
     t2 = time.time()
-    codes = tuple(EXPECTED[p] for p in LEARN_PATHOLOGIES) if args.learn else CODES
+    # unlike_peers judges a run against its cohort: measured by --cohorts (bench/cohorts.py).
+    per_run = tuple(c for c in CODES if c != "unlike_peers")
+    codes = tuple(EXPECTED[p] for p in LEARN_PATHOLOGIES) if args.learn else per_run
     table, summary = report(results, args.steps, codes)
     print(
         ("learning trainer, " if args.learn else "scripted simulator, ")

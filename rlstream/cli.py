@@ -194,6 +194,26 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return EXIT_FAILURE if failed else 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    import json
+
+    from rlstream.fleet.compare import CompareConfig, as_json, compare_runs, render
+
+    opts = storage_options(args.storage_options)
+    checked_out(args.out, opts)
+    given = {k: getattr(args, k) for k in ("window", "k", "sustain")}
+    cfg = CompareConfig(**{k: v for k, v in given.items() if v is not None})
+    if cfg.window < 2 or cfg.sustain < 1 or cfg.k <= 0:
+        raise ConfigError("--window must be >= 2, --sustain >= 1 and --k > 0")
+    rows = compare_runs(args.out, [args.run_a, *args.runs], cfg, opts)
+    with contextlib.suppress(BrokenPipeError):
+        if args.json:
+            print(json.dumps({"reference": args.run_a, "divergences": as_json(rows)}, indent=1))
+        else:
+            print(render(rows), end="")
+    return 0
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from rlstream.simulate.cli import run
 
@@ -275,6 +295,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--storage-options", help="JSON object passed to fsspec for OUT and runs")
     r.set_defaults(func=cmd_report)
+
+    cm = sub.add_parser(
+        "compare",
+        help="the first step at which runs' figures diverge beyond their noise (docs/fleet.md)",
+    )
+    cm.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")
+    cm.add_argument("run_a", metavar="RUN_A", help="the reference run id")
+    cm.add_argument("runs", nargs="+", metavar="RUN_B", help="run ids compared with RUN_A")
+    cm.add_argument("--json", action="store_true", help="print JSON")
+    cm.add_argument("--window", type=int, help="steps per window (default 10)")
+    cm.add_argument("--k", type=float, help="pooled deviations that diverge (default 3)")
+    cm.add_argument("--sustain", type=int, help="consecutive divergent steps (default 10)")
+    cm.add_argument("--storage-options", help="JSON object passed to fsspec for OUT")
+    cm.set_defaults(func=cmd_compare)
 
     c = sub.add_parser(
         "compact",

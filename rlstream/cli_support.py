@@ -81,6 +81,14 @@ def common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rules", metavar="FILE", help="TOML file overriding health rule settings (docs/health.md)"
     )
+    p.add_argument(
+        "--cohort",
+        action="append",
+        metavar="NAME=GLOB",
+        help="runs whose id or folder matches GLOB form the cohort NAME, unless their config "
+        "names one (config.experiment, config.cohort, config.tags); default: a fingerprint of "
+        "the config without seeds, names and paths (docs/health.md, Cohorts); repeatable",
+    )
     p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
     p.add_argument(
         "--tailers",
@@ -157,14 +165,14 @@ def finish(outcome, out: str, verb: str, opts: dict) -> int:
 
 
 def rules_hooks(args: argparse.Namespace):
-    """A picklable factory of the health hook with the `--rules` file applied."""
-    import functools
-
+    """A picklable factory of the health hooks with the `--rules` file and the
+    `--cohort` rules applied (`pipeline.verdicts.HealthHooks`)."""
     from rlstream.health import DEFAULT_RULES, load_rules
-    from rlstream.pipeline.verdicts import health_hooks
+    from rlstream.health.cohort import parse_cohort_rules
+    from rlstream.pipeline.verdicts import HealthHooks
 
     rules = load_rules(args.rules) if args.rules else DEFAULT_RULES
-    return functools.partial(health_hooks, rules)
+    return HealthHooks(rules, parse_cohort_rules(getattr(args, "cohort", None) or []))
 
 
 def checked_out(out: str, opts: dict) -> None:

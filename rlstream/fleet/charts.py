@@ -7,7 +7,9 @@ numpy), so a chart costs no Python per step: each finding is a marker on the
 chart of the figure it judges (`CHART_OF`). Axes fit the quantity: shares (ESS,
 truncation) stay within 0-1, counts, lengths, lags and entropy never go below 0.
 Steps where a chart's main series has no value (for example a step with no trained
-attempt has no reward, KL or ESS) are shaded, and the legend says why.
+attempt has no reward, KL or ESS) are shaded, and the legend says why. With the run's
+cohort bands (`fleet.read.read_bands`), a chart whose main figure has one
+(`BAND_OF`) draws the p10-p90 of the cohort's runs under the run's curves.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rlstream.fleet.svg import Chart, Marker, Series, as_floats
+from rlstream.fleet.svg import Band, Chart, Marker, Series, as_floats
 
 STEP_COLUMNS = [
     "reward_mean",
@@ -62,6 +64,14 @@ CHART_OF = {
     "stale_rollouts": "lag",
 }
 MAX_DISCARD_SERIES = 6
+BAND_OF = {
+    "reward": "reward_mean",
+    "kl": "mismatch_kl",
+    "entropy": "entropy_estimate",
+    "length": "completion_len_mean",
+    "truncation": "truncated_frac",
+}
+"""Chart -> the figure whose cohort band it draws."""
 
 
 def _map_series(maps: Any) -> dict[str, np.ndarray]:
@@ -95,7 +105,12 @@ NO_TOKENS = "no trained tokens with both logprobs at these steps"
 NO_SAMPLES = "no full-trace transcript at these steps"
 
 
-def run_charts(cols: dict[str, list[Any]], findings: list[dict[str, Any]]) -> list[Chart]:
+def run_charts(
+    cols: dict[str, list[Any]],
+    findings: list[dict[str, Any]],
+    bands: dict[str, dict[str, list[Any]]] | None = None,
+) -> list[Chart]:
+    """The run's charts; `bands`: figure -> {step, p10, p90, n} of its cohort."""
     steps = np.asarray(as_floats(cols["step"]), dtype=np.int64)
 
     def s(col: str, label: str, dashed: bool = False) -> Series:
@@ -181,6 +196,15 @@ def run_charts(cols: dict[str, list[Any]], findings: list[dict[str, Any]]) -> li
                 n,
             )
         )
-    return [
-        Chart(title, series, markers[key], **opts) for key, (title, series, opts) in charts.items()
-    ]
+    bands = bands or {}
+    out = []
+    for key, (title, series, opts) in charts.items():
+        b = bands.get(BAND_OF.get(key, ""))
+        if b is not None and b["step"]:
+            n = max(b["n"])
+            opts = {
+                **opts,
+                "band": Band(f"cohort p10-p90 ({n} runs)", b["step"], b["p10"], b["p90"]),
+            }
+        out.append(Chart(title, series, markers[key], **opts))
+    return out

@@ -12,8 +12,10 @@ Two sources, rendered in the text exposition format (version 0.0.4):
 Cardinality is bounded: the only unbounded label is `run_id`, one value per run, and
 at most `max_runs` runs are exported (worst first, see `status.sort_key`); the others
 are counted in `rlstream_runs` and `rlstream_runs_not_exported`. `status` takes 5
-values, `code` the 22 finding codes, `severity` 3. A run has at most 14 series plus
-one per firing finding. docs/fleet.md lists every series.
+values, `code` the finding codes, `severity` 3, `cohort` one value per cohort (at most
+one per run). A run has at most 16 series plus one per firing finding. The cohort is
+an info series (`rlstream_run_cohort{run_id,cohort} 1`) to join on `run_id`, and
+`rlstream_run_unlike_peers{run_id,cohort}` is 1 while the run's `unlike_peers` fires. docs/fleet.md lists every series.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ METRIC_NAMES = frozenset(
         "rlstream_run_seconds_since_update",
         "rlstream_run_findings_firing",
         "rlstream_run_finding",
+        "rlstream_run_cohort",
+        "rlstream_run_unlike_peers",
         *(f"rlstream_run_{k}" for k, _ in RUN_GAUGES),
         *(f"rlstream_pipeline_{n}" for n, _, _ in PIPELINE_COUNTERS),
         "rlstream_pipeline_runs",
@@ -144,6 +148,24 @@ def render_metrics(
             run_id=rid,
             status=r["status"],
         )
+        if r.get("cohort"):
+            o.add(
+                "rlstream_run_cohort",
+                "gauge",
+                "1, labelled with the run's cohort (join on run_id: group_left(cohort)).",
+                1,
+                run_id=rid,
+                cohort=r["cohort"],
+            )
+            o.add(
+                "rlstream_run_unlike_peers",
+                "gauge",
+                "1 while the run's unlike_peers finding fires (a figure outside its "
+                "cohort's band), else 0.",
+                int(any(f["code"] == "unlike_peers" for f in r["firing"])),
+                run_id=rid,
+                cohort=r["cohort"],
+            )
         o.add(
             "rlstream_run_finished",
             "gauge",

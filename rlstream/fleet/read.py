@@ -8,6 +8,10 @@ one log replay per table (a checkpoint and at most 10 JSON commits) and the data
 files the file statistics cannot rule out (after compaction, a handful), so a refresh
 costs the same after 10 steps or 10,000, on local disk or S3.
 
+`read_bands(out, cohorts)` returns the newest band per (cohort, step, figure) of the
+`cohorts` table (rlstream.sinks.cohorts), as {cohort: {figure: {column: values}}} in
+step order.
+
 `example_completions(run_uri, since_step)` is the one read outside OUT: a few
 completion texts from the newest transcripts of a run, for the report's
 degenerate_outputs and entropy_collapse sections. Given the run's name watermark
@@ -128,6 +132,7 @@ def read_table(
     from deltalake import DeltaTable
 
     from rlstream.pipeline.rows import STEPS_SCHEMA
+    from rlstream.sinks.cohorts import COHORTS_SCHEMA
     from rlstream.sinks.delta import QUARANTINE_SCHEMA
     from rlstream.sinks.health import ALERTS_SCHEMA, RUN_HEALTH_SCHEMA
 
@@ -139,6 +144,7 @@ def read_table(
             "alerts": ALERTS_SCHEMA,
             "run_health": RUN_HEALTH_SCHEMA,
             "run_latest": RUN_HEALTH_SCHEMA,
+            "cohorts": COHORTS_SCHEMA,
         }
         empty = schemas[table].empty_table() if table in schemas else pa.table({})
         return empty.select(columns) if columns and empty.num_columns else empty
@@ -159,6 +165,32 @@ def names_mark(out: str, run_id: str, storage_options: dict[str, Any] | None = N
     except Exception:  # no state, or one this version cannot read: list everything
         return None
     return mark if isinstance(mark, str) else None
+
+
+def read_bands(
+    out: str, cohorts: list[str] | None = None, storage_options: dict[str, Any] | None = None
+) -> dict[str, dict[str, dict[str, list[Any]]]]:
+    """Bands of these cohorts (all if None): {cohort: {figure: {step, n, p10, p50, p90,
+    median, mad}}}, each list in step order; {} before the first band is written."""
+    from deltalake import DeltaTable
+
+    from rlstream.sinks.cohorts import newest_bands
+
+    sink = out_sink(out, storage_options)
+    if not sink.exists("cohorts"):
+        return {}
+    ds = DeltaTable(sink.uri("cohorts"), storage_options=sink.options).to_pyarrow_dataset()
+    flt = None if cohorts is None else pc.field("cohort").isin(sorted(set(cohorts)))
+    cols = ["cohort", "figure", "step", "n", "p10", "p50", "p90", "median", "mad", "as_of"]
+    t = newest_bands(ds.to_table(columns=[*cols, "commit_seq"], filter=flt))
+    out_: dict[str, dict[str, dict[str, list[Any]]]] = {}
+    for row in t.select(cols[:-1]).to_pylist():
+        per = out_.setdefault(row["cohort"], {}).setdefault(
+            row["figure"], {k: [] for k in cols[2:-1]}
+        )
+        for k in cols[2:-1]:
+            per[k].append(row[k])
+    return out_
 
 
 def example_completions(

@@ -6,7 +6,8 @@ entropy and truncation are the window medians the health rules judge), the run
 folders rejected for an unreadable run.json with their reason, and one section per
 run, worst first: the charts of `fleet.charts` (reward, discards by reason, mismatch
 KL and ESS, entropy, completion length, truncation and lag), each finding marked on
-its chart at `since_step` with its message, and, for degenerate_outputs and
+its chart at `since_step` with its message, its cohort's band (p10-p90 of the runs of
+its cohort, `OUT/cohorts`) under the figures that have one, and, for degenerate_outputs and
 entropy_collapse, example completions read from the run's newest transcripts (the one
 read outside OUT).
 
@@ -30,7 +31,13 @@ import pyarrow as pa
 
 from rlstream.fleet.charts import STEP_COLUMNS, run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
-from rlstream.fleet.read import StepsTable, example_completions, names_mark, read_latest
+from rlstream.fleet.read import (
+    StepsTable,
+    example_completions,
+    names_mark,
+    read_bands,
+    read_latest,
+)
 from rlstream.fleet.status import (
     STATUS_LABEL,
     STATUS_ORDER,
@@ -120,7 +127,7 @@ def overview_table(rows: list[dict[str, Any]]) -> str:
     health rules judge (as in `rlstream status`), so they agree with the findings."""
     w = _window(rows)
     head = (
-        "<tr><th>run</th><th>status</th><th>last step</th><th>updated</th>"
+        "<tr><th>run</th><th>cohort</th><th>status</th><th>last step</th><th>updated</th>"
         "<th>reward (last step)</th><th>trend/100 steps</th>"
         f"<th>mismatch KL ({w})</th><th>ESS ({w})</th><th>entropy ({w})</th>"
         f"<th>truncation ({w})</th><th>firing findings</th></tr>"
@@ -134,6 +141,7 @@ def overview_table(rows: list[dict[str, Any]]) -> str:
         body.append(
             "<tr>"
             f'<td data-v="{_e(r["run_id"])}"><a href="#run-{i}">{_e(r["run_id"])}</a></td>'
+            f'<td data-v="{_e(r.get("cohort") or "")}">{_e(r.get("cohort") or "-")}</td>'
             f'<td data-v="{STATUS_ORDER.get(r.get("status") or "", 9)}">{_badge(r.get("status"))}</td>'
             + _numcell(r.get("last_step"), fmt_num(r.get("last_step"), "d"))
             + _numcell(r.get("seconds_since_update"), fmt_age(r.get("seconds_since_update")))
@@ -243,10 +251,11 @@ def run_section(
     steps: StepsTable,
     out: str,
     storage_options: dict[str, Any] | None,
+    bands: dict[str, dict[str, list[Any]]] | None = None,
 ) -> str:
     findings = list(latest.get("findings") or [])
     cols = steps.arrays(row["run_id"], STEP_COLUMNS)
-    charts = run_charts(cols, findings)
+    charts = run_charts(cols, findings, bands)
     unplaced = [f for f in findings if f.get("since_step") is None]
     extra = "".join(
         f"<li class='msg'><b>{_e(f.get('code'))}</b> [{_e(f.get('severity'))}, "
@@ -256,6 +265,7 @@ def run_section(
     return (
         f'<section class="run" id="run-{i}"><h2>{_e(row["run_id"])} {_badge(row.get("status"))}</h2>'
         f'<div class="sub">{_e(row.get("run_uri"))} · {_e(row.get("format") or "loops")} format · '
+        f"cohort {_e(row.get('cohort') or '-')} · "
         f"last step {_e(row.get('last_step'))} · "
         f"{plural(len(cols['step']), 'final step')} · {plural(len(findings), 'finding')}</div>"
         + (f"<ul>{extra}</ul>" if extra else "")
@@ -293,8 +303,11 @@ def render_report(
     rows = status_rows(latest, now)
     now_dt = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
     steps = StepsTable(out, storage_options)
+    bands = read_bands(out, [r["cohort"] for r in rows if r.get("cohort")], storage_options)
     sections = "".join(
-        run_section(i, r, by_id[r["run_id"]], steps, out, storage_options)
+        run_section(
+            i, r, by_id[r["run_id"]], steps, out, storage_options, bands.get(r.get("cohort"))
+        )
         for i, r in enumerate(rows)
     )
     csp = (

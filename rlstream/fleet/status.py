@@ -63,6 +63,7 @@ def status_rows(latest: list[dict[str, Any]], now: float | None = None) -> list[
                 "run_id": r["run_id"],
                 "run_uri": r.get("run_uri"),
                 "format": r.get("format") or "loops",
+                "cohort": r.get("cohort"),
                 "status": r.get("status"),
                 "last_step": r.get("last_step"),
                 "last_activity": activity,
@@ -127,7 +128,18 @@ def trend_arrow(slope: float | None) -> str:
     return f"{arrow}{per100:+.2f}"
 
 
-HEADS = ("run", "format", "status", "step", "updated", "reward", "trend/100", "kl*", "ess*")
+HEADS = (
+    "run",
+    "format",
+    "cohort",
+    "status",
+    "step",
+    "updated",
+    "reward",
+    "trend/100",
+    "kl*",
+    "ess*",
+)
 HEADS += ("entropy*", "trunc*", "findings")
 
 
@@ -135,6 +147,7 @@ def table_cells(r: dict[str, Any]) -> list[str]:
     return [
         r["run_id"],
         r.get("format") or "loops",
+        r.get("cohort") or "-",
         r.get("status") or "-",
         fmt_num(r.get("last_step"), "d"),
         fmt_age(r.get("seconds_since_update")),

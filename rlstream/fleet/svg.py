@@ -14,7 +14,7 @@ may come from run data (series labels, marker codes and messages) is escaped her
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
@@ -86,6 +86,18 @@ class Chart:
     """Highest value the quantity can take (1 for shares)."""
     gap_note: str = "no value at these steps"
     """Legend text for the shaded steps where the first series has no value."""
+    band: Band | None = None
+    """The run's cohort band of the chart's main figure, drawn under the series."""
+
+
+@dataclass(frozen=True)
+class Band:
+    """A shaded band (the p10-p90 of a cohort's runs per step) and its legend label."""
+
+    label: str
+    steps: list[int]
+    low: list[float | None]
+    high: list[float | None]
 
 
 def _finite(v: float | None) -> bool:
@@ -180,6 +192,37 @@ def _values(vals: np.ndarray) -> list[float | None]:
     return [None if v != v else v for v in vals.tolist()]
 
 
+BAND_COLOR = "#d6e4f0"
+
+
+def _thin_band(band: Band, most: int) -> Band:
+    """Every k-th point of a band longer than `most` points."""
+    k = -(-len(band.steps) // most) if len(band.steps) > most else 1
+    return Band(band.label, band.steps[::k], band.low[::k], band.high[::k])
+
+
+def _band_svg(
+    band: Band, px: Callable[[float], float], py: Callable[[float], float], log_y: bool
+) -> list[str]:
+    """One filled polygon per stretch of steps where both edges have a value."""
+    out: list[str] = []
+    seg: list[tuple[int, float, float]] = []
+    pts = zip(band.steps, band.low, band.high, strict=True)
+    for s, lo, hi in [*pts, (0, None, None)]:
+        if _finite(lo) and _finite(hi) and (not log_y or (lo > 0 and hi > 0)):
+            seg.append((s, lo, hi))  # type: ignore[arg-type]
+            continue
+        if len(seg) > 1:
+            upper = [f"{px(a):.1f},{py(h):.1f}" for a, _, h in seg]
+            lower = [f"{px(a):.1f},{py(lo_):.1f}" for a, lo_, _ in reversed(seg)]
+            out.append(
+                f'<polygon points="{" ".join(upper + lower)}" fill="{BAND_COLOR}" '
+                f'class="band"><title>{escape(band.label)}</title></polygon>'
+            )
+        seg = []
+    return out
+
+
 def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     """The chart as an `<svg>` element (a string of escaped markup)."""
     left, right, top, bottom = 58, 12, 26, 58
@@ -194,6 +237,19 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     ]
     xs = [x for x, _ in pts if x.size]
     ys = np.concatenate([v[ok] for (_, v), ok in zip(pts, drawn, strict=True)] or [np.empty(0)])
+    band = _thin_band(chart.band, 2 * pw) if chart.band is not None else None
+    if band is not None and xs:
+        # The band is drawn over the run's own steps only, and widens the axis to fit.
+        lo_s, hi_s = min(int(x.min()) for x in xs), max(int(x.max()) for x in xs)
+        keep = [i for i, s in enumerate(band.steps) if lo_s <= s <= hi_s]
+        band = Band(
+            band.label,
+            [band.steps[i] for i in keep],
+            [band.low[i] for i in keep],
+            [band.high[i] for i in keep],
+        )
+        edges = [v for v in (*band.low, *band.high) if _finite(v) and (not chart.log_y or v > 0)]
+        ys = np.concatenate([ys, np.asarray(edges, dtype=np.float64)])
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" class="chart">',
@@ -242,6 +298,8 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             f'class="gap" fill="{GAP_COLOR}"><title>steps {a}-{b}: '
             f"{escape(chart.gap_note)}</title></rect>"
         )
+    if band is not None:
+        parts.extend(_band_svg(band, px, py, chart.log_y))
     yt = [10**t for t in _ticks(y0, y1)] if chart.log_y else _ticks(y0, y1)
     for v in yt:
         y = py(v)
@@ -282,6 +340,15 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             f'<text x="{lx + 18:.0f}" y="{ly}" class="lg">{label}</text>'
         )
         lx += 30 + 6.5 * len(ser.label)
+    if band is not None and band.steps:
+        text = escape(band.label)
+        if lx + 22 + 6.5 * len(band.label) > width and lx > left:
+            lx, ly = left, ly + 13
+        parts.append(
+            f'<rect x="{lx:.0f}" y="{ly - 9}" width="14" height="10" fill="{BAND_COLOR}"/>'
+            f'<text x="{lx + 18:.0f}" y="{ly}" class="lg">{text}</text>'
+        )
+        lx += 30 + 6.5 * len(band.label)
     if bands:
         note = escape(chart.gap_note)
         if lx + 22 + 6.5 * len(chart.gap_note) > width and lx > left:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from rlstream.errors import ConfigError
+from rlstream.health.config_peers import CohortsConfig, UnlikePeers
 from rlstream.health.thresholds import (  # noqa: F401  (re-exported: C.<Rule>)
     FailureBurst,
     GradingFailureBurst,
@@ -101,11 +102,13 @@ class RulesConfig:
     heldout_gap: HeldoutGap = field(default_factory=HeldoutGap)
     metric_disagreement: MetricDisagreement = field(default_factory=MetricDisagreement)
     stalled: Stalled = field(default_factory=Stalled)
+    unlike_peers: UnlikePeers = field(default_factory=UnlikePeers)
+    cohorts: CohortsConfig = field(default_factory=CohortsConfig)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             sub = getattr(self, f.name)
-            if isinstance(sub, RuleConfig):
+            if isinstance(sub, (RuleConfig, UnlikePeers)):
                 _validate_rule(f.name, sub)
         h = self.history
         if min(h.window, h.baseline_steps, h.recent_steps, h.trend_steps) < 1:
@@ -138,12 +141,12 @@ class RulesConfig:
 
 
 CODES: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(RulesConfig) if f.name != "history"
+    f.name for f in dataclasses.fields(RulesConfig) if f.name not in ("history", "cohorts")
 )
 """Every finding code, in the order the Loops guide reads them. A stable API."""
 
 
-def _validate_rule(code: str, rule: RuleConfig) -> None:
+def _validate_rule(code: str, rule: RuleConfig | UnlikePeers) -> None:
     if rule.severity not in SEVERITIES:
         raise ConfigError(f"[{code}] severity must be one of {SEVERITIES}, got {rule.severity!r}")
     if rule.for_steps < 1 or rule.clear_steps < 1:

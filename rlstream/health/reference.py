@@ -1,8 +1,8 @@
 """The "Defaults" reference of docs/health.md, rendered from the rules config.
 
 Each field's documentation is the string literal that follows it in
-``rlstream/health/config.py``, ``thresholds.py`` or ``thresholds_policy.py``
-(attribute docstrings, read with ``ast``); defaults come
+``rlstream/health/config.py``, ``thresholds.py``, ``thresholds_policy.py`` or
+``config_peers.py`` (attribute docstrings, read with ``ast``); defaults come
 from the dataclasses themselves, so the page cannot drift from the code:
 
     python -m rlstream.health.reference      # prints the section
@@ -15,9 +15,9 @@ import dataclasses
 import inspect
 
 from rlstream.health import config as C
-from rlstream.health import thresholds, thresholds_policy
+from rlstream.health import config_peers, thresholds, thresholds_policy
 
-SOURCES = (C, thresholds, thresholds_policy)
+SOURCES = (C, thresholds, thresholds_policy, config_peers)
 """The modules whose classes hold the documented fields."""
 
 
@@ -65,6 +65,8 @@ def defaults_markdown(rules: C.RulesConfig = C.DEFAULT_RULES) -> str:
         for k in reversed(cls.__mro__):  # base classes first, overridden by subclasses
             inherited.update(docs.get(k.__name__, {}))
         out += _table(rule, inherited)
+    out += ["", "### [cohorts]", "", " ".join((C.CohortsConfig.__doc__ or "").split()), ""]
+    out += _table(rules.cohorts, docs["CohortsConfig"])
     return "\n".join(out) + "\n"
 
 

@@ -9,7 +9,8 @@ One commit of a set of runs (`commit_runs`):
    version in those tables. Version >= `outbox_seq`: it landed. Otherwise its rows
    are carried into this commit.
 2. **Prepare.** Each run takes `seq + 1` and builds this commit's rows per table (new
-   steps, quarantine and alerts rows; its run_health row if it changed), plus any
+   steps, quarantine and alerts rows; its run_health row if it changed; the cohort
+   band rows computed for its new steps, `pipeline.cohorts`), plus any
    carried rows: that is its new `outbox`.
 3. **Resume states.** Each run's state (cursors, pending aggregates, health, outbox)
    is written, atomically, before any table. A run whose state write fails is put
@@ -50,12 +51,13 @@ from rlstream.pipeline.spill import (
     take_spill,
 )
 from rlstream.pipeline.state import RunState, is_finished
+from rlstream.sinks.cohorts import cohorts_table
 from rlstream.sinks.delta import DeltaSink, quarantine_table
 from rlstream.sinks.health import alerts_table, health_row, run_health_table
 
 log = logging.getLogger("rlstream")
 
-COMMIT_TABLES = ("steps", "quarantine", "alerts", "run_health")
+COMMIT_TABLES = ("steps", "quarantine", "alerts", "run_health", "cohorts")
 """Tables the commits append to, in this order (run_latest is maintenance's)."""
 
 
@@ -134,6 +136,13 @@ def _new_rows(states: list[RunState], now: float) -> list[dict[str, pa.Table]]:
         "steps": (lambda st, _h: st.out_rows, steps_table),
         "alerts": (lambda st, _h: st.out_alerts, alerts_table),
         "run_health": (lambda _st, h: [h] if h is not None else [], run_health_table),
+        "cohorts": (
+            lambda st, _h: [
+                {**r, "run_id": st.run_id, "as_of": now, "commit_seq": st.seq}
+                for r in st.out_cohorts
+            ],
+            cohorts_table,
+        ),
     }
     out: list[dict[str, pa.Table]] = [{} for _ in states]
     for table, (rows_of, build) in kinds.items():
@@ -197,9 +206,9 @@ def commit_runs(
         if spilled:
             spills[id(st)] = spilled
         _prepare(st, new)
-    pending = [(st.out_rows, st.out_quarantine, st.out_alerts) for st in states]
+    pending = [(st.out_rows, st.out_quarantine, st.out_alerts, st.out_cohorts) for st in states]
     for st in states:
-        st.out_rows, st.out_quarantine, st.out_alerts = [], [], []
+        st.out_rows, st.out_quarantine, st.out_alerts, st.out_cohorts = [], [], [], []
     unspilled = append_spills(sink, [(st, spills[id(st)]) for st in states if id(st) in spills])
 
     def save(st: RunState) -> bool:
@@ -228,7 +237,7 @@ def commit_runs(
                 count_spilled(written, spills[id(st)])
         else:
             _undo(st, saved[id(st)])
-            st.out_rows, st.out_quarantine, st.out_alerts = rows
+            st.out_rows, st.out_quarantine, st.out_alerts, st.out_cohorts = rows
             retry.append(st)
     failpoint("after_states")
     failed = append_outboxes(sink, saved_ok, written)

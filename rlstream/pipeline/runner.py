@@ -18,7 +18,6 @@ listed in the poll that read the line, and the watermark is safe.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import logging
 import time
 from collections import Counter
@@ -36,6 +35,7 @@ from rlstream.pipeline.discover import RUN_JSON, detect_format
 from rlstream.pipeline.names import advance_names, check_below
 from rlstream.pipeline.runjson import apply_run_json, read_run_json
 from rlstream.pipeline.runs import REJECTED, add_other_run, plan_other, resume_run, tails
+from rlstream.pipeline.shards import PLAN_THREADS, cohort_chunks, run_key
 from rlstream.pipeline.state import (
     RunState,
     finalize,
@@ -69,16 +69,9 @@ firing codes and findings, and returns alert events. Called for every run each p
 UNIT_RETRIES = 3
 """Extra rounds for failed units in batch mode before `analyze` gives up loudly."""
 
-PLAN_THREADS = 16
-"""Runs planned at once on an object store (stats and listings, a round trip each)."""
 
 MTIME_SLACK = 2.0
 """Seconds after which a folder's unchanged mtime proves no file was added."""
-
-
-def run_key(run_url: str) -> str:
-    """Stable shard key of a run: used to assign runs to tailers."""
-    return hashlib.sha1(run_url.encode()).hexdigest()
 
 
 class RunGroup:
@@ -90,11 +83,15 @@ class RunGroup:
         sink: DeltaSink,
         cfg: PipelineConfig,
         health: HealthHook | None = None,
+        peers: Any = None,
     ) -> None:
         self.storage = storage
         self.sink = sink
         self.cfg = cfg
         self.health = health
+        self.peers = peers
+        """Cohorts, peer bands and `unlike_peers` across the group's runs
+        (`pipeline.cohorts.PeerFold`), called once per poll."""
         self.runs: dict[str, RunState] = {}
         self.polls = 0
         self.totals: Counter[str] = Counter()
@@ -241,6 +238,7 @@ class RunGroup:
                 "nothing was finalized from them: rerun to resume from the resume states"
             )
         new_rows = 0
+        finalized: dict[str, list[dict[str, Any]]] = {}
         for state in due:
             advance_names(state, self.cfg.transcript_window)
             if final:
@@ -250,11 +248,14 @@ class RunGroup:
                 new_rows += len(rows)
                 self.totals["rows"] += len(rows)
                 self.dirty.add(state.run_url)
+                finalized[state.run_url] = rows
             if self.health is not None:
                 events = self.health(state, rows, now)
                 if events:
                     state.out_alerts.extend(events)
                     self.dirty.add(state.run_url)
+        if self.peers is not None:
+            self.dirty |= self.peers.fold(self.runs.values(), finalized, now)
         return new_rows
 
     def _plan_all(self, due: list[RunState]) -> list[list[Unit]]:
@@ -347,17 +348,27 @@ class RunGroup:
 
     def analyze(self, urls: list[str], execute: Executor) -> Iterator[RunState]:
         """Batch mode: read runs to the end of what exists, `analyze_chunk_runs` at a
-        time; commit each chunk and drop its state, yielding the dropped states."""
+        time; commit each chunk and drop its state, yielding the dropped states. With
+        the cohort fold, runs are read cohort by cohort and a chunk ends only where a
+        cohort does (`pipeline.shards.cohort_chunks`), so each run is judged against
+        every peer."""
         step = max(1, self.cfg.analyze_chunk_runs)
         urls = list(dict.fromkeys(urls))  # overlapping ROOTs name a run twice
-        for i in range(0, len(urls), step):
-            chunk = [u for u in urls[i : i + step] if self.add_run(u) is not None]
+        if self.peers is not None:
+            chunks = cohort_chunks(self.storage, urls, self.peers.cohort, step)
+        else:
+            chunks = [urls[i : i + step] for i in range(0, len(urls), step)]
+        for part in chunks:
+            chunk = [u for u in part if self.add_run(u) is not None]
             self.poll(execute, final=True)
             self.commit()
             settle(self.sink, [self.runs[u] for u in chunk if u in self.runs])
             self.totals["runs_done"] += len(chunk)
             for u in chunk:
-                yield self.runs.pop(u)
+                state = self.runs.pop(u)
+                if self.peers is not None:
+                    self.peers.release(state)
+                yield state
 
     def tally(self) -> dict[str, Any]:
         """What this group's commits wrote ({table: rows}) and the runs it rejected

@@ -39,6 +39,7 @@ TRANSIENT = frozenset(
         "out_rows",
         "out_quarantine",
         "out_alerts",
+        "out_cohorts",
         "listed",
         "unconfirmed",
         "spill_check",
@@ -119,6 +120,15 @@ class RunState:
     """`final_through` of the last resume state written (or loaded)."""
     durable_seq: int = 0
     """`seq` of the last resume state written (or loaded)."""
+    cohort: str = ""
+    """The run's cohort (`rlstream.health.cohort`), set once when it is first polled."""
+    peer_window: list[list[Any]] = field(default_factory=list)
+    """[step, figure values...] of the last `[unlike_peers] window_steps` final steps
+    (`rlstream.pipeline.cohorts`): what its cohort's bands and judging read."""
+    peer_judged: int = -1
+    """Highest step judged against its peers (`unlike_peers`)."""
+    out_cohorts: list[dict[str, Any]] = field(default_factory=list)
+    """Band rows for OUT/cohorts this run's next commit carries."""
 
     def __post_init__(self) -> None:
         self.durable_through, self.durable_seq = self.final_through, self.seq

@@ -54,11 +54,7 @@ class HealthFold:
         transitions.extend(tr)
         if hs is state.health and state.status is not None and not ctx.finished:
             return []  # nothing folded, nothing changed: status and findings stand
-        state.health = hs
-        state.status = run_status(hs, ctx)
-        current = findings(hs)
-        state.findings = [asdict(f) for f in current]
-        state.firing = [f.code for f in current if f.state == "firing"]
+        apply_health(state, hs, ctx)
         # The figures the rules judged, beside the findings in the fleet views.
         h = self.rules.history
         view = View(hs, h.recent_steps, h.baseline_steps)
@@ -68,6 +64,35 @@ class HealthFold:
         return [{"run_id": state.run_id, **asdict(t)} for t in transitions]
 
 
-def health_hooks(rules: RulesConfig = DEFAULT_RULES) -> dict[str, Any]:
-    """Keyword arguments for `RunGroup` that turn health verdicts on."""
-    return {"health": HealthFold(rules)}
+def apply_health(state: RunState, hs: Any, ctx: RunContext) -> None:
+    """Store a new health state in the run state with its status, findings and firing."""
+    state.health = hs
+    state.status = run_status(hs, ctx)
+    current = findings(hs)
+    state.findings = [asdict(f) for f in current]
+    state.firing = [f.code for f in current if f.state == "firing"]
+
+
+class HealthHooks:
+    """Picklable factory of the health hooks (`health_hooks`) for the Ray tailers, with
+    the run's cohort function the driver shards runs by (`pipeline.shards`)."""
+
+    def __init__(self, rules: RulesConfig = DEFAULT_RULES, cohort_rules: Any = ()) -> None:
+        self.rules = rules
+        self.cohort_rules = tuple(cohort_rules)
+
+    def __call__(self) -> dict[str, Any]:
+        return health_hooks(self.rules, self.cohort_rules)
+
+    def cohort(self, run_id: str, run_url: str, config: dict[str, Any]) -> str:
+        from rlstream.health.cohort import cohort_of
+
+        return cohort_of(run_id, run_url, config, self.rules.cohorts, self.cohort_rules)
+
+
+def health_hooks(rules: RulesConfig = DEFAULT_RULES, cohort_rules: Any = ()) -> dict[str, Any]:
+    """Keyword arguments for `RunGroup` that turn health verdicts, cohorts and peer
+    bands on (`cohort_rules`: `--cohort NAME=GLOB` pairs, `health.cohort`)."""
+    from rlstream.pipeline.cohorts import PeerFold
+
+    return {"health": HealthFold(rules), "peers": PeerFold(rules, tuple(cohort_rules))}

@@ -27,7 +27,7 @@ from rlstream.io.storage import Storage
 from rlstream.pipeline.discover import find_runs, normalize_root
 from rlstream.pipeline.local import input_storage
 from rlstream.pipeline.outcome import Outcome
-from rlstream.pipeline.runner import run_key
+from rlstream.pipeline.shards import Sharder
 from rlstream.runtime.actors import OBJECT_STORE_UNITS_PER_WORKER, Tailer, Worker
 from rlstream.runtime.cluster import (
     RayConfig,
@@ -136,6 +136,7 @@ class Fleet:
             for _ in range(self.n_tailers)
         ]
         ray.get([t.set_workers.remote(self.workers) for t in self.tailers])
+        self.sharder = Sharder(self.storage, hooks_factory, self.n_tailers)
         self.owned: set[str] = set()
         self.assigned: list[list[str]] = [[] for _ in self.tailers]
         self.tailer_restarts = 0
@@ -174,10 +175,8 @@ class Fleet:
             )
         if not found:
             return 0
-        shards: dict[int, list[str]] = {}
-        for url in found:
-            shards.setdefault(int(run_key(url), 16) % self.n_tailers, []).append(url)
-        refs = {i: self.tailers[i].add_runs.remote(urls) for i, urls in shards.items()}
+        shards = dict(enumerate(self.sharder.split(found)))  # a cohort's runs: one tailer
+        refs = {i: self.tailers[i].add_runs.remote(urls) for i, urls in shards.items() if urls}
         added = []
         for i, ref in refs.items():
             got = ray.get(ref)
@@ -198,9 +197,7 @@ class Fleet:
                 for root in self.roots
                 for u in find_runs(self.storage, root, fmt=self.input_format)
             ]
-        shards: list[list[str]] = [[] for _ in self.tailers]
-        for url in urls:
-            shards[int(run_key(url), 16) % self.n_tailers].append(url)
+        shards = self.sharder.split(urls)
         refs = [t.analyze.remote(urls) for t, urls in zip(self.tailers, shards, strict=True)]
         total = sum(len(s) for s in shards)
         while len(ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
@@ -314,9 +311,9 @@ def run(
     and rejected. `analyze` finds its runs before Ray starts and raises `NoDataError`
     without starting it when there are none."""
     if hooks_factory is None:
-        from rlstream.pipeline.verdicts import health_hooks
+        from rlstream.pipeline.verdicts import HealthHooks
 
-        hooks_factory = health_hooks
+        hooks_factory = HealthHooks()
     urls: list[str] | None = None
     if not watch:
         storage = input_storage([normalize_root(r) for r in roots], cfg.storage_options)

@@ -51,6 +51,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=FORMATS,
         help="write the runs as this trainer writes them (docs/formats.md; default loops)",
     )
+    parser.add_argument(
+        "--cohort-size",
+        type=int,
+        default=_D.cohort_size,
+        metavar="N",
+        help="runs come in cohorts of N sharing one recipe, differing only in their random "
+        "content, as seeds of a sweep do (default 0: every run its own recipe)",
+    )
+    parser.add_argument(
+        "--odd-kl",
+        type=float,
+        default=_D.odd_kl,
+        metavar="X",
+        help="with --cohort-size: in every second cohort the last run's KL is X times its "
+        "siblings' (unlike_peers; default 1: none)",
+    )
     parser.add_argument("--live", action="store_true", help="write in real time")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds per step with --live")
     parser.add_argument(
@@ -82,6 +98,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         group_size=args.group_size,
         tokens=args.tokens,
         mode=args.mode,
+        cohort_size=args.cohort_size,
+        odd_kl=args.odd_kl,
     )
 
 

@@ -47,6 +47,14 @@ class SimConfig:
     vocab_size: int = 32000
     eval_every: int = 10
     vary_healthy: bool = True
+    cohort_size: int = 0
+    """With n > 0, runs come in cohorts of n consecutive runs that share one recipe: the
+    same config and latent parameters (drawn from the seed and the cohort's index),
+    differing only in their random content, as seeds of one sweep do."""
+    odd_kl: float = 1.0
+    """With cohorts: in every second cohort (odd cohort index) the last run's
+    sampler/trainer KL is this many times its siblings' from the first step (its
+    folder name ends in `-odd`): a run unlike its peers that no per-run rule sees."""
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.scenarios if s not in SCENARIOS]
@@ -70,6 +78,8 @@ class SimConfig:
             raise ValueError(f"vocab_size must be >= 1000 (got {self.vocab_size})")
         if self.tokens < 2:
             raise ValueError(f"tokens must be >= 2 (got {self.tokens})")
+        if self.cohort_size < 0 or self.odd_kl <= 0:
+            raise ValueError("cohort_size must be >= 0 and odd_kl > 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +128,8 @@ class RunPlan:
     progress_every_seconds: float | None
     created_at: float
     seed: int
+    recipe: str = ""
+    """With cohorts: the recipe's name (its task set, in the config as `data.tasks`)."""
     # Latent parameters (never written): see engine.py for how they are used.
     params: dict[str, float] = field(default_factory=dict)
 
@@ -146,6 +158,7 @@ class RunPlan:
             "sampling": {"max_tokens": self.max_tokens, "temperature": 1.0},
             "output": output,
             "model": {"name": "sim-policy-1b", "vocab_size": self.vocab_size},
+            **({"data": {"tasks": self.recipe}} if self.recipe else {}),
         }
 
 
@@ -169,6 +182,9 @@ def plan_run(config: SimConfig, index: int) -> RunPlan:
     """The plan of run `index`: a pure function of (config, index)."""
     scenario = config.scenarios[index % len(config.scenarios)]
     rng = np.random.default_rng([config.seed, index, STREAM_PLAN])
+    cohort = index // config.cohort_size if config.cohort_size else None
+    if cohort is not None:  # the recipe comes from the cohort, not the run
+        rng = np.random.default_rng([config.seed, cohort, STREAM_PLAN, 1])
     onset = _onset(config, scenario, rng)
 
     group_size = config.group_size
@@ -211,10 +227,13 @@ def plan_run(config: SimConfig, index: int) -> RunPlan:
     if scenario == "healthy" and config.vary_healthy:
         params["diff_sd"] *= float(rng.uniform(0.8, 1.3))
         params["s0"] += float(rng.uniform(-0.4, 0.4))
+    odd = is_odd(config, index)
+    if odd:  # KL of small logprob noise grows as its variance
+        params["kl_sd"] *= float(np.sqrt(config.odd_kl))
 
     return RunPlan(
         index=index,
-        name=f"run-{index:03d}-{scenario}",
+        name=f"run-{index:03d}-{scenario}" + ("-odd" if odd else ""),
         run_id=run_id_for(config.seed, index),
         scenario=scenario,
         onset=onset,
@@ -235,8 +254,15 @@ def plan_run(config: SimConfig, index: int) -> RunPlan:
         progress_every_seconds=progress,
         created_at=EPOCH + offset + index * 37.0,
         seed=config.seed,
+        recipe="" if cohort is None else f"sim-tasks-{config.seed}-{cohort}",
         params=params,
     )
+
+
+def is_odd(config: SimConfig, index: int) -> bool:
+    """Whether run `index` is the odd run of its cohort (`SimConfig.odd_kl`)."""
+    n = config.cohort_size
+    return bool(n) and config.odd_kl != 1.0 and (index // n) % 2 == 1 and index % n == n - 1
 
 
 def plan_runs(config: SimConfig) -> list[RunPlan]:

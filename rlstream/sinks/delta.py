@@ -7,6 +7,7 @@ Layout (docs/schema.md):
     OUT/run_latest/_delta_log/...   the same rows; maintenance keeps only the newest per run
     OUT/alerts/_delta_log/...       finding transitions
     OUT/quarantine/_delta_log/...   rejected records
+    OUT/cohorts/_delta_log/...      peer bands per cohort, step and figure (sinks/cohorts.py)
     OUT/_resume/run_id=<id>.state   each run's resume state (rlstream.pipeline.resume)
 
 `DeltaSink` appends one Arrow table to one Delta table per call, recording one
@@ -34,7 +35,7 @@ from rlstream.errors import RlstreamError
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.io.storage import Storage
 
-TABLES = ("steps", "run_health", "run_latest", "alerts", "quarantine")
+TABLES = ("steps", "run_health", "run_latest", "alerts", "quarantine", "cohorts")
 STATE_DIR = "_resume"
 
 QUARANTINE_SCHEMA = pa.schema(

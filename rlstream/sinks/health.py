@@ -50,6 +50,7 @@ RUN_HEALTH_SCHEMA = pa.schema(
         pa.field("token_metrics", pa.string()),
         pa.field("format", pa.string()),
         pa.field("not_evaluable", pa.list_(pa.string())),
+        pa.field("cohort", pa.string()),
     ],
     metadata={"rlstream.schema_version": "1", "rlstream.table": "run_health"},
 )
@@ -102,6 +103,7 @@ def health_row(state: Any, now: float, finished: bool) -> dict[str, Any]:
         "token_metrics": token_metrics,
         "format": state.format,
         "not_evaluable": list(state.headline.get("_not_evaluable", [])),
+        "cohort": state.cohort or None,
     }
 
 

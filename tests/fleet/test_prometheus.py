@@ -78,6 +78,26 @@ def test_render_values_labels_and_escaping():
     assert text.count("# TYPE rlstream_run_status gauge") == 1
 
 
+def test_cohort_info_and_unlike_peers_series():
+    text = render_metrics(
+        [
+            _latest("odd", "warning", [("unlike_peers", "warning")], cohort="sweep-a"),
+            _latest("sib", "healthy", cohort="sweep-a"),
+            _latest("old", "healthy"),  # written before cohorts: no cohort series
+        ],
+        {},
+        now=1100.0,
+    )
+    m = parse(text)
+    assert m[("rlstream_run_cohort", '{run_id="odd",cohort="sweep-a"}')] == 1
+    assert m[("rlstream_run_unlike_peers", '{run_id="odd",cohort="sweep-a"}')] == 1
+    assert m[("rlstream_run_unlike_peers", '{run_id="sib",cohort="sweep-a"}')] == 0
+    assert not [
+        k for k in m if k[0].startswith("rlstream_run_") and '"old"' in k[1] and "cohort" in k[0]
+    ]
+    assert text.count("# TYPE rlstream_run_cohort gauge") == 1
+
+
 def test_run_cap_keeps_the_worst_runs():
     rows = [_latest(f"h{i}", "healthy") for i in range(5)] + [_latest("bad", "critical")]
     m = parse(render_metrics(rows, {}, now=1000.0, max_runs=2))

@@ -7,7 +7,7 @@ import re
 from rlstream.cli import main
 from rlstream.fleet.read import example_completions, read_latest
 from rlstream.fleet.report import SORT_SCRIPT, render_report, run_charts
-from rlstream.fleet.svg import Chart, Marker, Series, line_chart
+from rlstream.fleet.svg import Band, Chart, Marker, Series, line_chart
 from tests.fleet.conftest import HOSTILE_ID, HOSTILE_LABEL, HOSTILE_REASON, HOSTILE_TEXT
 
 
@@ -84,6 +84,22 @@ def test_line_chart_positions_and_gaps():
     assert "c&lt; (since step 2): m&amp;" in svg
     empty = line_chart(Chart("none", [Series("a", [0, 1], [None, None])]))
     assert "no data for this figure" in empty
+
+
+def test_a_cohort_band_is_shaded_under_the_series_over_the_runs_steps():
+    band = Band("cohort p10-p90 (4 runs)", list(range(9)), [0.0] * 9, [9.0] * 9)
+    band.low[3] = None  # no band at step 3: two polygons (steps 0-2 and 4-6)
+    run = Series("a", list(range(7)), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    svg = line_chart(Chart("t", [run], band=band), width=160, height=120)
+    polys = re.findall(r'<polygon points="([^"]*)"[^>]*class="band"', svg)
+    assert len(polys) == 2
+    assert svg.index('class="band"') < svg.index("<polyline")  # drawn under the run
+    assert "cohort p10-p90 (4 runs)" in svg
+    # The band stops at the run's last step (6 of 0..8 is the plot's right edge, x=148)
+    # and the axis widens to hold its top (9.0 inside the plot, which starts at y=26).
+    xs = [float(p.split(",")[0]) for poly in polys for p in poly.split()]
+    ys = [float(p.split(",")[1]) for poly in polys for p in poly.split()]
+    assert max(xs) == 148.0 and min(ys) >= 26.0
 
 
 def test_example_completions_count_repeats(fleet_out):

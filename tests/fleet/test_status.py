@@ -55,6 +55,7 @@ def test_table_shows_the_figures_the_rules_judged():
                 "critical",
                 [("low_ess", "critical"), ("mismatch_kl_rising", "warning")],
                 last_step=41,
+                cohort="sweep-a",
                 reward_mean=0.4567,
                 reward_trend=-0.004,
                 mismatch_kl=0.00021,
@@ -74,11 +75,11 @@ def test_table_shows_the_figures_the_rules_judged():
     lines = text.splitlines()
     assert lines[0] == "1 run: 1 critical"
     assert lines[1].split() == [
-        "run", "format", "status", "step", "updated", "reward", "trend/100", "kl*", "ess*", "entropy*",
+        "run", "format", "cohort", "status", "step", "updated", "reward", "trend/100", "kl*", "ess*", "entropy*",
         "trunc*", "findings",
     ]  # fmt: skip
     assert lines[2].split() == [
-        "r1", "loops", "critical", "41", "3h", "0.457", "↓-0.40", "1.23e-02", "0.210", "0.150", "0.50",
+        "r1", "loops", "sweep-a", "critical", "41", "3h", "0.457", "↓-0.40", "1.23e-02", "0.210", "0.150", "0.50",
         "low_ess,mismatch_kl_rising",
     ]  # fmt: skip
     assert lines[3] == (

@@ -24,9 +24,10 @@ def _firing(state, code):
     return [f for f in findings(state) if f.code == code and f.state == FIRING]
 
 
-def test_every_code_has_a_rule_or_is_time_based():
-    assert set(PATHOLOGIES) | {"stalled"} == set(CODES)
-    assert CODES[0] == "no_learning_signal" and CODES[-1] == "stalled"
+def test_every_code_has_a_rule_or_is_time_based_or_judges_peers():
+    # unlike_peers compares a run with its cohort (rlstream.pipeline.cohorts).
+    assert set(PATHOLOGIES) | {"stalled", "unlike_peers"} == set(CODES)
+    assert CODES[0] == "no_learning_signal" and CODES[-2:] == ("stalled", "unlike_peers")
 
 
 @pytest.mark.parametrize("code", sorted(PATHOLOGIES))

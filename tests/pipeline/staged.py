@@ -1,6 +1,6 @@
 """A deterministic 'watch' for crash tests, in one process and without Ray.
 
-    python -m tests.pipeline.staged SRC ROOT OUT STAGES [MAX_ROWS]
+    python -m tests.pipeline.staged SRC ROOT OUT STAGES [MAX_ROWS] [cohorts]
 
 copies the finished runs under SRC into ROOT stage by stage (stage k adds every
 record of the steps below 2k: transcripts first, then the JSONL lines, appended, so a
@@ -8,7 +8,8 @@ rerun after a crash appends only what is missing), and after each stage polls an
 commits a `RunGroup` on OUT at the fixed clock 1000 + k. Then a final poll and
 commit. With RLSTREAM_FAILPOINT set it dies where told (rlstream.pipeline.failpoint);
 run again with the same arguments it resumes from OUT. MAX_ROWS sets
-`commit_max_rows` (a small value makes every commit spill).
+`commit_max_rows` (a small value makes every commit spill). With `cohorts`, the group
+runs the health hooks with every run in one cohort (bands and `unlike_peers`).
 """
 
 from __future__ import annotations
@@ -44,13 +45,20 @@ def stage(src: Path, root: Path, upto: int) -> None:
             _append_missing(dst / name, b"".join(keep))
 
 
-def main(src: str, root: str, out: str, stages: str, max_rows: str = "128") -> None:
-    cfg = PipelineConfig(commit_threads=1, commit_max_rows=int(max_rows))
+def main(src: str, root: str, out: str, stages: str, *opts: str) -> None:
+    max_rows = next((int(o) for o in opts if o.isdigit()), 128)
+    cfg = PipelineConfig(commit_threads=1, commit_max_rows=max_rows)
+    hooks = {}
+    if "cohorts" in opts:
+        from rlstream.health import DEFAULT_RULES
+        from rlstream.pipeline.verdicts import health_hooks
+
+        hooks = health_hooks(DEFAULT_RULES, (("all", "*"),))
     group = None
     for k in range(1, int(stages) + 1):
         stage(Path(src), Path(root), 2 * k)
         if group is None:
-            group = build_group([root], out, cfg)
+            group = build_group([root], out, cfg, **hooks)
         for url in sorted(p.as_posix() for p in Path(root).iterdir()):
             group.add_run(url)
         group.poll(local_executor(group.storage), now=1000.0 + k)

@@ -1,0 +1,268 @@
+"""The cohort fold: a run's cohort, its cohort's peer bands, and `unlike_peers`.
+
+`PeerFold` is a hook of `RunGroup` (`peers=`), called once per poll after every due
+run's new final rows were folded: `fold(states, new_rows, now)` with every run the
+group holds and the rows each one finalized in this poll (by run URL). It returns the
+URLs of the runs whose next commit changed.
+
+- **Cohort.** A run without one gets `rlstream.health.cohort.cohort_of` of its config,
+  id and URL (explicit key, then `--cohort NAME=GLOB`, then the config fingerprint).
+- **Window.** Each run keeps `[step, figure values...]` of its last
+  `[unlike_peers] window_steps` final steps in `RunState.peer_window` (its resume
+  state holds it, so bands and judging continue after a restart); a run alone in its
+  cohort keeps only its last `smooth_steps`.
+- **Bands.** For each step a run finalized in this poll, the band of each figure over
+  every run of the cohort holding that step (`health.peers.band`) goes into the
+  `out_cohorts` of the first such run (by run id), once `MIN_BAND_RUNS` runs hold it: those rows ride in that run's next
+  commit, under its transaction, exactly once (`pipeline.commit`). A later poll in
+  which more runs reach the step writes the band again with a larger n.
+- **Judging.** A run's steps are judged in order, each once (`peer_judged`), when
+  every other run of the cohort has finalized that step, or finished, or is more than
+  `wait_steps` behind the run's latest final step (started later), or when the step
+  is `window_steps` behind the run's own latest (a stuck peer never blocks it long).
+  Its figure at a step is the median of its last `smooth_steps` final rows; so are its
+  peers'. The noise of a difference is the run's and its peers' standard errors of
+  those medians combined (from each run's own step-to-step MAD). `health.peers.judge` decides; the verdict moves the run's `unlike_peers`
+  alert (pending, firing, resolved, with hysteresis) in its health state, and the
+  transitions become `alerts` rows.
+
+Peers are the runs of one group: every run in-process, a tailer's shard on Ray
+(`docs/health.md` "Cohorts"). In `analyze`, runs of earlier chunks stay peers through
+their windows (`release` keeps them as arrays once their state is dropped).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from rlstream.health import DEFAULT_RULES, RulesConfig, RunContext, new_state
+from rlstream.health.cohort import CohortRules, cohort_of
+from rlstream.health.config_peers import split_keys
+from rlstream.health.peers import active, advance_peers, band, judge
+from rlstream.pipeline.state import RunState, is_finished
+from rlstream.pipeline.verdicts import apply_health
+
+MIN_BAND_RUNS = 2
+"""A band is written once this many runs of the cohort hold the step (a run alone in
+its cohort adds no rows)."""
+
+
+class _Member:
+    """What the fold knows of one run of a cohort."""
+
+    __slots__ = ("final_through", "finished", "state", "window")
+
+    def __init__(self, state: RunState) -> None:
+        self.state: RunState | None = state
+        self.window: Any = state.peer_window
+        self.final_through = state.final_through
+        self.finished = is_finished(state)
+
+
+def _arrays(window: Any, n_figs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values (rows x figures), NaN for missing) of a window."""
+    if isinstance(window, tuple):
+        return window
+    if not window:
+        return np.zeros(0, np.int64), np.zeros((0, n_figs))
+    arr = np.array(
+        [[math.nan if v is None else v for v in row] for row in window], dtype=np.float64
+    )
+    return arr[:, 0].astype(np.int64), arr[:, 1:]
+
+
+def _rolling(vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row and column, over that row and the n-1 before it: the median, and the
+    standard error of that window's level, max(1.2533 x 1.4826 x MAD, sd) / sqrt(count)
+    (the run's own step-to-step noise; the standard deviation covers a figure that is
+    mostly one value with occasional others, such as a small truncated share). NaN
+    unless at least half of the n rows have a value (the first rows are not judged)."""
+    if vals.shape[0] == 0:
+        return vals, vals
+    n = max(n, 1)
+    pad = np.full((n - 1, vals.shape[1]), np.nan)
+    win = np.lib.stride_tricks.sliding_window_view(np.vstack([pad, vals]), n, axis=0)
+    count = np.sum(~np.isnan(win), axis=-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: NaN
+        med = np.nanmedian(win, axis=-1)
+        mad = np.nanmedian(np.abs(win - med[..., None]), axis=-1)
+        sd = np.nanstd(win, axis=-1, ddof=1) if n > 1 else np.zeros_like(med)
+        se = np.fmax(1.2533 * 1.4826 * mad, sd) / np.sqrt(np.maximum(count, 1))
+    short = count < (n + 1) // 2
+    med[short] = np.nan
+    se[short] = np.nan
+    return med, se
+
+
+class PeerFold:
+    """Picklable group hook: cohorts, bands and `unlike_peers` (see the module)."""
+
+    def __init__(self, rules: RulesConfig = DEFAULT_RULES, cohort_rules: CohortRules = ()) -> None:
+        self.rules = rules
+        self.cohort_rules = cohort_rules
+        self.figures = split_keys(rules.unlike_peers.figures)
+        self.members: dict[str, dict[str, _Member]] = {}
+
+    def assign(self, state: RunState) -> str:
+        """The run's cohort, computed once."""
+        if not state.cohort:
+            state.cohort = cohort_of(
+                state.run_id, state.run_url, state.config, self.rules.cohorts, self.cohort_rules
+            )
+        return state.cohort
+
+    def cohort(self, run_id: str, run_url: str, config: dict[str, Any]) -> str:
+        """The cohort of a run not added yet (`pipeline.shards.cohort_chunks`)."""
+        return cohort_of(run_id, run_url, config, self.rules.cohorts, self.cohort_rules)
+
+    def release(self, state: RunState) -> None:
+        """The run's state is dropped (`analyze`): keep its window as arrays."""
+        m = self.members.get(state.cohort, {}).get(state.run_id)
+        if m is not None:
+            m.window = _arrays(m.window, len(self.figures))
+            m.state = None
+
+    def _value(self, row: dict[str, Any], fig: str, fmt: str) -> float | None:
+        v = row.get(fig)
+        if v is None and fmt != "loops":
+            v = row.get(f"reported_{fig}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return None
+        return float(v)
+
+    def fold(
+        self, states: Iterable[RunState], new_rows: dict[str, list[dict[str, Any]]], now: float
+    ) -> set[str]:
+        """One poll's pass; returns the URLs of runs whose next commit changed."""
+        touched: set[str] = set()
+        states = list(states)
+        for st in states:
+            cohort = self.assign(st)
+            for r in new_rows.get(st.run_url, ()):
+                st.peer_window.append(
+                    [r["step"], *(self._value(r, f, st.format) for f in self.figures)]
+                )
+                touched.add(cohort)
+            m = self.members.setdefault(cohort, {}).get(st.run_id)
+            if m is None or m.state is not st:
+                self.members[cohort][st.run_id] = _Member(st)
+            else:
+                m.window, m.final_through, m.finished = (
+                    st.peer_window,
+                    st.final_through,
+                    is_finished(st),
+                )
+        changed: set[str] = set()
+        for cohort in sorted(touched):
+            changed |= self._cohort(cohort, new_rows, now)
+        cfg = self.rules.unlike_peers
+        for st in states:
+            # A run alone in its cohort keeps only what a later sibling's judging reads.
+            alone = len(self.members[st.cohort]) == 1
+            del st.peer_window[: -(cfg.smooth_steps if alone else cfg.window_steps)]
+        return changed
+
+    def _cohort(
+        self, cohort: str, new_rows: dict[str, list[dict[str, Any]]], now: float
+    ) -> set[str]:
+        cfg = self.rules.unlike_peers
+        members = self.members[cohort]
+        ids = sorted(members)
+        series = {rid: _arrays(members[rid].window, len(self.figures)) for rid in ids}
+        where = {rid: {int(s): i for i, s in enumerate(series[rid][0])} for rid in ids}
+        changed: set[str] = set()
+        owners: dict[int, RunState] = {}
+        for rid in ids:
+            st = members[rid].state
+            if st is not None:
+                for r in new_rows.get(st.run_url, ()):
+                    owners.setdefault(r["step"], st)
+        for step, owner in sorted(owners.items()):
+            have = [series[rid][1][where[rid][step]] for rid in ids if step in where[rid]]
+            arr = np.vstack(have)
+            for j, fig in enumerate(self.figures):
+                col = arr[:, j]
+                col = col[~np.isnan(col)]
+                if col.size >= MIN_BAND_RUNS:
+                    owner.out_cohorts.append(
+                        {"cohort": cohort, "step": step, "figure": fig, **band(col.tolist())}
+                    )
+                    changed.add(owner.run_url)
+        if not cfg.enabled:
+            return changed
+        smooth = {rid: _rolling(series[rid][1], cfg.smooth_steps) for rid in ids}
+        for rid in ids:
+            st = members[rid].state
+            if st is not None and self._judge(st, rid, members, series, where, smooth, now):
+                changed.add(st.run_url)
+        return changed
+
+    def _ready(self, step: int, rid: str, members: dict[str, _Member], own_final: int) -> bool:
+        cfg = self.rules.unlike_peers
+        if own_final - step >= cfg.window_steps:
+            return True
+        return all(
+            m.finished or m.final_through >= step or own_final - m.final_through > cfg.wait_steps
+            for p, m in members.items()
+            if p != rid
+        )
+
+    def _judge(
+        self,
+        st: RunState,
+        rid: str,
+        members: dict[str, _Member],
+        series: dict[str, tuple[np.ndarray, np.ndarray]],
+        where: dict[str, dict[int, int]],
+        smooth: dict[str, tuple[np.ndarray, np.ndarray]],
+        now: float,
+    ) -> bool:
+        """Judge the run's steps not judged yet; True if its health changed."""
+        cfg = self.rules.unlike_peers
+        steps = series[rid][0]
+        todo = [int(s) for s in steps if s > st.peer_judged]
+        if not todo:
+            return False
+        hs = st.health.copy() if st.health is not None else new_state(self.rules, st.run_id)
+        judged, transitions = False, []
+        others = [p for p in sorted(members) if p != rid]
+        for step in todo:
+            if not self._ready(step, rid, members, st.final_through):
+                break
+            i = where[rid][step]
+            own, own_se = smooth[rid][0][i], smooth[rid][1][i]
+            values = {f: float(own[j]) for j, f in enumerate(self.figures) if not np.isnan(own[j])}
+            peers: dict[str, list[float]] = {f: [] for f in values}
+            peer_se: dict[str, list[float]] = {f: [] for f in values}
+            for p in others:
+                k = where[p].get(step)
+                if k is None:
+                    continue
+                pv, ps = smooth[p][0][k], smooth[p][1][k]
+                for j, f in enumerate(self.figures):
+                    if f in peers and not np.isnan(pv[j]):
+                        peers[f].append(float(pv[j]))
+                        peer_se[f].append(float(ps[j]))
+            noise = {
+                f: float(np.hypot(own_se[j], np.median(peer_se[f])))
+                for j, f in enumerate(self.figures)
+                if f in values and peer_se[f]
+            }
+            verdict = judge(values, peers, cfg, active(hs), self.rules.history.hysteresis, noise)
+            if verdict is not None:
+                transitions += advance_peers(hs, verdict, cfg, step, now)
+                judged = True
+            st.peer_judged = step
+        if not judged:
+            return False
+        ctx = RunContext(st.run_id, st.config, is_finished(st))
+        apply_health(st, hs, ctx)
+        st.out_alerts.extend({"run_id": st.run_id, **asdict(t)} for t in transitions)
+        return True
