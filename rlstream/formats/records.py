@@ -252,6 +252,35 @@ def merge_parts(prev: StepRecord, rec: StepRecord) -> StepRecord | None:
     )
 
 
+def group_discards(recs: list[Any]) -> list[Any]:
+    """Parsed per-step records flattened (a rollout dict, a (rollout, transcript) pair
+    or a list of rollouts per line; `BadLine`s as they are). Among the attempts not
+    already discarded, a group whose rewards are all equal has no advantage to learn
+    from: its attempts are discarded as `no_variance` (a group of one as
+    `group_too_small`)."""
+    flat: list[Any] = []
+    for r in recs:
+        if isinstance(r, (list, tuple)):
+            flat.extend(r)
+        else:
+            flat.append(r)
+    rewards: dict[str, list[float]] = {}
+    for r in flat:
+        if isinstance(r, dict) and r["discard_reason"] is None:
+            rewards.setdefault(r["group_id"], []).append(r["reward"])
+    out: list[Any] = []
+    for r in flat:
+        if isinstance(r, dict) and r["discard_reason"] is None:
+            group = rewards[r["group_id"]]
+            reason = "group_too_small" if len(group) == 1 else None
+            if reason is None and len(set(group)) == 1:
+                reason = "no_variance"
+            if reason is not None:
+                r = {**r, "trained": False, "discard_reason": reason}
+        out.append(r)
+    return out
+
+
 def word_ids(text: str) -> np.ndarray:
     """A text completion as 64-bit ids of its whitespace-separated words (for
     repetition and distinct-answer figures of formats that write only text)."""

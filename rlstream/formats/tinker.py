@@ -36,6 +36,7 @@ from rlstream.formats.records import (
     Transcript,
     finite_number,
     flatten,
+    group_discards,
     is_int,
     jsonl_records,
     parse_json,
@@ -117,7 +118,7 @@ class TinkerFormat:
 
     def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
         recs = jsonl_records(data, lambda obj: _trajectory(obj, step))
-        return _group_discards(recs)
+        return group_discards(recs)
 
     def parse_snapshot(self, data: bytes) -> list[StepRecord]:
         return []
@@ -163,29 +164,6 @@ def _trajectory(obj: Any, step: int) -> tuple[dict[str, Any], Transcript]:
         aid, gid, step, True, "samples", lens, [False] * len(lens), [], [], [], None, None
     )
     return rollout, tr
-
-
-def _group_discards(recs: list[Any]) -> list[Any]:
-    """Flatten (rollout, transcript) pairs; a group whose rewards are all equal has no
-    advantage to learn from: its attempts are discarded as `no_variance` (a group of
-    one as `group_too_small`)."""
-    rewards: dict[str, list[float]] = {}
-    for r in recs:
-        if isinstance(r, tuple):
-            rewards.setdefault(r[0]["group_id"], []).append(r[0]["reward"])
-    out: list[Any] = []
-    for r in recs:
-        if not isinstance(r, tuple):
-            out.append(r)
-            continue
-        roll, tr = r
-        group = rewards[roll["group_id"]]
-        if len(group) == 1:
-            roll = {**roll, "trained": False, "discard_reason": "group_too_small"}
-        elif len(set(group)) == 1:
-            roll = {**roll, "trained": False, "discard_reason": "no_variance"}
-        out.extend((roll, tr))
-    return out
 
 
 TINKER = TinkerFormat()

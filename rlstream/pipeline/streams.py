@@ -6,7 +6,8 @@ runs the two unit kinds that are not JSONL tails:
 
 - `FilesUnit`: whole per-step files. A JSONL file without its final newline is still
   being written: it is left for a later poll (at the end of a batch pass it is read as
-  it is). A step folder with a `marker` is complete once the marker exists; one
+  it is). A step folder with a `marker` (a name in it, or a path below it) is
+  complete once the marker exists; one
   without is complete once a matching file was read, or given up once its step is
   final (a file appearing later would be late).
 - `SnapshotUnit`: a file rewritten whole. Every version holds the whole history, so
@@ -165,7 +166,7 @@ def _new_step_files(
         if key in state.step_files:
             continue
         names = storage.list_names(Storage.join(base, d))
-        if s.marker is not None and s.marker not in names:
+        if s.marker is not None and not _has_marker(storage, base, d, names, s.marker):
             continue
         found = [f"{key}{n}" for n in names if s.file_re is None or s.file_re.fullmatch(n)]
         for sub in s.subdirs:
@@ -182,6 +183,13 @@ def _new_step_files(
             state.step_files.add(key)  # given up: nothing to read, and the step is final
     _advance_low(state, s, prefix, listed, window)
     return files, tuple(done)
+
+
+def _has_marker(storage: Storage, base: str, d: str, names: list[str], marker: str) -> bool:
+    """Whether a step folder's completion marker exists (a path below it: one stat)."""
+    if "/" not in marker:
+        return marker in names
+    return storage.stat(Storage.join(base, d, marker)) is not None
 
 
 def _above_low(

@@ -12,7 +12,8 @@ list for the run's end), field for field from the trainer's writer:
   metric_utils.py` and `rollout_corr_helper.py` (the metric keys);
 - prime-rl: PrimeIntellect-ai/prime-rl `src/prime_rl/monitors/file.py`,
   `src/prime_rl/trainer/rl/token_export.py`, `src/prime_rl/orchestrator/
-  orchestrator.py` and `metrics.py` (the metric keys);
+  orchestrator.py` and `metrics.py` (the metric keys); episodes as PrimeIntellect-ai/
+  verifiers `verifiers/v1/episode.py` `Episode.to_record` dumps them;
 - trl: huggingface/trl `trl/trainer/grpo_trainer.py` (`log`, the completions
   parquet) and transformers' `TrainerState.save_to_json`.
 """
@@ -240,10 +241,16 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
             }  # fmt: skip
             lines.append(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
         folder = f"token_exports/step_{sd.step}"
+        eps = {a.attempt_id: _episode(run, sd.step, a) for a in sd.attempts}
+        traces = f"rollouts/step_{sd.step}/train"
+        effective = b"".join(eps[a.attempt_id] for a in sd.attempts if a.trained)
         # The orchestrator runs a step ahead (async): its row for step s comes before
-        # the trainer's row for step s - 1.
+        # the trainer's row for step s - 1. Episodes land in `all` as they arrive, the
+        # trained cohort in `effective` when the batch ships, before the step's row.
         out.append(
             [
+                *(Write(f"{traces}/all/traces.jsonl", e, append=True) for e in eps.values()),
+                Write(f"{traces}/effective/traces.jsonl", effective, append=True),
                 Write("metrics.jsonl", _line(orch), append=True),
                 *pending,
                 *([Write(f"{folder}/rank_0.jsonl", "".join(lines).encode())] if lines else []),
@@ -253,6 +260,54 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
         pending = [Write("metrics.jsonl", _line(trainer), append=True)]
     out.append(pending)
     return out
+
+
+def _episode(run: Any, step: int, a: Any) -> bytes:
+    """One attempt as the orchestrator's `FileMonitor.log_episodes` writes an episode:
+    `orjson.dumps(Episode.to_record(), option=OPT_APPEND_NEWLINE)`, `exclude_none`, one
+    trace of agent "default", a user and an assistant node per generation. A failed
+    attempt (no reward) is an episode with an error and no trace."""
+    task = {"type": "sim", "data": {"task_id": a.task_id}, "key": a.task_id}
+    ok = a.reward is not None
+    nodes: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for g in a.gens:
+        p = g["prompt_len"] or 1
+        nodes.append(
+            {"message": {"role": "user", "content": "q"}, "sampled": False, "timestamp": 0.0,
+             "token_ids": [1] * p, "mask": [False] * p, "is_content": [], "logprobs": []}
+        )  # fmt: skip
+        ls = [float(x) if np.isfinite(x) else 0.0 for x in g["ls"]]
+        nodes.append(
+            {"parent": len(nodes) - 1, "message": {"role": "assistant", "content": "a"},
+             "sampled": True, "timestamp": 0.0, "token_ids": [int(x) for x in g["tokens"]],
+             "mask": [True] * len(ls), "is_content": [], "logprobs": ls}
+        )  # fmt: skip
+        calls.append(
+            {"node": len(nodes) - 1, "finish_reason": "length" if g["truncated"] else "stop",
+             "usage": {"prompt_tokens": p, "completion_tokens": int(g["length"])},
+             "time": {"start": 0.0, "end": 0.0}}
+        )  # fmt: skip
+    trace = {
+        "version": 1, "id": f"{a.attempt_id}-t", "verifiers": {"version": "0.3.1"},
+        "task": task, "agent": {"config": {}, "name": "default", "trainable": True},
+        "tools": [], "nodes": nodes, "calls": calls, "request_rewrites": [],
+        "response_rewrites": [], "rewards": {"correct": {"score": a.reward, "weight": 1.0}},
+        "metrics": {}, "info": {}, "extra_usage": [], "is_completed": True, "ok": True,
+        "stop_condition": "completed", "errors": [],
+    }  # fmt: skip
+    pv = a.policy_version
+    episode = {
+        "id": a.attempt_id, "env": {"id": "sim", "name": "sim"}, "task": task,
+        "group": {"id": a.group_id},
+        "run": {"type": "train", "id": run.run_id, "work": {
+            "type": "train", "step": step,
+            **({"policy": {"start": pv, "end": pv}} if pv is not None else {})}},
+        "ok": ok,
+        "errors": [] if ok else [{"type": "TimeoutError", "message": "rollout timed out"}],
+        "traces": [trace] if ok else [],
+    }  # fmt: skip
+    return orjson.dumps(episode, option=orjson.OPT_APPEND_NEWLINE)
 
 
 # -- TRL ------------------------------------------------------------------------------

@@ -98,13 +98,28 @@ def test_prime_rl_bad_export_line_and_row_without_step(tmp_path):
     size = metrics.stat().st_size
     with open(metrics, "ab") as f:
         f.write(b'{"time": 1.0, "loss/mean": 0.1}\n')
+    traces = run / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl"
+    eps = traces.read_bytes().splitlines(keepends=True)
+    no_group = json.loads(eps[0])
+    del no_group["group"]
+    bad_reward = json.loads(eps[1])
+    bad_reward["traces"][0]["rewards"]["correct"]["score"] = "1"
+    first = json.dumps(no_group).encode() + b"\n"
+    traces.write_bytes(first + json.dumps(bad_reward).encode() + b"\n" + b"".join(eps[2:]))
     out = tmp_path / "out"
     analyze_local([str(tmp_path / "runs")], str(out))
     assert _quarantine(out) == [
         ("metrics.jsonl", size, "missing_field:step"),
+        ("rollouts/step_2/train/all/traces.jsonl", 0, "missing_field:group.id"),
+        (
+            "rollouts/step_2/train/all/traces.jsonl",
+            len(first),
+            "invalid_field:rewards.correct.score",
+        ),
         ("token_exports/step_1/rank_0.jsonl", len(lines[0]), "length_mismatch:position_ids"),
     ]
     assert _steps(out) == [0, 1, 2]
+    assert _steps(out, "attempts")[2] == len(eps) - 2
 
 
 def test_trl_state_rewritten_shorter_and_a_bad_entry_once(tmp_path):

@@ -166,6 +166,41 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
         assert row["entropy_estimate"] == pytest.approx(ent, rel=1e-9)
         assert row["completion_len_mean"] == pytest.approx(length)
         assert row["truncated_frac"] is None and row["trace"] == "full"
+        traces = run / "rollouts" / f"step_{row['step']}" / "train" / "all" / "traces.jsonl"
+        _assert_prime_rl_episodes(row, jsonl(traces))
+
+
+def _assert_prime_rl_episodes(row: dict, episodes: list[dict]) -> None:
+    """Group figures from the orchestrator's `all` episodes, as docs/formats.md says:
+    an attempt per trace, reward the weighted sum of its rewards, group `group.id`, a
+    failed episode discarded as rollout_failed, lag from `run.work.policy.start`."""
+    ok = [(e, t) for e in episodes if e["ok"] for t in e["traces"] if t["ok"]]
+    failed = [e for e in episodes if not e["ok"]]
+    assert ok and len(ok) + len(failed) == row["attempts"]
+    groups = _groups(
+        [(e["group"]["id"], sum(r["score"] * r["weight"] for r in t["rewards"].values()))
+         for e, t in ok]
+    )  # fmt: skip
+    rewards = [r for g in groups.values() for r in g]
+    assert row["reward_mean_with_unusable"] == pytest.approx(np.mean(rewards))
+    assert row["reward_mean"] == pytest.approx(_trained_mean(groups))
+    assert row["groups_no_variance"] == sum(
+        1 for g in groups.values() if len(g) > 1 and len(set(g)) == 1
+    )
+    assert row["discard_rollout_failed"] == len(failed)
+    trained_groups = [g for g in groups.values() if len(g) > 1 and len(set(g)) > 1]
+    assert row["reward_group_std_mean"] == pytest.approx(
+        np.mean([np.std(g) for g in trained_groups])
+    )
+    trained = {k for k, g in groups.items() if len(g) > 1 and len(set(g)) > 1}
+    lags = [row["step"] - e["run"]["work"]["policy"]["start"] for e, _ in ok
+            if e["group"]["id"] in trained and "policy" in e["run"]["work"]]  # fmt: skip
+    assert row["lag_mean"] == (pytest.approx(np.mean(lags)) if lags else None)
+    meta = dict(row["rollout_metadata"])
+    outs = [sum(c["usage"]["completion_tokens"] for c in t["calls"]) for _, t in ok]
+    assert meta["output_tokens"] == pytest.approx(np.mean(outs))
+    truncated = [any(c["finish_reason"] == "length" for c in t["calls"][-1:]) for _, t in ok]
+    assert meta["truncated"] == pytest.approx(np.mean(truncated))
 
 
 def test_trl_rows_once_each_with_eval_merged(tmp_path, sim):
