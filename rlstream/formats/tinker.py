@@ -20,6 +20,18 @@ estimator 0.5·mean(d²), equal to k3 to second order). Rollout summaries become
 rollout records (reward `total_reward`, lag from `sampling_client_step`, groups whose
 rewards are all equal discarded as `no_variance`) and sample-only transcripts (one
 generation per turn of `ac_len` tokens). Truncation is not written: null.
+
+With capture enabled (`tinker_cookbook/capture/exporter.py` `JsonlFileSink`: batches of
+`json.dumps(record)` lines appended to `capture/<kind>.jsonl`; `capture/instrument.py`
+builds a `sample` record per sampling call: `kind`, `scope` (the caller's `capture(...)`
+keys, `iteration` among them), `created_at`, `num_samples`, `prompt_length`, ...,
+`samples` [{`tokens`, `logprobs`, `stop_reason`}], `status`), `capture/sample.jsonl`
+is followed as a tail: each sample's logprobs become a sampler-only generation of step
+`scope.iteration`, from which the entropy estimate is recomputed (the tokens and
+lengths stay the summaries'). A record without `scope.iteration` is quarantined
+(`missing_field:scope.iteration`: it cannot be put on a step); records of another
+split (`scope.split` other than `train`), of `purpose` `eval`, or without samples
+(`status` `error`) are skipped.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from rlstream.formats.records import (
     Transcript,
     finite_number,
     flatten,
+    float_array,
     group_discards,
     is_int,
     jsonl_records,
@@ -47,6 +60,7 @@ from rlstream.formats.records import (
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.json"
+CAPTURE = "capture/sample.jsonl"
 ITERATION = re.compile(r"iteration_(\d+)")
 SUMMARIES = re.compile(r"train_rollout_summaries\.jsonl")
 
@@ -102,11 +116,14 @@ class TinkerFormat:
         return (
             Tail(METRICS, "steps"),
             StepFiles("", ITERATION, SUMMARIES, "both"),
+            Tail(CAPTURE, "generations", optional=True),
         )
 
     def parse_line(self, kind: str, obj: Any) -> StepRecord | Heartbeat | dict[str, Any]:
         if not isinstance(obj, dict):
             raise BadRecord("not_an_object")
+        if kind == "generations":
+            return _sample_call(obj)
         step = step_of(obj)
         metrics, text = split_values(flatten({k: v for k, v in obj.items() if k != "step"}))
         good = metrics.get("env/all/by_group/frac_all_good")
@@ -122,6 +139,33 @@ class TinkerFormat:
 
     def parse_snapshot(self, data: bytes) -> list[StepRecord]:
         return []
+
+
+def _sample_call(obj: dict[str, Any]) -> Transcript | Heartbeat:
+    """A captured `sample` record: its samples' sampler logprobs (trace "sampler")."""
+    scope = obj.get("scope")
+    if not isinstance(scope, dict):
+        raise BadRecord("missing_field:scope" if scope is None else "invalid_field:scope")
+    if scope.get("split", "train") != "train" or scope.get("purpose") == "eval":
+        return Heartbeat(None)
+    samples = obj.get("samples")
+    if samples is None and obj.get("status") != "ok":
+        return Heartbeat(None)  # a failed call: nothing was sampled
+    try:
+        step = step_of(scope, "iteration")
+    except BadRecord as e:
+        raise BadRecord(str(e).replace(":", ":scope.", 1)) from None
+    if not isinstance(samples, list):
+        raise BadRecord("invalid_field:samples")
+    ls = []
+    for i, smp in enumerate(samples):
+        lp = smp.get("logprobs") if isinstance(smp, dict) else None
+        if lp is None:
+            continue
+        n = len(lp) if isinstance(lp, list) else -1
+        ls.append(float_array(lp, n, f"samples[{i}].logprobs"))
+    aid = f"{step}-capture-{obj.get('seq_id', '')}"
+    return Transcript(aid, "", step, False, "sampler", [], [], ls, [], [], None, None)
 
 
 def _trajectory(obj: Any, step: int) -> tuple[dict[str, Any], Transcript]:

@@ -244,7 +244,7 @@ class RunGroup:
         for state in due:
             advance_names(state, self.cfg.transcript_window)
             if final:
-                self._note_leftovers(state, tails(self.streams.get(state.run_url)))
+                self._note_leftovers(state, *tails(self.streams.get(state.run_url)))
             rows = finalize(state, watermark(state, now, self.cfg, final))
             if rows:
                 new_rows += len(rows)
@@ -296,11 +296,19 @@ class RunGroup:
         every = max(1, self.cfg.idle_poll_every)
         return (self.polls + int(run_key(state.run_url)[:8], 16)) % every == 0
 
-    def _note_leftovers(self, state: RunState, files: tuple[str, ...] | None = None) -> None:
-        """At the end of a batch pass, say what could not be read (once each)."""
+    def _note_leftovers(
+        self,
+        state: RunState,
+        files: tuple[str, ...] | None = None,
+        optional: frozenset = frozenset(),
+    ) -> None:
+        """At the end of a batch pass, say what could not be read (once each); a missing
+        `optional` file is not worth a row."""
         for file in files if files is not None else (STEPS_FILE, ROLLOUTS_FILE):
             stat = self.storage.stat(Storage.join(state.run_url, file))
             cur = state.cursors[file]
+            if stat is None and file in optional:
+                continue
             if stat is None:
                 key, reason, offset, detail = f"missing:{file}", "missing_file", None, ""
             elif stat.size == 0:

@@ -93,8 +93,10 @@ def plan_other(group: Any, state: RunState) -> list[Unit]:
     return units
 
 
-def tails(streams: tuple[Any, ...] | None) -> tuple[str, ...] | None:
-    """The append-only files of a run of another format (None for Loops)."""
+def tails(streams: tuple[Any, ...] | None) -> tuple[tuple[str, ...] | None, frozenset[str]]:
+    """The append-only files of a run of another format (None for Loops), and those of
+    them a run may not have."""
     if streams is None:
-        return None
-    return tuple(s.path for s in streams if isinstance(s, Tail))
+        return None, frozenset()
+    ts = [s for s in streams if isinstance(s, Tail)]
+    return tuple(s.path for s in ts), frozenset(s.path for s in ts if s.optional)

@@ -150,13 +150,41 @@ def tinker(run: Any, Write: Any) -> list[list[Any]]:
                     }
                 )  # fmt: skip
         summaries = ("\n".join(json.dumps(r) for r in recs) + "\n").encode() if recs else b""
+        capture = _capture_samples(sd, by_group)
         out.append(
             [
+                *([Write("capture/sample.jsonl", capture, append=True)] if capture else []),
                 Write(f"iteration_{sd.step:06d}/train_rollout_summaries.jsonl", summaries),
                 Write("metrics.jsonl", _line(m), append=True),
             ]
         )
     return out
+
+
+def _capture_samples(sd: Any, by_group: dict[str, list[Any]]) -> bytes:
+    """The step's sampling calls as tinker-cookbook's capture writes them
+    (`capture/instrument.py` `sample` records, `capture/exporter.py` `JsonlFileSink`:
+    `json.dumps` lines appended to `capture/sample.jsonl`), one call per turn, scoped
+    with `iteration`, `group_idx` and `traj_idx`."""
+    lines = []
+    for gi, members in enumerate(by_group.values()):
+        for ti, a in enumerate(members):
+            for g in a.gens:
+                lp = [None if np.isnan(x) else float(x) for x in g["ls"]]
+                rec = {
+                    "kind": "sample", "created_at": sd.time or 0.0,
+                    "scope": {"split": "train", "iteration": sd.step, "group_idx": gi,
+                              "traj_idx": ti},
+                    "num_samples": 1, "sampling_session_id": "sim", "seq_id": len(lines),
+                    "prompt_length": g["prompt_len"],
+                    "sampling_params": {"max_tokens": None, "temperature": 1.0, "top_p": 1.0,
+                                        "top_k": -1, "seed": None},
+                    "samples": [{"tokens": [int(x) for x in g["tokens"]], "logprobs": lp,
+                                 "stop_reason": "length" if g["truncated"] else "stop"}],
+                    "status": "ok", "latency_sec": 0.1,
+                }  # fmt: skip
+                lines.append(json.dumps(rec))
+    return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
 # -- verl -----------------------------------------------------------------------------

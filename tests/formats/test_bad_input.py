@@ -34,6 +34,14 @@ def test_tinker_bad_lines(tmp_path):
     lines = summaries.read_bytes().splitlines(keepends=True)
     broken = lines[0].replace(b'"total_reward": ', b'"total_reward": "x", "was": ')
     summaries.write_bytes(broken + b"".join(lines[1:]))
+    capture = run / "capture" / "sample.jsonl"
+    calls = capture.read_bytes()
+    unscoped = json.loads(calls.splitlines()[0])
+    del unscoped["scope"]["iteration"]
+    bad_lp = json.loads(calls.splitlines()[0])
+    bad_lp["samples"][0]["logprobs"][0] = "-0.5"
+    first = json.dumps(unscoped).encode() + b"\n"
+    capture.write_bytes(calls + first + json.dumps(bad_lp).encode() + b"\n")
     out = tmp_path / "out"
     analyze_local([str(tmp_path / "runs")], str(out))
     offs = [len(good)]
@@ -41,6 +49,8 @@ def test_tinker_bad_lines(tmp_path):
         offs.append(offs[-1] + len(b))
     assert _quarantine(out) == sorted(
         [
+            ("capture/sample.jsonl", len(calls), "missing_field:scope.iteration"),
+            ("capture/sample.jsonl", len(calls) + len(first), "invalid_field:samples[0].logprobs"),
             ("iteration_000001/train_rollout_summaries.jsonl", 0, "invalid_field:total_reward"),
             ("metrics.jsonl", offs[0], "malformed_json"),
             ("metrics.jsonl", offs[1], "invalid_field:step"),

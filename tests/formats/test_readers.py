@@ -47,6 +47,7 @@ def _trained_mean(groups: dict[str, list[float]]) -> float | None:
 def test_tinker_rows(tmp_path, sim):
     run, rows = _analyze(tmp_path, sim, "tinker")
     lines = jsonl(run / "metrics.jsonl")
+    capture = jsonl(run / "capture" / "sample.jsonl")
     assert [r["step"] for r in rows] == [m["step"] for m in lines] == [0, 1, 2, 3, 4]
     for row, m in zip(rows, lines, strict=True):
         assert row["reported_reward_mean_with_unusable"] == m["env/all/reward/total"]
@@ -71,6 +72,9 @@ def test_tinker_rows(tmp_path, sim):
         lens = [s["ac_len"] for t in trajs for s in t["steps"]]
         assert row["completion_len_mean"] == pytest.approx(np.mean(lens))
         assert row["trace"] == "samples" and row["mismatch_kl"] is None
+        calls = [c for c in capture if c["scope"]["iteration"] == row["step"]]
+        ls = [x for c in calls for smp in c["samples"] for x in smp["logprobs"] if x is not None]
+        assert calls and row["entropy_estimate"] == pytest.approx(-np.mean(ls), rel=1e-12)
 
 
 def test_verl_rows(tmp_path, sim):
