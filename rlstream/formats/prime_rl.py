@@ -48,7 +48,8 @@ Mapping (canonical key <- prime-rl key): `train/mismatch_kl` <- `mismatch_kl/all
 `train/agg/all/<agent>/reward/mean`; `completion/truncated_frac` <-
 `train/agg/effective/<agent>/is_truncated/mean`; `completion/len_mean` <-
 `train/agg/effective/num_output_tokens/mean`; `freshness/lag_mean` <- `off_policy/mean`
-(the `<agent>` forms only when the run has one agent).
+(the `<agent>` forms only when the run has one agent); `eval/<env>` (a held-out
+score) <- `eval/<env>/effective/<agent>/avg@k`.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from rlstream.formats.base import RunInfo, StepFiles, Stream, Tail, first_line
 from rlstream.formats.records import (
     BadRecord,
     Heartbeat,
+    KeyPattern,
     StepRecord,
     Transcript,
     finite_number,
@@ -70,9 +72,9 @@ from rlstream.formats.records import (
     float_array,
     group_discards,
     is_int,
+    json_object,
     jsonl_records,
-    parse_json,
-    rename,
+    map_keys,
     split_values,
     step_of,
 )
@@ -97,20 +99,17 @@ KEYS = {
     "train/agg/effective/num_output_tokens/mean": "completion/len_mean",
     "off_policy/mean": "freshness/lag_mean",
 }
-AGENT_KEYS = (
+AGENT_KEYS: tuple[KeyPattern, ...] = (
     (re.compile(r"train/agg/effective/[^/]+/reward/mean"), "reward/mean"),
     (re.compile(r"train/agg/all/[^/]+/reward/mean"), "reward/mean_with_unusable"),
     (re.compile(r"train/agg/effective/[^/]+/is_truncated/mean"), "completion/truncated_frac"),
+    (re.compile(r"eval/([^/]+)/effective/[^/]+/avg@\d+"), r"eval/\1"),
 )
+EVAL_STATS = "eval_stats/"
+"""prime-rl's other per-environment evaluation statistics (token counts, error and
+truncation rates, pass@k: `eval/<env>/<rest>`) are not held-out scores: kept in
+`reported_other` as `eval_stats/<env>/<rest>`."""
 ORCHESTRATOR = ("train/", "progress/", "off_policy/", "batch/")
-
-
-def _json_object(line: bytes | None) -> dict[str, Any] | None:
-    try:
-        obj = parse_json(line) if line else None
-    except BadRecord:
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 class PrimeRlFormat:
@@ -125,7 +124,7 @@ class PrimeRlFormat:
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         if METRICS not in listing:
             return False
-        obj = _json_object(first_line(peek(METRICS)))
+        obj = json_object(first_line(peek(METRICS)))
         if obj is not None:
             return "step" in obj and "time" in obj and not isinstance(obj.get("data"), dict)
         return f"{EXPORTS}/" in listing or "rollouts/" in listing
@@ -160,11 +159,10 @@ class PrimeRlFormat:
             part = "eval"
         else:
             part = "trainer"
-        out = rename(metrics, KEYS)
-        for pattern, dst in AGENT_KEYS:
-            hits = [k for k in metrics if pattern.fullmatch(k)]
-            if len(hits) == 1 and dst not in metrics:
-                out[dst] = out.pop(hits[0])
+        out = {
+            EVAL_STATS + k[5:] if k.startswith("eval/") and "/" in k[5:] else k: v
+            for k, v in map_keys(metrics, KEYS, AGENT_KEYS).items()
+        }
         return StepRecord(step, time, out, text, part=part)
 
     def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,6 +145,39 @@ def rename(metrics: dict[str, float], mapping: dict[str, str]) -> dict[str, floa
     for src, dst in mapping.items():
         if src in out and dst not in metrics:
             out[dst] = out.pop(src)
+    return out
+
+
+def json_object(data: bytes | None) -> dict[str, Any] | None:
+    """`data` decoded when it is a JSON object, else None (for format detection)."""
+    try:
+        obj = parse_json(data) if data else None
+    except BadRecord:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+KeyPattern = tuple[re.Pattern[str], str]
+"""A trainer key pattern and its canonical key (`\\1`... expand the pattern's groups)."""
+
+
+def map_keys(
+    metrics: dict[str, float], keys: dict[str, str], patterns: tuple[KeyPattern, ...] = ()
+) -> dict[str, float]:
+    """A trainer's metrics under canonical keys: `keys` renamed as `rename` does, then
+    each pattern's matches, where exactly one trainer key gives a canonical key (with
+    several, say one per agent of a multi-agent run, none is chosen and all keep their
+    own names). A canonical key the trainer logs itself keeps the trainer's value."""
+    out = rename(metrics, keys)
+    for pattern, dst in patterns:
+        hits: dict[str, list[str]] = {}
+        for k in metrics:
+            m = pattern.fullmatch(k)
+            if m:
+                hits.setdefault(m.expand(dst), []).append(k)
+        for target, srcs in hits.items():
+            if len(srcs) == 1 and target not in metrics and srcs[0] in out:
+                out[target] = out.pop(srcs[0])
     return out
 
 

@@ -16,7 +16,9 @@ trajectory, constant groups included) <- `env/all/reward/total`;
 `reward/no_variance_frac` <- `env/all/by_group/frac_all_good + frac_all_bad`;
 `completion/len_mean` <- `env/all/ac_tokens_per_turn`; `sampling/entropy_estimate`
 <- `optim/entropy`; `train/mismatch_kl` <- `optim/kl_sample_train_v2` (the k2
-estimator 0.5·mean(d²), equal to k3 to second order). Rollout summaries become
+estimator 0.5·mean(d²), equal to k3 to second order); `eval/<name>` <-
+`<name>/env/all/reward/total` (`rl/metric_util.py` `RLTestSetEvaluator`, name `test`
+by default, logged in the same line every `eval_every` iterations). Rollout summaries become
 rollout records (reward `total_reward`, lag from `sampling_client_step`, groups whose
 rewards are all equal discarded as `no_variance`) and sample-only transcripts (one
 generation per turn of `ac_len` tokens). Truncation is not written: null.
@@ -44,6 +46,7 @@ from rlstream.formats.base import NO_FAILURES, RunInfo, StepFiles, Stream, Tail,
 from rlstream.formats.records import (
     BadRecord,
     Heartbeat,
+    KeyPattern,
     StepRecord,
     Transcript,
     finite_number,
@@ -51,9 +54,9 @@ from rlstream.formats.records import (
     float_array,
     group_discards,
     is_int,
+    json_object,
     jsonl_records,
-    parse_json,
-    rename,
+    map_keys,
     split_values,
     step_of,
 )
@@ -70,14 +73,11 @@ KEYS = {
     "optim/entropy": "sampling/entropy_estimate",
     "optim/kl_sample_train_v2": "train/mismatch_kl",
 }
-
-
-def _json_object(data: bytes | None) -> dict[str, Any] | None:
-    try:
-        obj = parse_json(data) if data else None
-    except BadRecord:
-        return None
-    return obj if isinstance(obj, dict) else None
+EVAL_KEYS: tuple[KeyPattern, ...] = (
+    (re.compile(r"(?!env/)([^/]+)/env/all/reward/total"), r"eval/\1"),
+)
+"""`RLTestSetEvaluator(name=...)` prefixes its metrics with its name (`test` unless
+told otherwise): its mean reward is a held-out score."""
 
 
 class TinkerFormat:
@@ -89,7 +89,7 @@ class TinkerFormat:
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         if METRICS not in listing:
             return False
-        obj = _json_object(first_line(peek(METRICS)))
+        obj = json_object(first_line(peek(METRICS)))
         if obj is not None:
             if isinstance(obj.get("data"), dict) or "time" in obj:
                 return False  # verl's file logger, prime-rl's monitor
@@ -104,7 +104,7 @@ class TinkerFormat:
         config: dict[str, Any] = {}
         if CONFIG in listing:
             data = read(CONFIG)
-            obj = _json_object(data)
+            obj = json_object(data)
             if obj is None:
                 raise BadRecord("config.json is not a JSON object")
             config = {"tinker": obj}
@@ -128,7 +128,7 @@ class TinkerFormat:
         metrics, text = split_values(flatten({k: v for k, v in obj.items() if k != "step"}))
         good = metrics.get("env/all/by_group/frac_all_good")
         bad = metrics.get("env/all/by_group/frac_all_bad")
-        out = rename(metrics, KEYS)
+        out = map_keys(metrics, KEYS, EVAL_KEYS)
         if good is not None and bad is not None:
             out["reward/no_variance_frac"] = good + bad
         return StepRecord(step, None, out, text)

@@ -18,7 +18,9 @@ Mapping (canonical key <- verl key): `reward/mean_with_unusable` (the whole batc
 `completion/len_mean` <- `response_length/mean`; `completion/truncated_frac` <-
 `response_length/clip_ratio`; `sampling/entropy_estimate` <- `actor/entropy`;
 `train/mismatch_kl` <- `rollout_corr/k3_kl`; `train/mismatch_ess` <-
-`rollout_corr/rollout_is_eff_sample_size`. Dump lines become rollout records
+`rollout_corr/rollout_is_eff_sample_size`; `eval/<data_source>` (a held-out score)
+<- `val-core/<data_source>/<var>/mean@N` (`ray_trainer.py` `_val_metrics_update`; the
+validation before training is a line of step 0). Dump lines become rollout records
 (reward `score`, grouped by identical `input` within the step, groups whose scores
 are all equal discarded as `no_variance`) and text completions (`output` as word ids:
 repetition, distinct answers and their share per task; lengths count words, so the
@@ -39,12 +41,13 @@ from rlstream.formats.records import (
     BadLine,
     BadRecord,
     Heartbeat,
+    KeyPattern,
     StepRecord,
     finite_number,
     flatten,
+    json_object,
     jsonl_records,
-    parse_json,
-    rename,
+    map_keys,
     split_values,
     step_of,
     text_completion,
@@ -63,14 +66,14 @@ KEYS = {
     "rollout_corr/k3_kl": "train/mismatch_kl",
     "rollout_corr/rollout_is_eff_sample_size": "train/mismatch_ess",
 }
+EVAL_KEYS: tuple[KeyPattern, ...] = ((re.compile(r"val-core/(.+)/[^/]+/mean@\d+"), r"eval/\1"),)
+"""`_val_metrics_update`: `val-core/<data_source>/<core var>/mean@<n max>`, the mean
+validation score of each data source (its core variable, `acc` or `reward`)."""
 
 
 def _is_verl_line(line: bytes | None) -> bool:
-    try:
-        obj = parse_json(line) if line else None
-    except BadRecord:
-        return False
-    return isinstance(obj, dict) and "step" in obj and isinstance(obj.get("data"), dict)
+    obj = json_object(line)
+    return obj is not None and "step" in obj and isinstance(obj.get("data"), dict)
 
 
 def _logs(listing: frozenset[str], peek: Callable[[str], bytes | None]) -> list[str]:
@@ -121,7 +124,7 @@ class VerlFormat:
         if not isinstance(data, dict):
             raise BadRecord("missing_field:data" if data is None else "invalid_field:data")
         metrics, text = split_values(flatten(data))
-        return StepRecord(step, None, rename(metrics, KEYS), text)
+        return StepRecord(step, None, map_keys(metrics, KEYS, EVAL_KEYS), text)
 
     def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
         recs = jsonl_records(data, lambda obj: _sample(obj, step))

@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 
 from rlstream.simulate.records import token_text
+from rlstream.simulate.trainer_episodes import capture_samples, episode
 
 SAVE_EVERY = 2
 """TRL's save_steps in simulated runs: trainer_state.json snapshots every 2 steps."""
@@ -123,6 +124,8 @@ def tinker(run: Any, Write: Any) -> list[list[Any]]:
             "optim/kl_sample_train_v2": f["k2"],
             "optim/entropy": f["entropy"],
             "time/total": 1.0,
+            # RLTestSetEvaluator(name="test") every eval_every iterations, same line
+            "test/env/all/reward/total": sd.reported.get("eval/heldout"),
         }
         m = _some(m)
         recs = []
@@ -150,7 +153,7 @@ def tinker(run: Any, Write: Any) -> list[list[Any]]:
                     }
                 )  # fmt: skip
         summaries = ("\n".join(json.dumps(r) for r in recs) + "\n").encode() if recs else b""
-        capture = _capture_samples(sd, by_group)
+        capture = capture_samples(sd, by_group)
         out.append(
             [
                 *([Write("capture/sample.jsonl", capture, append=True)] if capture else []),
@@ -159,32 +162,6 @@ def tinker(run: Any, Write: Any) -> list[list[Any]]:
             ]
         )
     return out
-
-
-def _capture_samples(sd: Any, by_group: dict[str, list[Any]]) -> bytes:
-    """The step's sampling calls as tinker-cookbook's capture writes them
-    (`capture/instrument.py` `sample` records, `capture/exporter.py` `JsonlFileSink`:
-    `json.dumps` lines appended to `capture/sample.jsonl`), one call per turn, scoped
-    with `iteration`, `group_idx` and `traj_idx`."""
-    lines = []
-    for gi, members in enumerate(by_group.values()):
-        for ti, a in enumerate(members):
-            for g in a.gens:
-                lp = [None if np.isnan(x) else float(x) for x in g["ls"]]
-                rec = {
-                    "kind": "sample", "created_at": sd.time or 0.0,
-                    "scope": {"split": "train", "iteration": sd.step, "group_idx": gi,
-                              "traj_idx": ti},
-                    "num_samples": 1, "sampling_session_id": "sim", "seq_id": len(lines),
-                    "prompt_length": g["prompt_len"],
-                    "sampling_params": {"max_tokens": None, "temperature": 1.0, "top_p": 1.0,
-                                        "top_k": -1, "seed": None},
-                    "samples": [{"tokens": [int(x) for x in g["tokens"]], "logprobs": lp,
-                                 "stop_reason": "length" if g["truncated"] else "stop"}],
-                    "status": "ok", "latency_sec": 0.1,
-                }  # fmt: skip
-                lines.append(json.dumps(rec))
-    return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
 # -- verl -----------------------------------------------------------------------------
@@ -206,6 +183,8 @@ def verl(run: Any, Write: Any) -> list[list[Any]]:
             "rollout_corr/k3_kl": f["k3"],
             "rollout_corr/rollout_is_eff_sample_size": f["ess"],
             "training/global_step": step,
+            # _val_metrics_update at test_freq: the core variable's mean@n_max
+            "val-core/sim/heldout/reward/mean@1": sd.reported.get("eval/heldout"),
         }
         data = _some(data)
         lines = [
@@ -247,6 +226,14 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
             "progress/rollouts": len(sd.attempts), "off_policy/mean": f["lag"],
         }  # fmt: skip
         orch = _some(orch)
+        heldout = sd.reported.get("eval/heldout")
+        evals = []
+        if heldout is not None:  # finalize_eval_batch: one row per eval env and step
+            row = {
+                "step": sd.step, "time": t, "eval/heldout/effective/default/avg@1": heldout,
+                "eval/heldout/all/num_output_tokens/mean": f["episode_len"] or 0.0,
+            }  # fmt: skip
+            evals.append(Write("metrics.jsonl", _line(row), append=True))
         trainer = {
             "step": sd.step, "time": t + 0.5, "entropy/all/mean": f["entropy"],
             "mismatch_kl/all/mean": f["k3"], "loss/mean": 0.0,
@@ -269,7 +256,7 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
             }  # fmt: skip
             lines.append(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
         folder = f"token_exports/step_{sd.step}"
-        eps = {a.attempt_id: _episode(run, sd.step, a) for a in sd.attempts}
+        eps = {a.attempt_id: episode(run, sd.step, a) for a in sd.attempts}
         traces = f"rollouts/step_{sd.step}/train"
         effective = b"".join(eps[a.attempt_id] for a in sd.attempts if a.trained)
         # The orchestrator runs a step ahead (async): its row for step s comes before
@@ -277,6 +264,7 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
         # trained cohort in `effective` when the batch ships, before the step's row.
         out.append(
             [
+                *evals,
                 *(Write(f"{traces}/all/traces.jsonl", e, append=True) for e in eps.values()),
                 Write(f"{traces}/effective/traces.jsonl", effective, append=True),
                 Write("metrics.jsonl", _line(orch), append=True),
@@ -288,54 +276,6 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
         pending = [Write("metrics.jsonl", _line(trainer), append=True)]
     out.append(pending)
     return out
-
-
-def _episode(run: Any, step: int, a: Any) -> bytes:
-    """One attempt as the orchestrator's `FileMonitor.log_episodes` writes an episode:
-    `orjson.dumps(Episode.to_record(), option=OPT_APPEND_NEWLINE)`, `exclude_none`, one
-    trace of agent "default", a user and an assistant node per generation. A failed
-    attempt (no reward) is an episode with an error and no trace."""
-    task = {"type": "sim", "data": {"task_id": a.task_id}, "key": a.task_id}
-    ok = a.reward is not None
-    nodes: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
-    for g in a.gens:
-        p = g["prompt_len"] or 1
-        nodes.append(
-            {"message": {"role": "user", "content": "q"}, "sampled": False, "timestamp": 0.0,
-             "token_ids": [1] * p, "mask": [False] * p, "is_content": [], "logprobs": []}
-        )  # fmt: skip
-        ls = [float(x) if np.isfinite(x) else 0.0 for x in g["ls"]]
-        nodes.append(
-            {"parent": len(nodes) - 1, "message": {"role": "assistant", "content": "a"},
-             "sampled": True, "timestamp": 0.0, "token_ids": [int(x) for x in g["tokens"]],
-             "mask": [True] * len(ls), "is_content": [], "logprobs": ls}
-        )  # fmt: skip
-        calls.append(
-            {"node": len(nodes) - 1, "finish_reason": "length" if g["truncated"] else "stop",
-             "usage": {"prompt_tokens": p, "completion_tokens": int(g["length"])},
-             "time": {"start": 0.0, "end": 0.0}}
-        )  # fmt: skip
-    trace = {
-        "version": 1, "id": f"{a.attempt_id}-t", "verifiers": {"version": "0.3.1"},
-        "task": task, "agent": {"config": {}, "name": "default", "trainable": True},
-        "tools": [], "nodes": nodes, "calls": calls, "request_rewrites": [],
-        "response_rewrites": [], "rewards": {"correct": {"score": a.reward, "weight": 1.0}},
-        "metrics": {}, "info": {}, "extra_usage": [], "is_completed": True, "ok": True,
-        "stop_condition": "completed", "errors": [],
-    }  # fmt: skip
-    pv = a.policy_version
-    episode = {
-        "id": a.attempt_id, "env": {"id": "sim", "name": "sim"}, "task": task,
-        "group": {"id": a.group_id},
-        "run": {"type": "train", "id": run.run_id, "work": {
-            "type": "train", "step": step,
-            **({"policy": {"start": pv, "end": pv}} if pv is not None else {})}},
-        "ok": ok,
-        "errors": [] if ok else [{"type": "TimeoutError", "message": "rollout timed out"}],
-        "traces": [trace] if ok else [],
-    }  # fmt: skip
-    return orjson.dumps(episode, option=orjson.OPT_APPEND_NEWLINE)
 
 
 # -- TRL ------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ def test_tinker_rows(tmp_path, sim):
     lines = jsonl(run / "metrics.jsonl")
     capture = jsonl(run / "capture" / "sample.jsonl")
     assert [r["step"] for r in rows] == [m["step"] for m in lines] == [0, 1, 2, 3, 4]
+    assert any("test/env/all/reward/total" in m for m in lines), "the run logs evaluations"
     for row, m in zip(rows, lines, strict=True):
         assert row["reported_reward_mean_with_unusable"] == m["env/all/reward/total"]
         assert row["reported_mismatch_kl"] == m["optim/kl_sample_train_v2"]
@@ -59,6 +60,8 @@ def test_tinker_rows(tmp_path, sim):
         )
         other = dict(row["reported_other"])
         assert other["optim/kl_sample_train_v1"] == m["optim/kl_sample_train_v1"]
+        test = m.get("test/env/all/reward/total")
+        assert dict(row["reported_eval"]) == ({} if test is None else {"test": test})
         assert row["truncated_frac"] is None and row["reported_truncated_frac"] is None
         trajs = jsonl(run / f"iteration_{row['step']:06d}" / "train_rollout_summaries.jsonl")
         groups = _groups([(f"{t['group_idx']}", t["total_reward"]) for t in trajs])
@@ -81,6 +84,7 @@ def test_verl_rows(tmp_path, sim):
     run, rows = _analyze(tmp_path, sim, "verl")
     lines = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [m["step"] for m in lines] == [1, 2, 3, 4, 5]
+    assert any("val-core/sim/heldout/reward/mean@1" in m["data"] for m in lines)
     for row, m in zip(rows, lines, strict=True):
         d = m["data"]
         assert row["reported_reward_mean_with_unusable"] == d["critic/score/mean"]
@@ -90,6 +94,12 @@ def test_verl_rows(tmp_path, sim):
         assert row["reported_mismatch_ess"] == d["rollout_corr/rollout_is_eff_sample_size"]
         assert row["reported_entropy_estimate"] == d["actor/entropy"]
         assert dict(row["reported_other"])["rollout_corr/kl"] == d["rollout_corr/kl"]
+        val = {
+            k.removeprefix("val-core/").rsplit("/", 2)[0]: v
+            for k, v in d.items()
+            if k.startswith("val-core/") and k.rsplit("/", 1)[1].startswith("mean@")
+        }
+        assert dict(row["reported_eval"]) == val
         dump = jsonl(run / "rollout_data" / f"{row['step']}.jsonl")
         groups = _groups([(s["input"], s["score"]) for s in dump])
         assert row["attempts"] == len(dump)
@@ -151,6 +161,7 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
     for m in lines:
         by_step[m["step"]].append(m)
     assert [r["step"] for r in rows] == sorted(by_step) == [0, 1, 2, 3, 4]
+    assert any("eval/heldout/effective/default/avg@1" in m for m in lines)
     for row in rows:
         orch = next(m for m in by_step[row["step"]] if "progress/rollouts" in m)
         trainer = next(m for m in by_step[row["step"]] if "loss/mean" in m)
@@ -161,7 +172,17 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
             row["reported_truncated_frac"] == orch["train/agg/effective/default/is_truncated/mean"]
         )
         assert row["reported_lag_mean"] == orch["off_policy/mean"]
-        assert dict(row["reported_other"])["loss/mean"] == trainer["loss/mean"]
+        other = dict(row["reported_other"])
+        assert other["loss/mean"] == trainer["loss/mean"]
+        ev = [m for m in by_step[row["step"]] if any(k.startswith("eval/") for k in m)]
+        assert dict(row["reported_eval"]) == {
+            k.split("/")[1]: v for m in ev for k, v in m.items() if k.endswith("/avg@1")
+        }
+        for m in ev:
+            assert (
+                other["eval_stats/heldout/all/num_output_tokens/mean"]
+                == (m["eval/heldout/all/num_output_tokens/mean"])
+            )
         assert row["time"] == max(orch["time"], trainer["time"])
         step_dir = run / "token_exports" / f"step_{row['step']}"
         assert (step_dir / "STABLE").exists()
