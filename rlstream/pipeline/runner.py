@@ -32,7 +32,7 @@ from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
 from rlstream.pipeline.commit import Written, app_id, commit_group, settle, write_rejected
-from rlstream.pipeline.discover import RUN_JSON, detect_format
+from rlstream.pipeline.discover import RUN_JSON, detect_run
 from rlstream.pipeline.names import advance_names, check_below
 from rlstream.pipeline.runjson import apply_run_json, read_run_json
 from rlstream.pipeline.runs import REJECTED, add_other_run, plan_other, resume_run, tails
@@ -114,9 +114,9 @@ class RunGroup:
         """Start tracking a run, resuming from its resume state when one exists."""
         if run_url in self.runs:
             return self.runs[run_url]
-        fmt = detect_format(self.storage, run_url, self.cfg.input_format)
+        fmt, names = detect_run(self.storage, run_url, self.cfg.input_format)
         if fmt is not None and fmt != "loops":
-            return add_other_run(self, run_url, fmt)
+            return add_other_run(self, run_url, fmt, names)
         meta, stat, bad = read_run_json(self.storage, run_url)
         if meta is None:
             log.warning("skipping %s: run.json %s", run_url, bad)

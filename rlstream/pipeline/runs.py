@@ -53,10 +53,13 @@ def resume_run(group: Any, run_id: str, run_url: str) -> RunState | None:
     return state
 
 
-def add_other_run(group: Any, run_url: str, fmt: str) -> RunState | None:
-    """`RunGroup.add_run` for a run of format `fmt` (not Loops)."""
+def add_other_run(
+    group: Any, run_url: str, fmt: str, names: frozenset[str] | None = None
+) -> RunState | None:
+    """`RunGroup.add_run` for a run of format `fmt` (not Loops); `names` is the folder's
+    listing from detection (not listed again)."""
     try:
-        info, streams = identify(group.storage, run_url, fmt)
+        info, streams = identify(group.storage, run_url, fmt, names)
     except BadRecord as e:
         log.warning("skipping %s: a %s run that cannot be read: %s", run_url, fmt, e)
         if run_url not in group.rejected:

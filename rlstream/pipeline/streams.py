@@ -68,10 +68,13 @@ def reader(storage: Storage, url: str):
     return read
 
 
-def identify(storage: Storage, url: str, fmt_name: str) -> tuple[RunInfo, tuple[Stream, ...]]:
-    """The run's identity and streams; raises BadRecord with the reason it is unreadable."""
+def identify(
+    storage: Storage, url: str, fmt_name: str, names: frozenset[str] | None = None
+) -> tuple[RunInfo, tuple[Stream, ...]]:
+    """The run's identity and streams (from `names`, the folder's listing, when given);
+    raises BadRecord with the reason it is unreadable."""
     fmt = get_format(fmt_name)
-    names = listing(storage, url)
+    names = listing(storage, url) if names is None else names
     info = fmt.identity(url.rstrip("/").rsplit("/", 1)[-1], names, reader(storage, url))
     return info, fmt.streams(names)
 

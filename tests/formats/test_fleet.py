@@ -144,3 +144,27 @@ def test_tinker_reader_on_a_real_metrics_file(tmp_path):
     assert [(r["file"], r["offset"], r["reason"]) for r in q] == [
         ("metrics.jsonl", offsets[i], "duplicate_step") for i in (1, 2, 3, 5)
     ]
+
+
+def test_adding_a_run_of_another_format_lists_its_folder_once(tmp_path, monkeypatch):
+    """add_run detects the format and identifies the run from one listing of its
+    folder: no run.json stat, no second listing (both are requests on object stores)."""
+    from rlstream.io.storage import Storage
+    from rlstream.pipeline.local import _group_and_runs
+
+    sim = sim_runs(tmp_path / "sim", steps=2)
+    run = trainer_run(sim, tmp_path / "runs" / "t", "tinker")
+    group, urls = _group_and_runs([str(tmp_path / "runs")], str(tmp_path / "out"), PipelineConfig())
+    calls: list[tuple[str, str]] = []
+    for name in ("stat", "stat_many", "list_names", "list_dirs"):
+        orig = getattr(Storage, name)
+
+        def spy(self, url, *a, _orig=orig, _name=name, **kw):
+            calls.append((_name, str(url)))
+            return _orig(self, url, *a, **kw)
+
+        monkeypatch.setattr(Storage, name, spy)
+    assert group.add_run(urls[0]).format == "tinker"
+    assert [c for c in calls if c[1].endswith("run.json")] == []
+    folder = str(run).rstrip("/")
+    assert sorted(n for n, u in calls if u.rstrip("/") == folder) == ["list_dirs", "list_names"]
