@@ -37,7 +37,8 @@ episode is one attempt: group = `group.id` (and the agent's name), reward = the 
 `score * weight` over its rewards, policy version = `run.work.policy.start`; a trace
 (or a trace-less episode) that is not `ok` is discarded as `rollout_failed/<error
 type>`, a group whose other rewards are all equal as `no_variance`, a group of one as
-`group_too_small`. Metadata: `turns` (sampled nodes), `output_tokens` (the calls'
+`group_too_small`; traces of an agent with `trainable` false (an opponent, a judge)
+are not attempts. Metadata: `turns` (sampled nodes), `output_tokens` (the calls'
 `usage.completion_tokens`, else the sampled tokens under `mask`), `truncated`
 (verifiers' `Trace.is_truncated`: a framework-limit `stop_condition` or a last call
 finished by `length`) and `termination_reason` (`stop_condition`).
@@ -262,9 +263,10 @@ def _trace_attempt(
     sampled = [n for n in nodes if n.get("sampled") is True]
     usage = [c["usage"] for c in calls if isinstance(c.get("usage"), dict)]
     if usage:
-        out_tokens = sum(u.get("completion_tokens", 0) for u in usage)
-        if not is_int(out_tokens):
+        counts = [u.get("completion_tokens", 0) for u in usage]
+        if not all(is_int(n) and n >= 0 for n in counts):
             raise BadRecord(f"invalid_field:traces[{i}].calls.usage.completion_tokens")
+        out_tokens = sum(counts)
     else:
         out_tokens = sum(sum(1 for m in n.get("mask", ()) if m is True) for n in sampled)
     stop = tr.get("stop_condition")
@@ -334,7 +336,18 @@ def _episode(obj: Any, step: int) -> list[dict[str, Any]]:
                 "metadata": {},
             }
         ]
-    return [_trace_attempt(tr, i, obj, gid, step, pv) for i, tr in enumerate(traces)]
+    return [
+        _trace_attempt(tr, i, obj, gid, step, pv)
+        for i, tr in enumerate(traces)
+        if not (isinstance(tr, dict) and _untrainable(tr))
+    ]
+
+
+def _untrainable(trace: dict[str, Any]) -> bool:
+    """A trace of an agent the run does not train (`agent.trainable` false: an opponent,
+    a judge) is not an attempt."""
+    agent = trace.get("agent")
+    return isinstance(agent, dict) and agent.get("trainable") is False
 
 
 PRIME_RL = PrimeRlFormat()

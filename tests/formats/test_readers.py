@@ -257,3 +257,48 @@ def test_trl_rows_once_each_with_eval_merged(tmp_path, sim):
             row, t.column("completion").to_pylist(), t.column("prompt").to_pylist()
         )
     assert evals, "the simulated run logs held-out evaluations"
+
+
+def test_prime_rl_episode_fields():
+    """Field by field (verifiers' Episode.to_record): weighted rewards, a failed trace,
+    an untrainable agent's trace, truncation by stop condition or by the last call."""
+    import orjson
+
+    from rlstream.formats.prime_rl import PRIME_RL
+
+    def trace(name, rewards, ok=True, stop="completed", finish="stop", trainable=True):
+        return {
+            "agent": {"config": {}, "name": name, "trainable": trainable},
+            "nodes": [{"sampled": True, "token_ids": [5, 6, 7], "mask": [True] * 3}],
+            "calls": [{"node": 0, "finish_reason": finish}],
+            "rewards": {k: {"score": s, "weight": w} for k, (s, w) in rewards.items()},
+            "ok": ok,
+            "stop_condition": stop,
+            "errors": [] if ok else [{"type": "SandboxError", "message": "x"}],
+        }
+
+    ep = {
+        "id": "e1",
+        "group": {"id": "g"},
+        "run": {"type": "train", "id": "r", "work": {"type": "train", "step": 3,
+                "policy": {"start": 2, "end": 4}}},
+        "ok": True,
+        "traces": [
+            trace("solver", {"a": (1.0, 0.5), "b": (0.5, 2.0)}, stop="max_turns"),
+            trace("solver", {"a": (1.0, 1.0)}, ok=False, finish="length"),
+            trace("judge", {"a": (1.0, 1.0)}, trainable=False),
+            trace("solver", {"a": (0.0, 1.0)}, finish="length"),
+        ],
+    }  # fmt: skip
+    ep["traces"][0]["rewards"]["c"] = None
+    recs = PRIME_RL.parse_file("rollouts", orjson.dumps(ep) + b"\n", "x", 5)
+    assert [(r["attempt_id"], r["group_id"], r["reward"], r["discard_reason"]) for r in recs] == [
+        ("5-e1-0", "5-g/solver", 1.5, None),
+        ("5-e1-1", "5-g/solver", None, "rollout_failed/SandboxError"),
+        ("5-e1-3", "5-g/solver", 0.0, None),
+    ]
+    assert [r["metadata"]["truncated"] for r in recs] == [True, True, True]
+    assert [r["policy_version"] for r in recs] == [2, 2, 2]
+    assert recs[0]["metadata"] == {
+        "turns": 1, "output_tokens": 3, "truncated": True, "termination_reason": "max_turns"
+    }  # fmt: skip
