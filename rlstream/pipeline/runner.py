@@ -306,9 +306,9 @@ class RunGroup:
         `optional` file is not worth a row."""
         for file in files if files is not None else (STEPS_FILE, ROLLOUTS_FILE):
             stat = self.storage.stat(Storage.join(state.run_url, file))
-            cur = state.cursors[file]
             if stat is None and file in optional:
                 continue
+            cur = state.cursors.get(file, FileCursor())
             if stat is None:
                 key, reason, offset, detail = f"missing:{file}", "missing_file", None, ""
             elif stat.size == 0:
