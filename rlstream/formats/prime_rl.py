@@ -119,8 +119,12 @@ class PrimeRlFormat:
     name = "prime-rl"
     parts = ("trainer", "orchestrator")
     unavailable: frozenset[str] = frozenset(
-        {"truncated_frac", "discard_grading_failed", "discard_unversioned", "discard_stale"}
-    )
+        {"truncated_frac", "discard_grading_failed", "discard_unversioned", "discard_stale",
+         "top_completion_task_share"}
+    )  # fmt: skip
+    """No stop reasons in the exports; failed gradings not told apart from failed
+    rollouts; and the exports' only task label is `env_name`, one per environment, so
+    a share of tasks answered alike is 1 whatever the completions."""
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         if METRICS not in listing:

@@ -219,7 +219,10 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
         t = sd.time or 0.0
         orch = {
             "step": sd.step, "time": t,
-            "train/agg/all/default/reward/mean": f["reward_all"],
+            # over trace records: a failed episode written without a trace has none
+            "train/agg/all/default/reward/mean": _mean(
+                [a.reward for a in sd.attempts if a.reward is not None]
+            ),
             "train/agg/effective/default/reward/mean": f["reward_trained"],
             "train/agg/effective/default/is_truncated/mean": f["truncated"],
             "train/agg/effective/num_output_tokens/mean": f["episode_len"],

@@ -191,6 +191,7 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
         assert row["entropy_estimate"] == pytest.approx(ent, rel=1e-9)
         assert row["completion_len_mean"] == pytest.approx(length)
         assert row["truncated_frac"] is None and row["trace"] == "full"
+        assert row["top_completion_task_share"] is None  # env_name is no task label
         traces = run / "rollouts" / f"step_{row['step']}" / "train" / "all" / "traces.jsonl"
         _assert_prime_rl_episodes(row, jsonl(traces))
 
