@@ -12,6 +12,10 @@ metric kernels.
   `attempt_id`, `group_id`, `task_id`, `step`, `policy_version`, `reward`, `trained`,
   `discard_reason`, `metadata`).
 - `Transcript`: one attempt's generations with whatever token arrays exist.
+- helpers every reader shares: `map_keys` (a trainer's keys and key patterns onto the
+  canonical keys), `group_discards` (attempts of groups without reward variance
+  discarded as `no_variance` / `group_too_small`), `json_object` (for detection),
+  `jsonl_records` (a per-step JSONL file, bad lines with their offsets).
 - `parse_json` decodes with orjson and falls back to the standard library only to
   recognise NaN/Infinity literals, which are then rejected as non-finite values;
   `BadRecord`'s message is the quarantine reason.
