@@ -38,13 +38,13 @@ from typing import Any
 from rlstream.formats.base import NO_FAILURES, RunInfo, StepFiles, Stream, Tail, first_line
 from rlstream.formats.records import (
     TEXT_ONLY,
-    BadLine,
     BadRecord,
     Heartbeat,
     KeyPattern,
     StepRecord,
     finite_number,
     flatten,
+    group_discards,
     json_object,
     jsonl_records,
     map_keys,
@@ -127,28 +127,18 @@ class VerlFormat:
         return StepRecord(step, None, map_keys(metrics, KEYS, EVAL_KEYS), text)
 
     def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
-        recs = jsonl_records(data, lambda obj: _sample(obj, step))
-        rewards: dict[str, list[float]] = {}
-        for r in recs:
-            if isinstance(r, tuple):
-                rewards.setdefault(r[0]["group_id"], []).append(r[0]["reward"])
         out: list[Any] = []
         n = 0
-        for r in recs:
-            if isinstance(r, BadLine):
+        roll: dict[str, Any] = {}
+        for r in group_discards(jsonl_records(data, lambda obj: _sample(obj, step))):
+            if isinstance(r, dict):  # a sample's rollout record, then its output text
+                roll = {**r, "attempt_id": f"{step}-{n}"}
+                out.append(roll)
+                n += 1
+            elif isinstance(r, str):
+                out.append(text_completion(roll["attempt_id"], roll["group_id"], step, r))
+            else:
                 out.append(r)
-                continue
-            roll, text = r
-            group = rewards[roll["group_id"]]
-            reason = "group_too_small" if len(group) == 1 else None
-            if reason is None and len(set(group)) == 1:
-                reason = "no_variance"
-            aid = f"{step}-{n}"
-            out.append(
-                {**roll, "attempt_id": aid, "trained": reason is None, "discard_reason": reason}
-            )
-            out.append(text_completion(aid, roll["group_id"], step, text))
-            n += 1
         return out
 
     def parse_snapshot(self, data: bytes) -> list[StepRecord]:
