@@ -217,16 +217,19 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
     for sd in run.steps:
         f = _figures(sd, trained_only=True)
         t = sd.time or 0.0
+        kept, shipped = _prime_cohorts(sd.attempts)
         orch = {
             "step": sd.step, "time": t,
             # over trace records: a failed episode written without a trace has none
             "train/agg/all/default/reward/mean": _mean(
-                [a.reward for a in sd.attempts if a.reward is not None]
+                [a.reward for a in kept if a.reward is not None]
             ),
-            "train/agg/effective/default/reward/mean": f["reward_trained"],
+            "train/agg/effective/default/reward/mean": _mean([a.reward for a in shipped]),
             "train/agg/effective/default/is_truncated/mean": f["truncated"],
             "train/agg/effective/num_output_tokens/mean": f["episode_len"],
-            "progress/rollouts": len(sd.attempts), "off_policy/mean": f["lag"],
+            "progress/rollouts": len(kept),
+            "off_policy/mean": _mean([float(sd.step - a.policy_version) for a in shipped
+                                      if a.policy_version is not None]),
         }  # fmt: skip
         orch = _some(orch)
         heldout = sd.reported.get("eval/heldout")
@@ -259,9 +262,9 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
             }  # fmt: skip
             lines.append(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
         folder = f"token_exports/step_{sd.step}"
-        eps = {a.attempt_id: episode(run, sd.step, a) for a in sd.attempts}
+        eps = {a.attempt_id: episode(run, sd.step, a) for a in kept}
         traces = f"rollouts/step_{sd.step}/train"
-        effective = b"".join(eps[a.attempt_id] for a in sd.attempts if a.trained)
+        effective = b"".join(eps[a.attempt_id] for a in shipped)
         # The orchestrator runs a step ahead (async): its row for step s comes before
         # the trainer's row for step s - 1. Episodes land in `all` as they arrive, the
         # trained cohort in `effective` when the batch ships, before the step's row.
@@ -279,6 +282,32 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
         pending = [Write("metrics.jsonl", _line(trainer), append=True)]
     out.append(pending)
     return out
+
+
+def _prime_cohorts(attempts: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(episodes that arrive, the shipped cohort) of a step as prime-rl forms them: a
+    group past `max_off_policy_steps` is cancelled in flight and never logged (the
+    simulated run's stale or unversioned discards: not trained although rewarded in a
+    group with reward spread); the shipped cohort is the rewarded attempts of groups
+    whose rewards differ."""
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for a in attempts:
+        if a.reward is not None:
+            groups[a.group_id].append(a)
+
+    def spread(g: list[Any]) -> bool:
+        return len(g) > 1 and len({a.reward for a in g}) > 1
+
+    kept = [
+        a for a in attempts
+        if a.trained or a.reward is None or not spread(groups[a.group_id])
+    ]  # fmt: skip
+    live: dict[str, list[Any]] = defaultdict(list)
+    for a in kept:
+        if a.reward is not None:
+            live[a.group_id].append(a)
+    shipped = [a for g in live.values() if spread(g) for a in g]
+    return kept, shipped
 
 
 # -- TRL ------------------------------------------------------------------------------
