@@ -268,11 +268,23 @@ def run_section(
         f"cohort {_e(row.get('cohort') or '-')} · "
         f"last step {_e(row.get('last_step'))} · "
         f"{plural(len(cols['step']), 'final step')} · {plural(len(findings), 'finding')}</div>"
+        + _not_evaluable(row)
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
         + _examples(latest, out, storage_options)
         + _metadata(cols)
         + "</section>"
+    )
+
+
+def _not_evaluable(row: dict[str, Any]) -> str:
+    """The run's line naming the rules its files cannot evaluate (docs/formats.md)."""
+    codes = row.get("not_evaluable") or []
+    if not codes:
+        return '<div class="sub ne">every health rule can be evaluated on this run</div>'
+    return (
+        f'<div class="sub ne">not evaluable on this run ({_e(row.get("format") or "loops")} '
+        f"files lack their figures): {_e(', '.join(codes))}</div>"
     )
 
 

@@ -48,7 +48,10 @@ class Tail:
 
     path: str
     kind: str
-    """"steps" (lines become `StepRecord`s) or "rollouts" (lines become rollout dicts)."""
+    """"steps" (lines become `StepRecord`s), "rollouts" (lines become rollout dicts) or
+    "generations" (lines become `Transcript`s)."""
+    optional: bool = False
+    """A file only some runs write (its absence is not worth a quarantine row)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,15 @@ orchestrator.py`: `train/agg/{all,effective}/...`, `progress/...`, `off_policy/.
 `export_sequence_idx`, `env_name`, `token_ids`, `position_ids`, `loss_mask`,
 `advantages`, `inference_logprobs`, `trainer_logprobs`, `entropy`, ...; non-finite
 floats as null), and touches `token_exports/step_N/STABLE` once every rank flushed.
+The orchestrator's `FileMonitor.log_episodes` appends each arriving episode to
+`rollouts/step_N/train/all/traces.jsonl` (N the batch being collected), and at ship
+time the batch's trained cohort to `rollouts/step_N/train/effective/traces.jsonl`:
+one `orjson` line per episode, `Episode.to_record()` of the `verifiers` library
+(`verifiers/v1/episode.py`, `trace.py`: `id`, `env`, `group.id`, `run.work.{step,
+policy.start, policy.end}`, `ok`, `errors`, `traces` [{`agent.name`, `nodes`
+[{`sampled`, `token_ids`, `mask`, `logprobs`, ...}], `calls` [{`finish_reason`,
+`usage.completion_tokens`}], `rewards` {name: {`score`, `weight`}}, `ok`,
+`stop_condition`, `errors`}]).
 
 A step's two rows are merged into one `StepRecord` (`part` "trainer" /
 "orchestrator"; rows with only `eval/` keys are part "eval"); its row is final once
@@ -22,13 +31,26 @@ one generation of the tokens under `loss_mask`, with sampler (`inference_logprob
 and trainer logprobs: the full token-level set is recomputed as for Loops.
 Truncation is not in the exports (the orchestrator reports it).
 
+A step's `train/all/traces.jsonl` is read once, whole, after the step's `effective`
+file exists (every `all` append of the step comes before it). Each trace of an
+episode is one attempt: group = `group.id` (and the agent's name), reward = the sum of
+`score * weight` over its rewards, policy version = `run.work.policy.start`; a trace
+(or a trace-less episode) that is not `ok` is discarded as `rollout_failed/<error
+type>`, a group whose other rewards are all equal as `no_variance`, a group of one as
+`group_too_small`; traces of an agent with `trainable` false (an opponent, a judge)
+are not attempts. Metadata: `turns` (sampled nodes), `output_tokens` (the calls'
+`usage.completion_tokens`, else the sampled tokens under `mask`), `truncated`
+(verifiers' `Trace.is_truncated`: a framework-limit `stop_condition` or a last call
+finished by `length`) and `termination_reason` (`stop_condition`).
+
 Mapping (canonical key <- prime-rl key): `train/mismatch_kl` <- `mismatch_kl/all/mean`;
 `sampling/entropy_estimate` <- `entropy/all/mean`; `reward/mean` <-
 `train/agg/effective/<agent>/reward/mean`; `reward/mean_with_unusable` <-
 `train/agg/all/<agent>/reward/mean`; `completion/truncated_frac` <-
 `train/agg/effective/<agent>/is_truncated/mean`; `completion/len_mean` <-
 `train/agg/effective/num_output_tokens/mean`; `freshness/lag_mean` <- `off_policy/mean`
-(the `<agent>` forms only when the run has one agent).
+(the `<agent>` forms only when the run has one agent); `eval/<env>` (a held-out
+score) <- `eval/<env>/effective/<agent>/avg@k`.
 """
 
 from __future__ import annotations
@@ -43,15 +65,17 @@ from rlstream.formats.base import RunInfo, StepFiles, Stream, Tail, first_line
 from rlstream.formats.records import (
     BadRecord,
     Heartbeat,
+    KeyPattern,
     StepRecord,
     Transcript,
     finite_number,
     flatten,
     float_array,
+    group_discards,
     is_int,
+    json_object,
     jsonl_records,
-    parse_json,
-    rename,
+    map_keys,
     split_values,
     step_of,
 )
@@ -61,6 +85,14 @@ EXPORTS = "token_exports"
 STEP_DIR = re.compile(r"step_(\d+)")
 RANK_FILE = re.compile(r"rank_\d+\.jsonl")
 STABLE = "STABLE"
+ROLLOUTS = "rollouts"
+TRACES = re.compile(r"traces\.jsonl")
+TRACES_ALL = "train/all"
+TRACES_DONE = "train/effective/traces.jsonl"
+TRUNCATING_STOPS = frozenset(
+    {"max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "context_length"}
+)
+"""verifiers' `Trace.is_truncated`: stop conditions that are framework limits."""
 
 KEYS = {
     "mismatch_kl/all/mean": "train/mismatch_kl",
@@ -68,20 +100,17 @@ KEYS = {
     "train/agg/effective/num_output_tokens/mean": "completion/len_mean",
     "off_policy/mean": "freshness/lag_mean",
 }
-AGENT_KEYS = (
+AGENT_KEYS: tuple[KeyPattern, ...] = (
     (re.compile(r"train/agg/effective/[^/]+/reward/mean"), "reward/mean"),
     (re.compile(r"train/agg/all/[^/]+/reward/mean"), "reward/mean_with_unusable"),
     (re.compile(r"train/agg/effective/[^/]+/is_truncated/mean"), "completion/truncated_frac"),
+    (re.compile(r"eval/([^/]+)/effective/[^/]+/avg@\d+"), r"eval/\1"),
 )
+EVAL_STATS = "eval_stats/"
+"""prime-rl's other per-environment evaluation statistics (token counts, error and
+truncation rates, pass@k: `eval/<env>/<rest>`) are not held-out scores: kept in
+`reported_other` as `eval_stats/<env>/<rest>`."""
 ORCHESTRATOR = ("train/", "progress/", "off_policy/", "batch/")
-
-
-def _json_object(line: bytes | None) -> dict[str, Any] | None:
-    try:
-        obj = parse_json(line) if line else None
-    except BadRecord:
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 class PrimeRlFormat:
@@ -89,12 +118,18 @@ class PrimeRlFormat:
 
     name = "prime-rl"
     parts = ("trainer", "orchestrator")
-    unavailable: frozenset[str] = frozenset({"truncated_frac"})
+    unavailable: frozenset[str] = frozenset(
+        {"truncated_frac", "discard_grading_failed", "discard_unversioned", "discard_stale",
+         "top_completion_task_share"}
+    )  # fmt: skip
+    """No stop reasons in the exports; failed gradings not told apart from failed
+    rollouts; and the exports' only task label is `env_name`, one per environment, so
+    a share of tasks answered alike is 1 whatever the completions."""
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         if METRICS not in listing:
             return False
-        obj = _json_object(first_line(peek(METRICS)))
+        obj = json_object(first_line(peek(METRICS)))
         if obj is not None:
             return "step" in obj and "time" in obj and not isinstance(obj.get("data"), dict)
         return f"{EXPORTS}/" in listing or "rollouts/" in listing
@@ -108,6 +143,9 @@ class PrimeRlFormat:
         return (
             Tail(METRICS, "steps"),
             StepFiles(EXPORTS, STEP_DIR, RANK_FILE, "generations", marker=STABLE),
+            StepFiles(
+                ROLLOUTS, STEP_DIR, TRACES, "rollouts", marker=TRACES_DONE, subdirs=(TRACES_ALL,)
+            ),
         )
 
     def parse_line(self, kind: str, obj: Any) -> StepRecord | Heartbeat | dict[str, Any]:
@@ -126,14 +164,15 @@ class PrimeRlFormat:
             part = "eval"
         else:
             part = "trainer"
-        out = rename(metrics, KEYS)
-        for pattern, dst in AGENT_KEYS:
-            hits = [k for k in metrics if pattern.fullmatch(k)]
-            if len(hits) == 1 and dst not in metrics:
-                out[dst] = out.pop(hits[0])
+        out = {
+            EVAL_STATS + k[5:] if k.startswith("eval/") and "/" in k[5:] else k: v
+            for k, v in map_keys(metrics, KEYS, AGENT_KEYS).items()
+        }
         return StepRecord(step, time, out, text, part=part)
 
     def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
+        if kind == "rollouts":
+            return group_discards(jsonl_records(data, lambda obj: _episode(obj, step)))
         rank = name.rsplit("/", 1)[-1].removesuffix(".jsonl")
         out: list[Any] = []
         for rec in jsonl_records(data, lambda obj: _sequence(obj, step, rank)):
@@ -198,6 +237,121 @@ def _sequence(obj: Any, step: int, rank: str) -> list[Transcript]:
             )
         )
     return out
+
+
+def _trace_attempt(
+    tr: Any, i: int, ep: dict[str, Any], gid: str, step: int, pv: int | None
+) -> dict[str, Any]:
+    """One trace of an episode as a rollout record (docs/formats.md, prime-rl)."""
+    if not isinstance(tr, dict):
+        raise BadRecord(f"invalid_field:traces[{i}]")
+    agent = tr.get("agent") if isinstance(tr.get("agent"), dict) else {}
+    name = agent.get("name") if isinstance(agent.get("name"), str) else "agent"
+    rewards = tr.get("rewards", {})
+    if not isinstance(rewards, dict):
+        raise BadRecord(f"invalid_field:traces[{i}].rewards")
+    reward = 0.0
+    for k, r in rewards.items():
+        if r is None:
+            continue
+        if not isinstance(r, dict) or "score" not in r:
+            raise BadRecord(f"invalid_field:traces[{i}].rewards.{k}")
+        reward += finite_number(r["score"], f"rewards.{k}.score") * finite_number(
+            r.get("weight", 1.0), f"rewards.{k}.weight"
+        )
+    nodes, calls = tr.get("nodes", []), tr.get("calls", [])
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        raise BadRecord(f"invalid_field:traces[{i}].nodes")
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        raise BadRecord(f"invalid_field:traces[{i}].calls")
+    sampled = [n for n in nodes if n.get("sampled") is True]
+    usage = [c["usage"] for c in calls if isinstance(c.get("usage"), dict)]
+    if usage:
+        counts = [u.get("completion_tokens", 0) for u in usage]
+        if not all(is_int(n) and n >= 0 for n in counts):
+            raise BadRecord(f"invalid_field:traces[{i}].calls.usage.completion_tokens")
+        out_tokens = sum(counts)
+    else:
+        out_tokens = sum(sum(1 for m in n.get("mask", ()) if m is True) for n in sampled)
+    stop = tr.get("stop_condition")
+    last = next((c for c in reversed(calls) if c.get("error") is None), None)
+    truncated = stop in TRUNCATING_STOPS or bool(last and last.get("finish_reason") == "length")
+    ok = ep.get("ok") is True and tr.get("ok") is True
+    meta: dict[str, Any] = {
+        "turns": len(sampled),
+        "output_tokens": out_tokens,
+        "truncated": truncated,
+    }
+    if isinstance(stop, str):
+        meta["termination_reason"] = stop
+    return {
+        "attempt_id": f"{step}-{ep['id']}-{i}",
+        "group_id": f"{gid}/{name}",
+        "task_id": gid,
+        "step": step,
+        "policy_version": pv,
+        "reward": reward if ok else None,
+        "trained": ok,
+        "discard_reason": None if ok else f"rollout_failed/{_error_type(tr, ep)}",
+        "metadata": meta,
+    }
+
+
+def _error_type(*objs: dict[str, Any]) -> str:
+    """The type of the last error recorded on the first of `objs` that has one."""
+    for obj in objs:
+        errs = obj.get("errors")
+        if isinstance(errs, list) and errs and isinstance(errs[-1], dict):
+            t = errs[-1].get("type")
+            return t if isinstance(t, str) and t else "error"
+    return "error"
+
+
+def _episode(obj: Any, step: int) -> list[dict[str, Any]]:
+    """One `Episode.to_record()` line: a rollout record per trace."""
+    if not isinstance(obj, dict):
+        raise BadRecord("not_an_object")
+    ep_id = obj.get("id")
+    if not isinstance(ep_id, str):
+        raise BadRecord("missing_field:id" if ep_id is None else "invalid_field:id")
+    group = obj.get("group")
+    if not isinstance(group, dict) or not isinstance(group.get("id"), str):
+        raise BadRecord("missing_field:group.id")
+    work = (obj.get("run") or {}).get("work") if isinstance(obj.get("run"), dict) else None
+    policy = work.get("policy") if isinstance(work, dict) else None
+    pv = policy.get("start") if isinstance(policy, dict) else None
+    if pv is not None and (not is_int(pv) or pv < 0):
+        raise BadRecord("invalid_field:run.work.policy.start")
+    traces = obj.get("traces", [])
+    if not isinstance(traces, list):
+        raise BadRecord("invalid_field:traces")
+    gid = f"{step}-{group['id']}"
+    if not traces:  # an episode that failed before any trace was produced
+        return [
+            {
+                "attempt_id": f"{step}-{ep_id}",
+                "group_id": f"{gid}/agent",
+                "task_id": gid,
+                "step": step,
+                "policy_version": pv,
+                "reward": None,
+                "trained": False,
+                "discard_reason": f"rollout_failed/{_error_type(obj)}",
+                "metadata": {},
+            }
+        ]
+    return [
+        _trace_attempt(tr, i, obj, gid, step, pv)
+        for i, tr in enumerate(traces)
+        if not (isinstance(tr, dict) and _untrainable(tr))
+    ]
+
+
+def _untrainable(trace: dict[str, Any]) -> bool:
+    """A trace of an agent the run does not train (`agent.trainable` false: an opponent,
+    a judge) is not an attempt."""
+    agent = trace.get("agent")
+    return isinstance(agent, dict) and agent.get("trainable") is False
 
 
 PRIME_RL = PrimeRlFormat()

@@ -12,6 +12,10 @@ metric kernels.
   `attempt_id`, `group_id`, `task_id`, `step`, `policy_version`, `reward`, `trained`,
   `discard_reason`, `metadata`).
 - `Transcript`: one attempt's generations with whatever token arrays exist.
+- helpers every reader shares: `map_keys` (a trainer's keys and key patterns onto the
+  canonical keys), `group_discards` (attempts of groups without reward variance
+  discarded as `no_variance` / `group_too_small`), `json_object` (for detection),
+  `jsonl_records` (a per-step JSONL file, bad lines with their offsets).
 - `parse_json` decodes with orjson and falls back to the standard library only to
   recognise NaN/Infinity literals, which are then rejected as non-finite values;
   `BadRecord`'s message is the quarantine reason.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,6 +152,39 @@ def rename(metrics: dict[str, float], mapping: dict[str, str]) -> dict[str, floa
     return out
 
 
+def json_object(data: bytes | None) -> dict[str, Any] | None:
+    """`data` decoded when it is a JSON object, else None (for format detection)."""
+    try:
+        obj = parse_json(data) if data else None
+    except BadRecord:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+KeyPattern = tuple[re.Pattern[str], str]
+"""A trainer key pattern and its canonical key (`\\1`... expand the pattern's groups)."""
+
+
+def map_keys(
+    metrics: dict[str, float], keys: dict[str, str], patterns: tuple[KeyPattern, ...] = ()
+) -> dict[str, float]:
+    """A trainer's metrics under canonical keys: `keys` renamed as `rename` does, then
+    each pattern's matches, where exactly one trainer key gives a canonical key (with
+    several, say one per agent of a multi-agent run, none is chosen and all keep their
+    own names). A canonical key the trainer logs itself keeps the trainer's value."""
+    out = rename(metrics, keys)
+    for pattern, dst in patterns:
+        hits: dict[str, list[str]] = {}
+        for k in metrics:
+            m = pattern.fullmatch(k)
+            if m:
+                hits.setdefault(m.expand(dst), []).append(k)
+        for target, srcs in hits.items():
+            if len(srcs) == 1 and target not in metrics and srcs[0] in out:
+                out[target] = out.pop(srcs[0])
+    return out
+
+
 def step_of(obj: dict[str, Any], key: str = "step") -> int:
     """A non-negative integer step; raises BadRecord('missing_field:…'/'invalid_field:…')."""
     if key not in obj:
@@ -250,6 +288,35 @@ def merge_parts(prev: StepRecord, rec: StepRecord) -> StepRecord | None:
         prev.offset,
         "+".join(sorted([*parts, rec.part])),
     )
+
+
+def group_discards(recs: list[Any]) -> list[Any]:
+    """Parsed per-step records flattened (a rollout dict, a (rollout, transcript) pair
+    or a list of rollouts per line; `BadLine`s as they are). Among the attempts not
+    already discarded, a group whose rewards are all equal has no advantage to learn
+    from: its attempts are discarded as `no_variance` (a group of one as
+    `group_too_small`)."""
+    flat: list[Any] = []
+    for r in recs:
+        if isinstance(r, (list, tuple)):
+            flat.extend(r)
+        else:
+            flat.append(r)
+    rewards: dict[str, list[float]] = {}
+    for r in flat:
+        if isinstance(r, dict) and r["discard_reason"] is None:
+            rewards.setdefault(r["group_id"], []).append(r["reward"])
+    out: list[Any] = []
+    for r in flat:
+        if isinstance(r, dict) and r["discard_reason"] is None:
+            group = rewards[r["group_id"]]
+            reason = "group_too_small" if len(group) == 1 else None
+            if reason is None and len(set(group)) == 1:
+                reason = "no_variance"
+            if reason is not None:
+                r = {**r, "trained": False, "discard_reason": reason}
+        out.append(r)
+    return out
 
 
 def word_ids(text: str) -> np.ndarray:

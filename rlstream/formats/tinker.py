@@ -16,10 +16,24 @@ trajectory, constant groups included) <- `env/all/reward/total`;
 `reward/no_variance_frac` <- `env/all/by_group/frac_all_good + frac_all_bad`;
 `completion/len_mean` <- `env/all/ac_tokens_per_turn`; `sampling/entropy_estimate`
 <- `optim/entropy`; `train/mismatch_kl` <- `optim/kl_sample_train_v2` (the k2
-estimator 0.5·mean(d²), equal to k3 to second order). Rollout summaries become
+estimator 0.5·mean(d²), equal to k3 to second order); `eval/<name>` <-
+`<name>/env/all/reward/total` (`rl/metric_util.py` `RLTestSetEvaluator`, name `test`
+by default, logged in the same line every `eval_every` iterations). Rollout summaries become
 rollout records (reward `total_reward`, lag from `sampling_client_step`, groups whose
 rewards are all equal discarded as `no_variance`) and sample-only transcripts (one
 generation per turn of `ac_len` tokens). Truncation is not written: null.
+
+With capture enabled (`tinker_cookbook/capture/exporter.py` `JsonlFileSink`: batches of
+`json.dumps(record)` lines appended to `capture/<kind>.jsonl`; `capture/instrument.py`
+builds a `sample` record per sampling call: `kind`, `scope` (the caller's `capture(...)`
+keys, `iteration` among them), `created_at`, `num_samples`, `prompt_length`, ...,
+`samples` [{`tokens`, `logprobs`, `stop_reason`}], `status`), `capture/sample.jsonl`
+is followed as a tail: each sample's logprobs become a sampler-only generation of step
+`scope.iteration`, from which the entropy estimate is recomputed (the tokens and
+lengths stay the summaries'). A record without `scope.iteration` is quarantined
+(`missing_field:scope.iteration`: it cannot be put on a step); records of another
+split (`scope.split` other than `train`), of `purpose` `eval`, or without samples
+(`status` `error`) are skipped.
 """
 
 from __future__ import annotations
@@ -32,20 +46,24 @@ from rlstream.formats.base import NO_FAILURES, RunInfo, StepFiles, Stream, Tail,
 from rlstream.formats.records import (
     BadRecord,
     Heartbeat,
+    KeyPattern,
     StepRecord,
     Transcript,
     finite_number,
     flatten,
+    float_array,
+    group_discards,
     is_int,
+    json_object,
     jsonl_records,
-    parse_json,
-    rename,
+    map_keys,
     split_values,
     step_of,
 )
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.json"
+CAPTURE = "capture/sample.jsonl"
 ITERATION = re.compile(r"iteration_(\d+)")
 SUMMARIES = re.compile(r"train_rollout_summaries\.jsonl")
 
@@ -55,14 +73,11 @@ KEYS = {
     "optim/entropy": "sampling/entropy_estimate",
     "optim/kl_sample_train_v2": "train/mismatch_kl",
 }
-
-
-def _json_object(data: bytes | None) -> dict[str, Any] | None:
-    try:
-        obj = parse_json(data) if data else None
-    except BadRecord:
-        return None
-    return obj if isinstance(obj, dict) else None
+EVAL_KEYS: tuple[KeyPattern, ...] = (
+    (re.compile(r"(?!env/)([^/]+)/env/all/reward/total"), r"eval/\1"),
+)
+"""`RLTestSetEvaluator(name=...)` prefixes its metrics with its name (`test` unless
+told otherwise): its mean reward is a held-out score."""
 
 
 class TinkerFormat:
@@ -74,7 +89,7 @@ class TinkerFormat:
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         if METRICS not in listing:
             return False
-        obj = _json_object(first_line(peek(METRICS)))
+        obj = json_object(first_line(peek(METRICS)))
         if obj is not None:
             if isinstance(obj.get("data"), dict) or "time" in obj:
                 return False  # verl's file logger, prime-rl's monitor
@@ -89,7 +104,7 @@ class TinkerFormat:
         config: dict[str, Any] = {}
         if CONFIG in listing:
             data = read(CONFIG)
-            obj = _json_object(data)
+            obj = json_object(data)
             if obj is None:
                 raise BadRecord("config.json is not a JSON object")
             config = {"tinker": obj}
@@ -101,26 +116,56 @@ class TinkerFormat:
         return (
             Tail(METRICS, "steps"),
             StepFiles("", ITERATION, SUMMARIES, "both"),
+            Tail(CAPTURE, "generations", optional=True),
         )
 
     def parse_line(self, kind: str, obj: Any) -> StepRecord | Heartbeat | dict[str, Any]:
         if not isinstance(obj, dict):
             raise BadRecord("not_an_object")
+        if kind == "generations":
+            return _sample_call(obj)
         step = step_of(obj)
         metrics, text = split_values(flatten({k: v for k, v in obj.items() if k != "step"}))
         good = metrics.get("env/all/by_group/frac_all_good")
         bad = metrics.get("env/all/by_group/frac_all_bad")
-        out = rename(metrics, KEYS)
+        out = map_keys(metrics, KEYS, EVAL_KEYS)
         if good is not None and bad is not None:
             out["reward/no_variance_frac"] = good + bad
         return StepRecord(step, None, out, text)
 
     def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
         recs = jsonl_records(data, lambda obj: _trajectory(obj, step))
-        return _group_discards(recs)
+        return group_discards(recs)
 
     def parse_snapshot(self, data: bytes) -> list[StepRecord]:
         return []
+
+
+def _sample_call(obj: dict[str, Any]) -> Transcript | Heartbeat:
+    """A captured `sample` record: its samples' sampler logprobs (trace "sampler")."""
+    scope = obj.get("scope")
+    if not isinstance(scope, dict):
+        raise BadRecord("missing_field:scope" if scope is None else "invalid_field:scope")
+    if scope.get("split", "train") != "train" or scope.get("purpose") == "eval":
+        return Heartbeat(None)
+    samples = obj.get("samples")
+    if samples is None and obj.get("status") != "ok":
+        return Heartbeat(None)  # a failed call: nothing was sampled
+    try:
+        step = step_of(scope, "iteration")
+    except BadRecord as e:
+        raise BadRecord(str(e).replace(":", ":scope.", 1)) from None
+    if not isinstance(samples, list):
+        raise BadRecord("invalid_field:samples")
+    ls = []
+    for i, smp in enumerate(samples):
+        lp = smp.get("logprobs") if isinstance(smp, dict) else None
+        if lp is None:
+            continue
+        n = len(lp) if isinstance(lp, list) else -1
+        ls.append(float_array(lp, n, f"samples[{i}].logprobs"))
+    aid = f"{step}-capture-{obj.get('seq_id', '')}"
+    return Transcript(aid, "", step, False, "sampler", [], [], ls, [], [], None, None)
 
 
 def _trajectory(obj: Any, step: int) -> tuple[dict[str, Any], Transcript]:
@@ -163,29 +208,6 @@ def _trajectory(obj: Any, step: int) -> tuple[dict[str, Any], Transcript]:
         aid, gid, step, True, "samples", lens, [False] * len(lens), [], [], [], None, None
     )
     return rollout, tr
-
-
-def _group_discards(recs: list[Any]) -> list[Any]:
-    """Flatten (rollout, transcript) pairs; a group whose rewards are all equal has no
-    advantage to learn from: its attempts are discarded as `no_variance` (a group of
-    one as `group_too_small`)."""
-    rewards: dict[str, list[float]] = {}
-    for r in recs:
-        if isinstance(r, tuple):
-            rewards.setdefault(r[0]["group_id"], []).append(r[0]["reward"])
-    out: list[Any] = []
-    for r in recs:
-        if not isinstance(r, tuple):
-            out.append(r)
-            continue
-        roll, tr = r
-        group = rewards[roll["group_id"]]
-        if len(group) == 1:
-            roll = {**roll, "trained": False, "discard_reason": "group_too_small"}
-        elif len(set(group)) == 1:
-            roll = {**roll, "trained": False, "discard_reason": "no_variance"}
-        out.extend((roll, tr))
-    return out
 
 
 TINKER = TinkerFormat()

@@ -18,7 +18,9 @@ Mapping (canonical key <- verl key): `reward/mean_with_unusable` (the whole batc
 `completion/len_mean` <- `response_length/mean`; `completion/truncated_frac` <-
 `response_length/clip_ratio`; `sampling/entropy_estimate` <- `actor/entropy`;
 `train/mismatch_kl` <- `rollout_corr/k3_kl`; `train/mismatch_ess` <-
-`rollout_corr/rollout_is_eff_sample_size`. Dump lines become rollout records
+`rollout_corr/rollout_is_eff_sample_size`; `eval/<data_source>` (a held-out score)
+<- `val-core/<data_source>/<var>/mean@N` (`ray_trainer.py` `_val_metrics_update`; the
+validation before training is a line of step 0). Dump lines become rollout records
 (reward `score`, grouped by identical `input` within the step, groups whose scores
 are all equal discarded as `no_variance`) and text completions (`output` as word ids:
 repetition, distinct answers and their share per task; lengths count words, so the
@@ -36,15 +38,16 @@ from typing import Any
 from rlstream.formats.base import NO_FAILURES, RunInfo, StepFiles, Stream, Tail, first_line
 from rlstream.formats.records import (
     TEXT_ONLY,
-    BadLine,
     BadRecord,
     Heartbeat,
+    KeyPattern,
     StepRecord,
     finite_number,
     flatten,
+    group_discards,
+    json_object,
     jsonl_records,
-    parse_json,
-    rename,
+    map_keys,
     split_values,
     step_of,
     text_completion,
@@ -63,14 +66,14 @@ KEYS = {
     "rollout_corr/k3_kl": "train/mismatch_kl",
     "rollout_corr/rollout_is_eff_sample_size": "train/mismatch_ess",
 }
+EVAL_KEYS: tuple[KeyPattern, ...] = ((re.compile(r"val-core/(.+)/[^/]+/mean@\d+"), r"eval/\1"),)
+"""`_val_metrics_update`: `val-core/<data_source>/<core var>/mean@<n max>`, the mean
+validation score of each data source (its core variable, `acc` or `reward`)."""
 
 
 def _is_verl_line(line: bytes | None) -> bool:
-    try:
-        obj = parse_json(line) if line else None
-    except BadRecord:
-        return False
-    return isinstance(obj, dict) and "step" in obj and isinstance(obj.get("data"), dict)
+    obj = json_object(line)
+    return obj is not None and "step" in obj and isinstance(obj.get("data"), dict)
 
 
 def _logs(listing: frozenset[str], peek: Callable[[str], bytes | None]) -> list[str]:
@@ -121,31 +124,21 @@ class VerlFormat:
         if not isinstance(data, dict):
             raise BadRecord("missing_field:data" if data is None else "invalid_field:data")
         metrics, text = split_values(flatten(data))
-        return StepRecord(step, None, rename(metrics, KEYS), text)
+        return StepRecord(step, None, map_keys(metrics, KEYS, EVAL_KEYS), text)
 
     def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
-        recs = jsonl_records(data, lambda obj: _sample(obj, step))
-        rewards: dict[str, list[float]] = {}
-        for r in recs:
-            if isinstance(r, tuple):
-                rewards.setdefault(r[0]["group_id"], []).append(r[0]["reward"])
         out: list[Any] = []
         n = 0
-        for r in recs:
-            if isinstance(r, BadLine):
+        roll: dict[str, Any] = {}
+        for r in group_discards(jsonl_records(data, lambda obj: _sample(obj, step))):
+            if isinstance(r, dict):  # a sample's rollout record, then its output text
+                roll = {**r, "attempt_id": f"{step}-{n}"}
+                out.append(roll)
+                n += 1
+            elif isinstance(r, str):
+                out.append(text_completion(roll["attempt_id"], roll["group_id"], step, r))
+            else:
                 out.append(r)
-                continue
-            roll, text = r
-            group = rewards[roll["group_id"]]
-            reason = "group_too_small" if len(group) == 1 else None
-            if reason is None and len(set(group)) == 1:
-                reason = "no_variance"
-            aid = f"{step}-{n}"
-            out.append(
-                {**roll, "attempt_id": aid, "trained": reason is None, "discard_reason": reason}
-            )
-            out.append(text_completion(aid, roll["group_id"], step, text))
-            n += 1
         return out
 
     def parse_snapshot(self, data: bytes) -> list[StepRecord]:

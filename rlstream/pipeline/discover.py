@@ -69,14 +69,17 @@ def check_root(storage: Storage, root: str) -> None:
         )
 
 
-def detect_other(storage: Storage, url: str, forced: str | None = None) -> str | None:
+def detect_other(
+    storage: Storage, url: str, forced: str | None = None, names: frozenset[str] | None = None
+) -> str | None:
     """The non-Loops format of the folder at `url`, or None (Loops is found by its
-    run.json stat, `detect_format` or `find_runs`)."""
+    run.json, `detect_format` or `find_runs`). `names`: the folder's listing, when the
+    caller has it."""
     from rlstream.pipeline.streams import listing, peeker
 
     if forced == "loops":
         return None
-    names = listing(storage, url)
+    names = listing(storage, url) if names is None else names
     if not names:
         return None
     peek = peeker(storage, url)
@@ -84,6 +87,23 @@ def detect_other(storage: Storage, url: str, forced: str | None = None) -> str |
         if name != "loops" and forced in (None, name) and fmt.detect(names, peek):
             return name
     return None
+
+
+def detect_run(
+    storage: Storage, url: str, forced: str | None = None
+) -> tuple[str | None, frozenset[str] | None]:
+    """(format of the run folder at `url` or None when it is not a run, its listing).
+    One listing answers both (it shows run.json), so adding a run costs no run.json
+    stat and the reader's `identity` gets the same listing; with `forced` "loops",
+    one run.json stat and no listing (None)."""
+    from rlstream.pipeline.streams import listing
+
+    if forced == "loops":
+        return detect_format(storage, url, forced), None
+    names = listing(storage, url)
+    if forced is None and RUN_JSON in names:
+        return "loops", names
+    return detect_other(storage, url, forced, names), names
 
 
 def detect_format(storage: Storage, url: str, forced: str | None = None) -> str | None:

@@ -31,7 +31,7 @@ from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
 from rlstream.pipeline.commit import Written, app_id, commit_group, settle, write_rejected
-from rlstream.pipeline.discover import RUN_JSON, detect_format
+from rlstream.pipeline.discover import RUN_JSON, detect_run
 from rlstream.pipeline.names import advance_names, check_below
 from rlstream.pipeline.runjson import apply_run_json, read_run_json
 from rlstream.pipeline.runs import REJECTED, add_other_run, plan_other, resume_run, tails
@@ -111,9 +111,9 @@ class RunGroup:
         """Start tracking a run, resuming from its resume state when one exists."""
         if run_url in self.runs:
             return self.runs[run_url]
-        fmt = detect_format(self.storage, run_url, self.cfg.input_format)
+        fmt, names = detect_run(self.storage, run_url, self.cfg.input_format)
         if fmt is not None and fmt != "loops":
-            return add_other_run(self, run_url, fmt)
+            return add_other_run(self, run_url, fmt, names)
         meta, stat, bad = read_run_json(self.storage, run_url)
         if meta is None:
             log.warning("skipping %s: run.json %s", run_url, bad)
@@ -242,7 +242,7 @@ class RunGroup:
         for state in due:
             advance_names(state, self.cfg.transcript_window)
             if final:
-                self._note_leftovers(state, tails(self.streams.get(state.run_url)))
+                self._note_leftovers(state, *tails(self.streams.get(state.run_url)))
             rows = finalize(state, watermark(state, now, self.cfg, final))
             if rows:
                 new_rows += len(rows)
@@ -297,11 +297,19 @@ class RunGroup:
         every = max(1, self.cfg.idle_poll_every)
         return (self.polls + int(run_key(state.run_url)[:8], 16)) % every == 0
 
-    def _note_leftovers(self, state: RunState, files: tuple[str, ...] | None = None) -> None:
-        """At the end of a batch pass, say what could not be read (once each)."""
+    def _note_leftovers(
+        self,
+        state: RunState,
+        files: tuple[str, ...] | None = None,
+        optional: frozenset = frozenset(),
+    ) -> None:
+        """At the end of a batch pass, say what could not be read (once each); a missing
+        `optional` file is not worth a row."""
         for file in files if files is not None else (STEPS_FILE, ROLLOUTS_FILE):
             stat = self.storage.stat(Storage.join(state.run_url, file))
-            cur = state.cursors[file]
+            if stat is None and file in optional:
+                continue
+            cur = state.cursors.get(file, FileCursor())
             if stat is None:
                 key, reason, offset, detail = f"missing:{file}", "missing_file", None, ""
             elif stat.size == 0:

@@ -53,10 +53,13 @@ def resume_run(group: Any, run_id: str, run_url: str) -> RunState | None:
     return state
 
 
-def add_other_run(group: Any, run_url: str, fmt: str) -> RunState | None:
-    """`RunGroup.add_run` for a run of format `fmt` (not Loops)."""
+def add_other_run(
+    group: Any, run_url: str, fmt: str, names: frozenset[str] | None = None
+) -> RunState | None:
+    """`RunGroup.add_run` for a run of format `fmt` (not Loops); `names` is the folder's
+    listing from detection (not listed again)."""
     try:
-        info, streams = identify(group.storage, run_url, fmt)
+        info, streams = identify(group.storage, run_url, fmt, names)
     except BadRecord as e:
         log.warning("skipping %s: a %s run that cannot be read: %s", run_url, fmt, e)
         if run_url not in group.rejected:
@@ -93,8 +96,10 @@ def plan_other(group: Any, state: RunState) -> list[Unit]:
     return units
 
 
-def tails(streams: tuple[Any, ...] | None) -> tuple[str, ...] | None:
-    """The append-only files of a run of another format (None for Loops)."""
+def tails(streams: tuple[Any, ...] | None) -> tuple[tuple[str, ...] | None, frozenset[str]]:
+    """The append-only files of a run of another format (None for Loops), and those of
+    them a run may not have."""
     if streams is None:
-        return None
-    return tuple(s.path for s in streams if isinstance(s, Tail))
+        return None, frozenset()
+    ts = [s for s in streams if isinstance(s, Tail)]
+    return tuple(s.path for s in ts), frozenset(s.path for s in ts if s.optional)

@@ -6,7 +6,8 @@ runs the two unit kinds that are not JSONL tails:
 
 - `FilesUnit`: whole per-step files. A JSONL file without its final newline is still
   being written: it is left for a later poll (at the end of a batch pass it is read as
-  it is). A step folder with a `marker` is complete once the marker exists; one
+  it is). A step folder with a `marker` (a name in it, or a path below it) is
+  complete once the marker exists; one
   without is complete once a matching file was read, or given up once its step is
   final (a file appearing later would be late).
 - `SnapshotUnit`: a file rewritten whole. Every version holds the whole history, so
@@ -67,10 +68,13 @@ def reader(storage: Storage, url: str):
     return read
 
 
-def identify(storage: Storage, url: str, fmt_name: str) -> tuple[RunInfo, tuple[Stream, ...]]:
-    """The run's identity and streams; raises BadRecord with the reason it is unreadable."""
+def identify(
+    storage: Storage, url: str, fmt_name: str, names: frozenset[str] | None = None
+) -> tuple[RunInfo, tuple[Stream, ...]]:
+    """The run's identity and streams (from `names`, the folder's listing, when given);
+    raises BadRecord with the reason it is unreadable."""
     fmt = get_format(fmt_name)
-    names = listing(storage, url)
+    names = listing(storage, url) if names is None else names
     info = fmt.identity(url.rstrip("/").rsplit("/", 1)[-1], names, reader(storage, url))
     return info, fmt.streams(names)
 
@@ -165,7 +169,7 @@ def _new_step_files(
         if key in state.step_files:
             continue
         names = storage.list_names(Storage.join(base, d))
-        if s.marker is not None and s.marker not in names:
+        if s.marker is not None and not _has_marker(storage, base, d, names, s.marker):
             continue
         found = [f"{key}{n}" for n in names if s.file_re is None or s.file_re.fullmatch(n)]
         for sub in s.subdirs:
@@ -182,6 +186,13 @@ def _new_step_files(
             state.step_files.add(key)  # given up: nothing to read, and the step is final
     _advance_low(state, s, prefix, listed, window)
     return files, tuple(done)
+
+
+def _has_marker(storage: Storage, base: str, d: str, names: list[str], marker: str) -> bool:
+    """Whether a step folder's completion marker exists (a path below it: one stat)."""
+    if "/" not in marker:
+        return marker in names
+    return storage.stat(Storage.join(base, d, marker)) is not None
 
 
 def _above_low(

@@ -2,7 +2,8 @@
 
 `TranscriptParser` accumulates validated `Transcript`s (Loops transcript files,
 prime-rl token exports, tinker's per-turn lengths, verl's and TRL's text completions as
-word ids: trace "text") per step and builds the kernels' inputs with one
+word ids: trace "text"; tinker's captured sampler logprobs: trace "sampler", which feed
+only the entropy estimate, as sampler-only logprobs do for Loops) per step and builds the kernels' inputs with one
 concatenation per array per step (no per-token Python), handing them to
 `rlstream.metrics`. Readers in `rlstream.formats` give the transcripts; this module
 is where they meet the metric kernels, so `formats` never imports them.
@@ -37,6 +38,7 @@ class _StepArrays:
     samples_truncated: list[bool] = field(default_factory=list)
     text_tokens: list[np.ndarray] = field(default_factory=list)
     text_tasks: list[str] = field(default_factory=list)
+    sampler_ls: list[np.ndarray] = field(default_factory=list)
     vocab: int | None = None
     transcripts: int = 0
     full: int = 0
@@ -76,6 +78,9 @@ class TranscriptParser:
         if t.trace == "text":  # words of a text-only completion: not a transcript
             acc.text_tokens.extend(t.tokens)
             acc.text_tasks.extend([t.task_id] * len(t.tokens))
+            return
+        if t.trace == "sampler":  # sampler logprobs only: not a transcript
+            acc.sampler_ls.extend(t.ls)
             return
         acc.transcripts += 1
         if t.trace == "full":
@@ -119,6 +124,9 @@ class TranscriptParser:
                     agg.topk = TopKEntropyAgg.from_arrays(
                         _stack_topk(a.topk), a.vocab or self.vocab_size
                     )
+            if a.sampler_ls:
+                sampler = _sampler_tokens(a.sampler_ls)
+                agg.tokens = sampler if agg.tokens is None else agg.tokens.merge(sampler)
             if a.samples_lens:
                 samples = CompletionAgg.from_arrays(
                     np.asarray(a.samples_lens, np.int64),
@@ -135,6 +143,16 @@ class TranscriptParser:
                 agg.completions = text if agg.completions is None else agg.completions.merge(text)
             out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
         return out
+
+
+def _sampler_tokens(ls: list[np.ndarray]) -> TokenAgg:
+    """Sampler logprobs without trainer ones: no token is in the trained set, so only
+    the entropy estimate (-mean of the sampler logprobs) comes out of them."""
+    offsets = np.zeros(len(ls) + 1, np.int64)
+    np.cumsum([x.size for x in ls], out=offsets[1:])
+    flat = np.concatenate(ls) if ls else np.empty(0, np.float64)
+    nan = np.full(flat.size, np.nan)
+    return TokenAgg.from_arrays(flat, nan, offsets, np.zeros(len(ls), dtype=bool))
 
 
 def _text_completions(tokens: list[np.ndarray], tasks: list[str]) -> CompletionAgg:

@@ -21,7 +21,14 @@ from typing import Any
 
 from rlstream.formats import get_format
 from rlstream.formats.quarantine import QuarantineRow
-from rlstream.formats.records import BadRecord, Heartbeat, StepRecord, parse_json, quarantine
+from rlstream.formats.records import (
+    BadRecord,
+    Heartbeat,
+    StepRecord,
+    Transcript,
+    parse_json,
+    quarantine,
+)
 from rlstream.io.storage import FileStat, Storage
 from rlstream.io.tail import FileCursor, ReadPlan, advance, plan_read, verify_prefix
 from rlstream.metrics import RolloutAgg, StepAgg
@@ -170,6 +177,7 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
     res.bytes = len(data)
     res.records = len(lines)
     by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    transcripts: TranscriptParser | None = None  # lines that carry logprobs (tinker)
     max_step = cursor.max_step
     parse_line = get_format(unit.fmt).parse_line
     kind = unit.kind or ("steps" if unit.file == STEPS_FILE else "rollouts")
@@ -188,7 +196,7 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
             if rec.time is not None:
                 res.heartbeat = max(res.heartbeat or rec.time, rec.time)
             continue
-        step = rec.step if isinstance(rec, StepRecord) else rec["step"]
+        step = rec.step if isinstance(rec, (StepRecord, Transcript)) else rec["step"]
         reason = None
         if step <= replay_upto:
             reason = "rewritten_replay"
@@ -201,10 +209,18 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
         max_step = max(max_step, step)
         if isinstance(rec, StepRecord):
             res.steps.append(replace(rec, offset=offset))
+        elif isinstance(rec, Transcript):
+            transcripts = transcripts or TranscriptParser()
+            transcripts.add_transcript(rec)
         else:
             by_step[step].append(rec)
+    if transcripts is not None:
+        res.partials = transcripts.aggregates()
+        res.tokens = transcripts.tokens
     for step, recs in by_step.items():
-        res.partials[step] = StepPartial(StepAgg(rollouts=RolloutAgg.from_records(recs)))
+        part = StepPartial(StepAgg(rollouts=RolloutAgg.from_records(recs)))
+        prev = res.partials.get(step)
+        res.partials[step] = part if prev is None else prev.merge(part)
     res.cursor = replace(cursor, max_step=max_step)
     return res
 

@@ -12,7 +12,8 @@ list for the run's end), field for field from the trainer's writer:
   metric_utils.py` and `rollout_corr_helper.py` (the metric keys);
 - prime-rl: PrimeIntellect-ai/prime-rl `src/prime_rl/monitors/file.py`,
   `src/prime_rl/trainer/rl/token_export.py`, `src/prime_rl/orchestrator/
-  orchestrator.py` and `metrics.py` (the metric keys);
+  orchestrator.py` and `metrics.py` (the metric keys); episodes as PrimeIntellect-ai/
+  verifiers `verifiers/v1/episode.py` `Episode.to_record` dumps them;
 - trl: huggingface/trl `trl/trainer/grpo_trainer.py` (`log`, the completions
   parquet) and transformers' `TrainerState.save_to_json`.
 """
@@ -28,6 +29,7 @@ import numpy as np
 import orjson
 
 from rlstream.simulate.records import token_text
+from rlstream.simulate.trainer_episodes import capture_samples, episode
 
 SAVE_EVERY = 2
 """TRL's save_steps in simulated runs: trainer_state.json snapshots every 2 steps."""
@@ -122,6 +124,8 @@ def tinker(run: Any, Write: Any) -> list[list[Any]]:
             "optim/kl_sample_train_v2": f["k2"],
             "optim/entropy": f["entropy"],
             "time/total": 1.0,
+            # RLTestSetEvaluator(name="test") every eval_every iterations, same line
+            "test/env/all/reward/total": sd.reported.get("eval/heldout"),
         }
         m = _some(m)
         recs = []
@@ -149,8 +153,10 @@ def tinker(run: Any, Write: Any) -> list[list[Any]]:
                     }
                 )  # fmt: skip
         summaries = ("\n".join(json.dumps(r) for r in recs) + "\n").encode() if recs else b""
+        capture = capture_samples(sd, by_group)
         out.append(
             [
+                *([Write("capture/sample.jsonl", capture, append=True)] if capture else []),
                 Write(f"iteration_{sd.step:06d}/train_rollout_summaries.jsonl", summaries),
                 Write("metrics.jsonl", _line(m), append=True),
             ]
@@ -177,6 +183,8 @@ def verl(run: Any, Write: Any) -> list[list[Any]]:
             "rollout_corr/k3_kl": f["k3"],
             "rollout_corr/rollout_is_eff_sample_size": f["ess"],
             "training/global_step": step,
+            # _val_metrics_update at test_freq: the core variable's mean@n_max
+            "val-core/sim/heldout/reward/mean@1": sd.reported.get("eval/heldout"),
         }
         data = _some(data)
         lines = [
@@ -209,15 +217,29 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
     for sd in run.steps:
         f = _figures(sd, trained_only=True)
         t = sd.time or 0.0
+        kept, shipped = _prime_cohorts(sd.attempts)
         orch = {
             "step": sd.step, "time": t,
-            "train/agg/all/default/reward/mean": f["reward_all"],
-            "train/agg/effective/default/reward/mean": f["reward_trained"],
+            # over trace records: a failed episode written without a trace has none
+            "train/agg/all/default/reward/mean": _mean(
+                [a.reward for a in kept if a.reward is not None]
+            ),
+            "train/agg/effective/default/reward/mean": _mean([a.reward for a in shipped]),
             "train/agg/effective/default/is_truncated/mean": f["truncated"],
             "train/agg/effective/num_output_tokens/mean": f["episode_len"],
-            "progress/rollouts": len(sd.attempts), "off_policy/mean": f["lag"],
+            "progress/rollouts": len(kept),
+            "off_policy/mean": _mean([float(sd.step - a.policy_version) for a in shipped
+                                      if a.policy_version is not None]),
         }  # fmt: skip
         orch = _some(orch)
+        heldout = sd.reported.get("eval/heldout")
+        evals = []
+        if heldout is not None:  # finalize_eval_batch: one row per eval env and step
+            row = {
+                "step": sd.step, "time": t, "eval/heldout/effective/default/avg@1": heldout,
+                "eval/heldout/all/num_output_tokens/mean": f["episode_len"] or 0.0,
+            }  # fmt: skip
+            evals.append(Write("metrics.jsonl", _line(row), append=True))
         trainer = {
             "step": sd.step, "time": t + 0.5, "entropy/all/mean": f["entropy"],
             "mismatch_kl/all/mean": f["k3"], "loss/mean": 0.0,
@@ -240,10 +262,17 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
             }  # fmt: skip
             lines.append(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
         folder = f"token_exports/step_{sd.step}"
+        eps = {a.attempt_id: episode(run, sd.step, a) for a in kept}
+        traces = f"rollouts/step_{sd.step}/train"
+        effective = b"".join(eps[a.attempt_id] for a in shipped)
         # The orchestrator runs a step ahead (async): its row for step s comes before
-        # the trainer's row for step s - 1.
+        # the trainer's row for step s - 1. Episodes land in `all` as they arrive, the
+        # trained cohort in `effective` when the batch ships, before the step's row.
         out.append(
             [
+                *evals,
+                *(Write(f"{traces}/all/traces.jsonl", e, append=True) for e in eps.values()),
+                Write(f"{traces}/effective/traces.jsonl", effective, append=True),
                 Write("metrics.jsonl", _line(orch), append=True),
                 *pending,
                 *([Write(f"{folder}/rank_0.jsonl", "".join(lines).encode())] if lines else []),
@@ -253,6 +282,32 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
         pending = [Write("metrics.jsonl", _line(trainer), append=True)]
     out.append(pending)
     return out
+
+
+def _prime_cohorts(attempts: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(episodes that arrive, the shipped cohort) of a step as prime-rl forms them: a
+    group past `max_off_policy_steps` is cancelled in flight and never logged (the
+    simulated run's stale or unversioned discards: not trained although rewarded in a
+    group with reward spread); the shipped cohort is the rewarded attempts of groups
+    whose rewards differ."""
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for a in attempts:
+        if a.reward is not None:
+            groups[a.group_id].append(a)
+
+    def spread(g: list[Any]) -> bool:
+        return len(g) > 1 and len({a.reward for a in g}) > 1
+
+    kept = [
+        a for a in attempts
+        if a.trained or a.reward is None or not spread(groups[a.group_id])
+    ]  # fmt: skip
+    live: dict[str, list[Any]] = defaultdict(list)
+    for a in kept:
+        if a.reward is not None:
+            live[a.group_id].append(a)
+    shipped = [a for g in live.values() if spread(g) for a in g]
+    return kept, shipped
 
 
 # -- TRL ------------------------------------------------------------------------------

@@ -34,6 +34,14 @@ def test_tinker_bad_lines(tmp_path):
     lines = summaries.read_bytes().splitlines(keepends=True)
     broken = lines[0].replace(b'"total_reward": ', b'"total_reward": "x", "was": ')
     summaries.write_bytes(broken + b"".join(lines[1:]))
+    capture = run / "capture" / "sample.jsonl"
+    calls = capture.read_bytes()
+    unscoped = json.loads(calls.splitlines()[0])
+    del unscoped["scope"]["iteration"]
+    bad_lp = json.loads(calls.splitlines()[0])
+    bad_lp["samples"][0]["logprobs"][0] = "-0.5"
+    first = json.dumps(unscoped).encode() + b"\n"
+    capture.write_bytes(calls + first + json.dumps(bad_lp).encode() + b"\n")
     out = tmp_path / "out"
     analyze_local([str(tmp_path / "runs")], str(out))
     offs = [len(good)]
@@ -41,6 +49,8 @@ def test_tinker_bad_lines(tmp_path):
         offs.append(offs[-1] + len(b))
     assert _quarantine(out) == sorted(
         [
+            ("capture/sample.jsonl", len(calls), "missing_field:scope.iteration"),
+            ("capture/sample.jsonl", len(calls) + len(first), "invalid_field:samples[0].logprobs"),
             ("iteration_000001/train_rollout_summaries.jsonl", 0, "invalid_field:total_reward"),
             ("metrics.jsonl", offs[0], "malformed_json"),
             ("metrics.jsonl", offs[1], "invalid_field:step"),
@@ -98,13 +108,28 @@ def test_prime_rl_bad_export_line_and_row_without_step(tmp_path):
     size = metrics.stat().st_size
     with open(metrics, "ab") as f:
         f.write(b'{"time": 1.0, "loss/mean": 0.1}\n')
+    traces = run / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl"
+    eps = traces.read_bytes().splitlines(keepends=True)
+    no_group = json.loads(eps[0])
+    del no_group["group"]
+    bad_reward = json.loads(eps[1])
+    bad_reward["traces"][0]["rewards"]["correct"]["score"] = "1"
+    first = json.dumps(no_group).encode() + b"\n"
+    traces.write_bytes(first + json.dumps(bad_reward).encode() + b"\n" + b"".join(eps[2:]))
     out = tmp_path / "out"
     analyze_local([str(tmp_path / "runs")], str(out))
     assert _quarantine(out) == [
         ("metrics.jsonl", size, "missing_field:step"),
+        ("rollouts/step_2/train/all/traces.jsonl", 0, "missing_field:group.id"),
+        (
+            "rollouts/step_2/train/all/traces.jsonl",
+            len(first),
+            "invalid_field:rewards.correct.score",
+        ),
         ("token_exports/step_1/rank_0.jsonl", len(lines[0]), "length_mismatch:position_ids"),
     ]
     assert _steps(out) == [0, 1, 2]
+    assert _steps(out, "attempts")[2] == len(eps) - 2
 
 
 def test_trl_state_rewritten_shorter_and_a_bad_entry_once(tmp_path):

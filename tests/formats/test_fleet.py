@@ -3,6 +3,7 @@ on a real tinker-cookbook metrics.jsonl (S3 with Ray: tests/runtime/test_formats
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from rlstream.config import PipelineConfig
 from rlstream.fleet.read import read_latest
+from rlstream.fleet.report import render_report
 from rlstream.fleet.status import render_table, status_rows
 from rlstream.pipeline.local import analyze_local
 from rlstream.simulate import SimConfig, simulate
@@ -38,7 +40,7 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
     latest = {r["run_id"]: r["format"] for r in read_latest(str(tmp_path / "out"))}
     assert sorted(latest.values()) == sorted(["loops", *FORMATS])
     text = render_table(status_rows(read_latest(str(tmp_path / "out"))))
-    rows = [ln for ln in text.splitlines()[2:] if not ln.startswith("*")]  # legend last
+    rows = [ln for ln in text.splitlines()[2:] if not ln.startswith(("*", "n/e:"))]  # legends
     table_formats = {ln.split()[0]: ln.split()[1] for ln in rows}
     assert table_formats == latest
     steps = table(tmp_path / "out", "steps")
@@ -49,20 +51,10 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
     no_failures = ["grading_failure_burst", "rollout_failure_burst", "unusable_groups_streak"]
     assert ne == {
         "loops": [],
-        "tinker": sorted(
-            [*no_failures, "degenerate_outputs", "heldout_gap", "low_ess", "out_of_room", "stalled"]
-        ),
-        "verl": sorted([*no_failures, "heldout_gap", "stale_rollouts", "stalled"]),
-        "prime-rl": sorted(
-            [
-                *no_failures,
-                "heldout_gap",
-                "no_learning_signal",
-                "tasks_mastered",
-                "tasks_too_easy",
-                "tasks_too_hard",
-            ]
-        ),
+        "tinker": sorted([*no_failures, "degenerate_outputs", "low_ess", "out_of_room", "stalled"]),
+        "verl": sorted([*no_failures, "stale_rollouts", "stalled"]),
+        # the episodes give failed rollouts, not failed gradings
+        "prime-rl": ["grading_failure_burst", "unusable_groups_streak"],
         "trl": sorted(
             [
                 *no_failures,
@@ -73,6 +65,20 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
             ]
         ),
     }
+    # status names how many, the report names them, one line per run
+    n_e = {ln.split()[0]: ln.split()[-2] for ln in rows}
+    by_id = {r["run_id"]: r for r in read_latest(str(tmp_path / "out"))}
+    assert n_e == {k: str(len(v["not_evaluable"]) or "-") for k, v in by_id.items()}
+    html = render_report(str(tmp_path / "out"))
+    for section in html.split('<section class="run"')[1:]:
+        run = by_id[re.search(r"<h2>(\S+) ", section).group(1)]
+        codes = run["not_evaluable"]
+        assert (
+            f"not evaluable on this run ({run['format']} files lack their figures): "
+            f"{', '.join(codes)}</div>"
+            if codes
+            else "every health rule can be evaluated on this run"
+        ) in section
     tinker_rows = [r for r in steps if r["run_id"] == "tinker-run"]
     assert all(r["discard_rollout_failed"] is None for r in tinker_rows)
 
@@ -138,3 +144,27 @@ def test_tinker_reader_on_a_real_metrics_file(tmp_path):
     assert [(r["file"], r["offset"], r["reason"]) for r in q] == [
         ("metrics.jsonl", offsets[i], "duplicate_step") for i in (1, 2, 3, 5)
     ]
+
+
+def test_adding_a_run_of_another_format_lists_its_folder_once(tmp_path, monkeypatch):
+    """add_run detects the format and identifies the run from one listing of its
+    folder: no run.json stat, no second listing (both are requests on object stores)."""
+    from rlstream.io.storage import Storage
+    from rlstream.pipeline.local import _group_and_runs
+
+    sim = sim_runs(tmp_path / "sim", steps=2)
+    run = trainer_run(sim, tmp_path / "runs" / "t", "tinker")
+    group, urls = _group_and_runs([str(tmp_path / "runs")], str(tmp_path / "out"), PipelineConfig())
+    calls: list[tuple[str, str]] = []
+    for name in ("stat", "stat_many", "list_names", "list_dirs"):
+        orig = getattr(Storage, name)
+
+        def spy(self, url, *a, _orig=orig, _name=name, **kw):
+            calls.append((_name, str(url)))
+            return _orig(self, url, *a, **kw)
+
+        monkeypatch.setattr(Storage, name, spy)
+    assert group.add_run(urls[0]).format == "tinker"
+    assert [c for c in calls if c[1].endswith("run.json")] == []
+    folder = str(run).rstrip("/")
+    assert sorted(n for n, u in calls if u.rstrip("/") == folder) == ["list_dirs", "list_names"]

@@ -47,7 +47,9 @@ def _trained_mean(groups: dict[str, list[float]]) -> float | None:
 def test_tinker_rows(tmp_path, sim):
     run, rows = _analyze(tmp_path, sim, "tinker")
     lines = jsonl(run / "metrics.jsonl")
+    capture = jsonl(run / "capture" / "sample.jsonl")
     assert [r["step"] for r in rows] == [m["step"] for m in lines] == [0, 1, 2, 3, 4]
+    assert any("test/env/all/reward/total" in m for m in lines), "the run logs evaluations"
     for row, m in zip(rows, lines, strict=True):
         assert row["reported_reward_mean_with_unusable"] == m["env/all/reward/total"]
         assert row["reported_mismatch_kl"] == m["optim/kl_sample_train_v2"]
@@ -58,6 +60,8 @@ def test_tinker_rows(tmp_path, sim):
         )
         other = dict(row["reported_other"])
         assert other["optim/kl_sample_train_v1"] == m["optim/kl_sample_train_v1"]
+        test = m.get("test/env/all/reward/total")
+        assert dict(row["reported_eval"]) == ({} if test is None else {"test": test})
         assert row["truncated_frac"] is None and row["reported_truncated_frac"] is None
         trajs = jsonl(run / f"iteration_{row['step']:06d}" / "train_rollout_summaries.jsonl")
         groups = _groups([(f"{t['group_idx']}", t["total_reward"]) for t in trajs])
@@ -71,12 +75,16 @@ def test_tinker_rows(tmp_path, sim):
         lens = [s["ac_len"] for t in trajs for s in t["steps"]]
         assert row["completion_len_mean"] == pytest.approx(np.mean(lens))
         assert row["trace"] == "samples" and row["mismatch_kl"] is None
+        calls = [c for c in capture if c["scope"]["iteration"] == row["step"]]
+        ls = [x for c in calls for smp in c["samples"] for x in smp["logprobs"] if x is not None]
+        assert calls and row["entropy_estimate"] == pytest.approx(-np.mean(ls), rel=1e-12)
 
 
 def test_verl_rows(tmp_path, sim):
     run, rows = _analyze(tmp_path, sim, "verl")
     lines = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [m["step"] for m in lines] == [1, 2, 3, 4, 5]
+    assert any("val-core/sim/heldout/reward/mean@1" in m["data"] for m in lines)
     for row, m in zip(rows, lines, strict=True):
         d = m["data"]
         assert row["reported_reward_mean_with_unusable"] == d["critic/score/mean"]
@@ -86,6 +94,12 @@ def test_verl_rows(tmp_path, sim):
         assert row["reported_mismatch_ess"] == d["rollout_corr/rollout_is_eff_sample_size"]
         assert row["reported_entropy_estimate"] == d["actor/entropy"]
         assert dict(row["reported_other"])["rollout_corr/kl"] == d["rollout_corr/kl"]
+        val = {
+            k.removeprefix("val-core/").rsplit("/", 2)[0]: v
+            for k, v in d.items()
+            if k.startswith("val-core/") and k.rsplit("/", 1)[1].startswith("mean@")
+        }
+        assert dict(row["reported_eval"]) == val
         dump = jsonl(run / "rollout_data" / f"{row['step']}.jsonl")
         groups = _groups([(s["input"], s["score"]) for s in dump])
         assert row["attempts"] == len(dump)
@@ -147,6 +161,7 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
     for m in lines:
         by_step[m["step"]].append(m)
     assert [r["step"] for r in rows] == sorted(by_step) == [0, 1, 2, 3, 4]
+    assert any("eval/heldout/effective/default/avg@1" in m for m in lines)
     for row in rows:
         orch = next(m for m in by_step[row["step"]] if "progress/rollouts" in m)
         trainer = next(m for m in by_step[row["step"]] if "loss/mean" in m)
@@ -157,7 +172,17 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
             row["reported_truncated_frac"] == orch["train/agg/effective/default/is_truncated/mean"]
         )
         assert row["reported_lag_mean"] == orch["off_policy/mean"]
-        assert dict(row["reported_other"])["loss/mean"] == trainer["loss/mean"]
+        other = dict(row["reported_other"])
+        assert other["loss/mean"] == trainer["loss/mean"]
+        ev = [m for m in by_step[row["step"]] if any(k.startswith("eval/") for k in m)]
+        assert dict(row["reported_eval"]) == {
+            k.split("/")[1]: v for m in ev for k, v in m.items() if k.endswith("/avg@1")
+        }
+        for m in ev:
+            assert (
+                other["eval_stats/heldout/all/num_output_tokens/mean"]
+                == (m["eval/heldout/all/num_output_tokens/mean"])
+            )
         assert row["time"] == max(orch["time"], trainer["time"])
         step_dir = run / "token_exports" / f"step_{row['step']}"
         assert (step_dir / "STABLE").exists()
@@ -166,6 +191,42 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
         assert row["entropy_estimate"] == pytest.approx(ent, rel=1e-9)
         assert row["completion_len_mean"] == pytest.approx(length)
         assert row["truncated_frac"] is None and row["trace"] == "full"
+        assert row["top_completion_task_share"] is None  # env_name is no task label
+        traces = run / "rollouts" / f"step_{row['step']}" / "train" / "all" / "traces.jsonl"
+        _assert_prime_rl_episodes(row, jsonl(traces))
+
+
+def _assert_prime_rl_episodes(row: dict, episodes: list[dict]) -> None:
+    """Group figures from the orchestrator's `all` episodes, as docs/formats.md says:
+    an attempt per trace, reward the weighted sum of its rewards, group `group.id`, a
+    failed episode discarded as rollout_failed, lag from `run.work.policy.start`."""
+    ok = [(e, t) for e in episodes if e["ok"] for t in e["traces"] if t["ok"]]
+    failed = [e for e in episodes if not e["ok"]]
+    assert ok and len(ok) + len(failed) == row["attempts"]
+    groups = _groups(
+        [(e["group"]["id"], sum(r["score"] * r["weight"] for r in t["rewards"].values()))
+         for e, t in ok]
+    )  # fmt: skip
+    rewards = [r for g in groups.values() for r in g]
+    assert row["reward_mean_with_unusable"] == pytest.approx(np.mean(rewards))
+    assert row["reward_mean"] == pytest.approx(_trained_mean(groups))
+    assert row["groups_no_variance"] == sum(
+        1 for g in groups.values() if len(g) > 1 and len(set(g)) == 1
+    )
+    assert row["discard_rollout_failed"] == len(failed)
+    trained_groups = [g for g in groups.values() if len(g) > 1 and len(set(g)) > 1]
+    assert row["reward_group_std_mean"] == pytest.approx(
+        np.mean([np.std(g) for g in trained_groups])
+    )
+    trained = {k for k, g in groups.items() if len(g) > 1 and len(set(g)) > 1}
+    lags = [row["step"] - e["run"]["work"]["policy"]["start"] for e, _ in ok
+            if e["group"]["id"] in trained and "policy" in e["run"]["work"]]  # fmt: skip
+    assert row["lag_mean"] == (pytest.approx(np.mean(lags)) if lags else None)
+    meta = dict(row["rollout_metadata"])
+    outs = [sum(c["usage"]["completion_tokens"] for c in t["calls"]) for _, t in ok]
+    assert meta["output_tokens"] == pytest.approx(np.mean(outs))
+    truncated = [any(c["finish_reason"] == "length" for c in t["calls"][-1:]) for _, t in ok]
+    assert meta["truncated"] == pytest.approx(np.mean(truncated))
 
 
 def test_trl_rows_once_each_with_eval_merged(tmp_path, sim):
@@ -197,3 +258,48 @@ def test_trl_rows_once_each_with_eval_merged(tmp_path, sim):
             row, t.column("completion").to_pylist(), t.column("prompt").to_pylist()
         )
     assert evals, "the simulated run logs held-out evaluations"
+
+
+def test_prime_rl_episode_fields():
+    """Field by field (verifiers' Episode.to_record): weighted rewards, a failed trace,
+    an untrainable agent's trace, truncation by stop condition or by the last call."""
+    import orjson
+
+    from rlstream.formats.prime_rl import PRIME_RL
+
+    def trace(name, rewards, ok=True, stop="completed", finish="stop", trainable=True):
+        return {
+            "agent": {"config": {}, "name": name, "trainable": trainable},
+            "nodes": [{"sampled": True, "token_ids": [5, 6, 7], "mask": [True] * 3}],
+            "calls": [{"node": 0, "finish_reason": finish}],
+            "rewards": {k: {"score": s, "weight": w} for k, (s, w) in rewards.items()},
+            "ok": ok,
+            "stop_condition": stop,
+            "errors": [] if ok else [{"type": "SandboxError", "message": "x"}],
+        }
+
+    ep = {
+        "id": "e1",
+        "group": {"id": "g"},
+        "run": {"type": "train", "id": "r", "work": {"type": "train", "step": 3,
+                "policy": {"start": 2, "end": 4}}},
+        "ok": True,
+        "traces": [
+            trace("solver", {"a": (1.0, 0.5), "b": (0.5, 2.0)}, stop="max_turns"),
+            trace("solver", {"a": (1.0, 1.0)}, ok=False, finish="length"),
+            trace("judge", {"a": (1.0, 1.0)}, trainable=False),
+            trace("solver", {"a": (0.0, 1.0)}, finish="length"),
+        ],
+    }  # fmt: skip
+    ep["traces"][0]["rewards"]["c"] = None
+    recs = PRIME_RL.parse_file("rollouts", orjson.dumps(ep) + b"\n", "x", 5)
+    assert [(r["attempt_id"], r["group_id"], r["reward"], r["discard_reason"]) for r in recs] == [
+        ("5-e1-0", "5-g/solver", 1.5, None),
+        ("5-e1-1", "5-g/solver", None, "rollout_failed/SandboxError"),
+        ("5-e1-3", "5-g/solver", 0.0, None),
+    ]
+    assert [r["metadata"]["truncated"] for r in recs] == [True, True, True]
+    assert [r["policy_version"] for r in recs] == [2, 2, 2]
+    assert recs[0]["metadata"] == {
+        "turns": 1, "output_tokens": 3, "truncated": True, "termination_reason": "max_turns"
+    }  # fmt: skip
