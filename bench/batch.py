@@ -48,6 +48,8 @@ class BatchSize:
 
 FULL = BatchSize(runs=8, steps=40, groups=8, group_size=8, tokens=512)
 QUICK = BatchSize(runs=2, steps=8, groups=4, group_size=4, tokens=256)
+ARCHIVE = BatchSize(runs=16, steps=50, groups=6, group_size=8, tokens=512)
+"""Issue 16's archive: 38,400 transcripts of about 900 tokens, about 1 GB."""
 MEM_FULL = BatchSize(runs=2, steps=10, groups=4, group_size=8, tokens=256)
 MEM_QUICK = BatchSize(runs=1, steps=6, groups=2, group_size=4, tokens=128)
 
@@ -93,12 +95,16 @@ def _contender_cmd(name: str, root: Path, work: Path, i: int) -> tuple[list[str]
     return [*py, "plain", str(root), str(out_json)], out_json
 
 
-def _run_contender(name: str, root: Path, work: Path, i: int, env: dict) -> tuple[Timed, Path]:
+def _run_contender(
+    name: str, root: Path, work: Path, i: int, env: dict, baseline: str | None = None
+) -> tuple[Timed, Path]:
     """One timed run. `joined` gets a standing Ray, started before the clock and
     stopped after it, that has already served one small `analyze` (a fresh cluster's
     first job ran 0.7-1.1 s slower in 3 of 4 pairs on 2026-11-30) and is idle again;
     its processes' CPU and memory are counted with the command's."""
     cmd, out = _contender_cmd(name, root, work, i)
+    if name == "before":
+        return run_measured(cmd, {**env, "PYTHONPATH": f"{baseline}:{env['PYTHONPATH']}"}), out
     if name != "joined":
         return run_measured(cmd, env), out
     tiny = work / "joined-warm-up"
@@ -133,26 +139,33 @@ def _results(name: str, out: Path, root: Path, work: Path) -> dict:
 
 
 CONTENDERS = ("rlstream", "joined", "duckdb", "plain")
-RLSTREAM = ("rlstream", "joined")
+RLSTREAM = ("rlstream", "joined", "before")
 LABELS = {
     "rlstream": "rlstream analyze (private Ray started and stopped)",
+    "before": "rlstream analyze of --baseline (the code before a change), same command",
     "joined": "rlstream analyze --ray-address (a standing Ray)",
     "duckdb": "DuckDB",
     "plain": "plain script",
 }
 
 
-def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) -> dict:
+def batch_compare(
+    root: Path, work: Path, stats: dict[str, float], reps: int, baseline: str | None = None
+) -> dict:
+    """The contenders in interleaved rounds; with `baseline` (a folder holding another
+    revision's `rlstream` package, e.g. `git archive main | tar -x -C DIR`) also that
+    revision's `rlstream analyze`, same command, same rounds ("before")."""
     env = {**ray_env(), "PYTHONPATH": _pythonpath()}
+    names = (*CONTENDERS, "before") if baseline else CONTENDERS
     for p in root.glob("**/*"):  # warm the page cache for every contender alike
         if p.is_file():
             p.read_bytes()
-    timings: dict[str, list] = {n: [] for n in CONTENDERS}
+    timings: dict[str, list] = {n: [] for n in names}
     results = {}
     for rep in range(reps):
-        k = rep % len(CONTENDERS)
-        for name in CONTENDERS[k:] + CONTENDERS[:k]:
-            t, out = _run_contender(name, root, work, rep + 1, env)
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            t, out = _run_contender(name, root, work, rep + 1, env, baseline)
             timings[name].append(t)
             if rep == 0:
                 results[name] = _results(name, out, root, work)
@@ -164,12 +177,12 @@ def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) ->
                 flush=True,
             )
     # Every contender's numbers from the first round, checked against rlstream's.
-    agree = {other: compare(results["rlstream"], results[other]) for other in CONTENDERS[1:]}
+    agree = {other: compare(results["rlstream"], results[other]) for other in names[1:]}
     for other, problems in agree.items():
         status = "agree" if not problems else f"DISAGREE ({len(problems)}): {problems[:3]}"
         print(f"  rlstream vs {other}: {len(results['rlstream'])} (run, step) rows {status}")
     table = {}
-    for name in CONTENDERS:
+    for name in names:
         wall = median([t.wall for t in timings[name]])
         table[name] = {
             "wall_s": wall,
@@ -190,7 +203,7 @@ def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) ->
             f"  {name:10s} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {r['tokens_per_s'] / 1e6:8.2f} "
             f"{r['mb_per_s']:8.1f} {r['peak_rss_mib']:13.0f}  {r['walls']}"
         )
-    for name in CONTENDERS:
+    for name in names:
         print(f"  {name:10s} = {LABELS[name]}")
     rate = {name: r["tokens_per_s"] for name, r in table.items()}
     ratio_d = rate["rlstream"] / rate["duckdb"]
@@ -200,6 +213,8 @@ def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) ->
         f"  rlstream / DuckDB tokens/s: {ratio_d:.2f}x (target >= 1.5x); "
         f"joined / DuckDB: {ratio_j:.2f}x; rlstream / plain: {ratio_p:.2f}x"
     )
+    if baseline:
+        print(f"  before / DuckDB: {rate['before'] / rate['duckdb']:.2f}x")
     return {
         "agree": agree,
         "table": table,
@@ -306,10 +321,19 @@ def memory_growth(work: Path, size: BatchSize) -> dict:
     return {"x1": out[1], "x10": out[10], "growth": growth}
 
 
-def main(quick: bool, reps: int | None, work: Path, scale: int = 1) -> dict:
+def main(
+    quick: bool,
+    reps: int | None,
+    work: Path,
+    scale: int = 1,
+    archive: bool = False,
+    baseline: str | None = None,
+) -> dict:
     """The three parts; with `scale` > 1, only the contenders, on an archive of
-    `scale` times as many runs (fixed costs weigh less as the archive grows)."""
-    size = QUICK if quick else FULL
+    `scale` times as many runs (fixed costs weigh less as the archive grows); with
+    `archive`, on `ARCHIVE` (issue 16's shape) instead of `FULL`; with `baseline`,
+    also the rlstream of that folder (`batch_compare`)."""
+    size = QUICK if quick else ARCHIVE if archive else FULL
     if scale > 1:
         size = replace(size, runs=size.runs * scale)
     reps = reps or (1 if quick else 3)
@@ -324,7 +348,7 @@ def main(quick: bool, reps: int | None, work: Path, scale: int = 1) -> dict:
     )
     print("batch: contenders (timed rounds, order rotated; then agreement)", flush=True)
     result = {"size": size.__dict__, "data": st}
-    result["compare"] = batch_compare(root, work, st, reps)
+    result["compare"] = batch_compare(root, work, st, reps, baseline)
     if scale > 1:
         shutil.rmtree(root, ignore_errors=True)
         return result

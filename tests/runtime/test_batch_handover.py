@@ -1,0 +1,132 @@
+"""`analyze` that works while Ray starts (runtime/batch.py) equals the in-process
+runner: units run in the driver, then on the workers, each folded exactly once."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import ray
+
+from rlstream.config import PipelineConfig
+from rlstream.errors import RlstreamError
+from rlstream.pipeline.local import analyze_local
+from rlstream.runtime import batch
+from rlstream.runtime.cluster import RayConfig
+from rlstream.runtime.driver import RuntimeConfig
+from rlstream.runtime.driver import run as run_pipeline
+from rlstream.simulate import SimConfig, simulate
+from tests.runtime.helpers import assert_same_rows, read_steps
+
+SCEN = ("healthy", "entropy_collapse", "rollout_failure_burst")
+HERE = 10
+"""Units the gated start below leaves to the driver before its workers take over."""
+
+
+MADE: list = []
+"""Instances of the two classes below, in the order made."""
+
+
+class GatedStart(batch.RayStart):
+    """The workers become visible only after the driver asked `HERE` times, then
+    at once (waiting for them): so the split is known, whatever the machine's speed."""
+
+    asks = 0
+
+    def __init__(self, *a, **k) -> None:
+        super().__init__(*a, **k)
+        MADE.append(self)
+
+    def workers(self):
+        self.asks += 1
+        if self.asks <= HERE:
+            return None
+        self._starter.join()
+        return super().workers()
+
+
+class CountingHandover(batch.Handover):
+    def __init__(self, *a, **k) -> None:
+        super().__init__(*a, **k)
+        MADE.append(self)
+
+
+def test_handover_equals_in_process_and_counts_each_unit_once(ray_session, tmp_path, monkeypatch):
+    MADE.clear()
+    simulate(tmp_path / "runs", SimConfig(runs=3, steps=12, scenarios=SCEN, seed=4))
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
+    monkeypatch.setattr(batch, "RayStart", GatedStart)
+    monkeypatch.setattr(batch, "Handover", CountingHandover)
+    # Two chunks of runs, so the handover happens in the first and Ray is stopped
+    # after the second's units.
+    cfg = PipelineConfig(transcripts_per_unit=8, analyze_chunk_runs=2)
+    summaries = run_pipeline(
+        [str(tmp_path / "runs")],
+        str(tmp_path / "ray"),
+        cfg,
+        RuntimeConfig(workers=2, early_start=True),
+    )
+    assert [s["steps_final"] for s in summaries] == [12, 12, 12]
+    assert [s["quarantined"] for s in summaries] == [0, 0, 0]
+    start, handover = MADE
+    # 3 runs x 12 steps x 16 transcripts in units of 8, plus steps and rollouts lines.
+    assert handover.counts == {"here": HERE, "ray": 3 * 12 * 16 // 8 + 3 * 2 - HERE}
+    local = read_steps(tmp_path / "local")
+    assert len(local) == 36
+    assert_same_rows(local, read_steps(tmp_path / "ray"))
+    # Ray was not started by this command (the session's): only its workers are gone.
+    assert not start.started and len(start._actors) == 2
+    for w in start._actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(w.info.remote(), timeout=60)
+
+
+def test_a_failed_start_is_a_clear_error(tmp_path):
+    simulate(tmp_path / "runs", SimConfig(runs=1, steps=2, seed=1))
+
+    class Broken(batch.RayStart):
+        def __init__(self, *a) -> None:
+            super().__init__(*a)
+            self._starter.join()  # failed before the driver's first unit
+
+        def _start(self) -> None:
+            self.error = OSError("no room for the raylet")
+
+    with pytest.raises(RlstreamError, match=r"did not start.*no room for the raylet"):
+        batch.analyze(*_inputs(tmp_path), Broken(RayConfig(), None, 1), *_rest(tmp_path))
+
+
+def _inputs(tmp_path):
+    from rlstream.io.storage import Storage
+    from rlstream.pipeline.discover import find_runs
+    from rlstream.sinks.delta import DeltaSink
+
+    root = str(tmp_path / "runs")
+    storage = Storage.for_url(root, {})
+    urls = find_runs(storage, root)
+    out = str(tmp_path / "out")
+    sink = DeltaSink(out, Storage.for_url(out, {}), {}, False, 300)
+    return urls, storage, sink, PipelineConfig()
+
+
+def _rest(tmp_path):
+    from rlstream.runtime.maintenance import Maintainer
+    from rlstream.runtime.progress import Progress
+    from rlstream.sinks.maintain import MaintenanceConfig
+
+    return Maintainer(_inputs(tmp_path)[2], MaintenanceConfig()), None, Progress(sys.stderr, False)
+
+
+def test_workers_import_no_sink_health_or_fleet(ray_session, tmp_path):
+    """A worker process needs the readers and kernels, not the table writers."""
+    from rlstream.io.storage import Storage
+    from rlstream.runtime.actors import Worker
+
+    w = Worker.remote(Storage.for_url(str(tmp_path), {}))
+    try:
+        loaded = ray.get(w.__ray_call__.remote(lambda self: sorted(sys.modules)), timeout=120)
+    finally:
+        ray.kill(w)
+    assert "rlstream.pipeline.work" in loaded
+    heavy = ("pyarrow", "deltalake", "rlstream.health", "rlstream.fleet", "rlstream.sinks")
+    assert [m for m in loaded if m.split(".")[0] in heavy or m.startswith(heavy)] == []
