@@ -53,6 +53,11 @@ def wanted(early_start: bool | None, ray_cfg: RayConfig) -> bool:
     return starts_private(ray_cfg) if early_start is None else early_start
 
 
+class _NoSigtermWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
 class RayStart:
     """Connects to Ray (a private one unless `ray_cfg` names a cluster) and starts
     `n_workers` worker actors (default: the cluster's CPUs, one fewer with
@@ -82,6 +87,9 @@ class RayStart:
         try:
             from rlstream.runtime.cluster import cluster_cpus, connect, forwarded_env
 
+            # Ray warns that it sets no SIGTERM handler off the main thread: the
+            # driver's own (Ctrl-C and SIGTERM stop like an interrupt) is the one wanted.
+            logging.getLogger("ray._private.worker").addFilter(_NoSigtermWarning())
             self.started = connect(self.ray_cfg)
             self.phases["ray"] = time.monotonic() - self._t0
             if self._stopping.is_set():
@@ -257,6 +265,8 @@ def analyze(
         maintainer.run_once()
     finally:
         start.join()
+    if start.error is not None:
+        log.warning("Ray did not start (%r): every unit ran in the driver", start.error)
     ph = start.phases
     log.info(
         "analyzed %d runs in %.1f s: %d units here, %d on %d workers "
