@@ -48,8 +48,9 @@ class BatchSize:
 
 FULL = BatchSize(runs=8, steps=40, groups=8, group_size=8, tokens=512)
 QUICK = BatchSize(runs=2, steps=8, groups=4, group_size=4, tokens=256)
-ARCHIVE = BatchSize(runs=16, steps=50, groups=6, group_size=8, tokens=512)
-"""Issue 16's archive: 38,400 transcripts of about 900 tokens, about 1 GB."""
+ARCHIVE = BatchSize(runs=16, steps=50, groups=5, group_size=8, tokens=512)
+"""Issue 16's archive, about 1 GB: 16 runs x 50 steps, 50 transcripts a step (40 attempts
+and the simulator's extra ones) of about 900 tokens."""
 MEM_FULL = BatchSize(runs=2, steps=10, groups=4, group_size=8, tokens=256)
 MEM_QUICK = BatchSize(runs=1, steps=6, groups=2, group_size=4, tokens=128)
 

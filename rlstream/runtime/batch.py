@@ -79,9 +79,17 @@ class RayStart:
         self._ready: list[Any] | None = None
         self._actors: list[Any] = []
         self._stopping = threading.Event()
-        self._stopper: threading.Thread | None = None
-        self._starter = threading.Thread(target=self._start, name="rlstream-ray-start", daemon=True)
+        self.settled = threading.Event()
+        """Set once the start has ended, ready or failed."""
+        # One thread starts Ray, then waits and stops it: Ray's processes die with the
+        # thread that started them (they are spawned with a parent-death signal).
+        self._starter = threading.Thread(target=self._run, name="rlstream-ray", daemon=True)
         self._starter.start()
+
+    def _run(self) -> None:
+        self._start()
+        self._stopping.wait()
+        self._stop()
 
     def _start(self) -> None:
         try:
@@ -110,6 +118,8 @@ class RayStart:
             self._ready = self._actors
         except BaseException as e:  # reported to the driver by `workers()`
             self.error = e
+        finally:
+            self.settled.set()
 
     def workers(self) -> list[Any] | None:
         if self.error is not None:
@@ -117,14 +127,9 @@ class RayStart:
         return None if self._stopping.is_set() else self._ready
 
     def stop(self) -> None:
-        if self._stopper is not None:
-            return
         self._stopping.set()
-        self._stopper = threading.Thread(target=self._stop, name="rlstream-ray-stop", daemon=True)
-        self._stopper.start()
 
     def _stop(self) -> None:
-        self._starter.join()
         t = time.monotonic()
         try:
             import ray
@@ -141,8 +146,7 @@ class RayStart:
 
     def join(self) -> None:
         self.stop()
-        assert self._stopper is not None
-        self._stopper.join()
+        self._starter.join()
 
 
 class Handover:

@@ -41,7 +41,7 @@ class GatedStart(batch.RayStart):
         self.asks += 1
         if self.asks <= HERE:
             return None
-        self._starter.join()
+        self.settled.wait()
         return super().workers()
 
 
@@ -92,10 +92,11 @@ def test_a_failed_start_is_a_clear_error(tmp_path):
     class Broken(batch.RayStart):
         def __init__(self, *a) -> None:
             super().__init__(*a)
-            self._starter.join()  # failed before the driver's first unit
+            assert self.settled.wait(60)  # failed before the driver's first unit
 
         def _start(self) -> None:
             self.error = OSError("no room for the raylet")
+            self.settled.set()
 
     with pytest.raises(RlstreamError, match=r"did not start.*no room for the raylet"):
         batch.analyze(*_inputs(tmp_path), Broken(RayConfig(), None, 1), *_rest(tmp_path))
