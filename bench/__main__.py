@@ -58,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         help="batch, startup: a folder holding another revision's rlstream package "
         "(git archive REV | tar -x -C DIR), measured in the same rounds",
     )
+    p.add_argument(
+        "--contenders",
+        help="batch: only these contenders, comma-separated (rlstream, joined, duckdb, "
+        "plain, before), and only the comparison part",
+    )
     p.add_argument("--runs", type=int, default=20, help="long: runs (default 20)")
     p.add_argument("--steps", type=int, default=2000, help="long: steps per run (default 2000)")
     p.add_argument(

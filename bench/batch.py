@@ -141,6 +141,14 @@ def _results(name: str, out: Path, root: Path, work: Path) -> dict:
 
 CONTENDERS = ("rlstream", "joined", "duckdb", "plain")
 RLSTREAM = ("rlstream", "joined", "before")
+PAIRS = (
+    ("rlstream", "duckdb"),
+    ("joined", "duckdb"),
+    ("rlstream", "plain"),
+    ("before", "duckdb"),
+    ("rlstream", "before"),
+)
+"""Tokens/s ratios reported when both contenders ran."""
 LABELS = {
     "rlstream": "rlstream analyze (private Ray started and stopped)",
     "before": "rlstream analyze of --baseline (the code before a change), same command",
@@ -151,13 +159,18 @@ LABELS = {
 
 
 def batch_compare(
-    root: Path, work: Path, stats: dict[str, float], reps: int, baseline: str | None = None
+    root: Path,
+    work: Path,
+    stats: dict[str, float],
+    reps: int,
+    baseline: str | None = None,
+    only: tuple[str, ...] = (),
 ) -> dict:
     """The contenders in interleaved rounds; with `baseline` (a folder holding another
     revision's `rlstream` package, e.g. `git archive main | tar -x -C DIR`) also that
     revision's `rlstream analyze`, same command, same rounds ("before")."""
     env = {**ray_env(), "PYTHONPATH": _pythonpath()}
-    names = (*CONTENDERS, "before") if baseline else CONTENDERS
+    names = only or ((*CONTENDERS, "before") if baseline else CONTENDERS)
     for p in root.glob("**/*"):  # warm the page cache for every contender alike
         if p.is_file():
             p.read_bytes()
@@ -178,10 +191,11 @@ def batch_compare(
                 flush=True,
             )
     # Every contender's numbers from the first round, checked against rlstream's.
-    agree = {other: compare(results["rlstream"], results[other]) for other in names[1:]}
+    ref = names[0]
+    agree = {other: compare(results[ref], results[other]) for other in names[1:]}
     for other, problems in agree.items():
         status = "agree" if not problems else f"DISAGREE ({len(problems)}): {problems[:3]}"
-        print(f"  rlstream vs {other}: {len(results['rlstream'])} (run, step) rows {status}")
+        print(f"  {ref} vs {other}: {len(results[ref])} (run, step) rows {status}")
     table = {}
     for name in names:
         wall = median([t.wall for t in timings[name]])
@@ -207,21 +221,19 @@ def batch_compare(
     for name in names:
         print(f"  {name:10s} = {LABELS[name]}")
     rate = {name: r["tokens_per_s"] for name, r in table.items()}
-    ratio_d = rate["rlstream"] / rate["duckdb"]
-    ratio_j = rate["joined"] / rate["duckdb"]
-    ratio_p = rate["rlstream"] / rate["plain"]
+    ratios = {f"{a}_vs_{b}": rate[a] / rate[b] for a, b in PAIRS if a in rate and b in rate}
     print(
-        f"  rlstream / DuckDB tokens/s: {ratio_d:.2f}x (target >= 1.5x); "
-        f"joined / DuckDB: {ratio_j:.2f}x; rlstream / plain: {ratio_p:.2f}x"
+        "  tokens/s ratios: "
+        + "; ".join(f"{k.replace('_vs_', ' / ')} {v:.2f}x" for k, v in ratios.items())
+        + " (target: rlstream / duckdb >= 1.5x)"
     )
-    if baseline:
-        print(f"  before / DuckDB: {rate['before'] / rate['duckdb']:.2f}x")
     return {
         "agree": agree,
         "table": table,
-        "ratio_vs_duckdb": ratio_d,
-        "joined_vs_duckdb": ratio_j,
-        "ratio_vs_plain": ratio_p,
+        "ratio_vs_duckdb": ratios.get("rlstream_vs_duckdb"),
+        "joined_vs_duckdb": ratios.get("joined_vs_duckdb"),
+        "ratio_vs_plain": ratios.get("rlstream_vs_plain"),
+        "ratios": ratios,
     }
 
 
@@ -322,6 +334,22 @@ def memory_growth(work: Path, size: BatchSize) -> dict:
     return {"x1": out[1], "x10": out[10], "growth": growth}
 
 
+def _simulated(root: Path, size: BatchSize) -> dict[str, float]:
+    """The archive under `root`, simulated unless a kept `--work` folder already holds
+    this size's (its stats are kept next to it)."""
+    marker = root.parent / f"{root.name}.json"
+    if marker.exists() and root.exists():
+        kept = json.loads(marker.read_text())
+        if kept["size"] == size.__dict__:
+            print(f"batch: reusing the archive in {root} ({size})", flush=True)
+            return kept["stats"]
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"batch: simulating {size} ...", flush=True)
+    st = simulate_root(root, size)
+    marker.write_text(json.dumps({"size": size.__dict__, "stats": st}))
+    return st
+
+
 def main(
     quick: bool,
     reps: int | None,
@@ -329,18 +357,19 @@ def main(
     scale: int = 1,
     archive: bool = False,
     baseline: str | None = None,
+    contenders: tuple[str, ...] = (),
 ) -> dict:
     """The three parts; with `scale` > 1, only the contenders, on an archive of
     `scale` times as many runs (fixed costs weigh less as the archive grows); with
     `archive`, on `ARCHIVE` (issue 16's shape) instead of `FULL`; with `baseline`,
-    also the rlstream of that folder (`batch_compare`)."""
+    also the rlstream of that folder (`batch_compare`); with `contenders`, only
+    those (the first is the reference of the agreement check), and only this part."""
     size = QUICK if quick else ARCHIVE if archive else FULL
     if scale > 1:
         size = replace(size, runs=size.runs * scale)
     reps = reps or (1 if quick else 3)
     root = work / "batch"
-    print(f"batch: simulating {size} ...", flush=True)
-    st = simulate_root(root, size)
+    st = _simulated(root, size)
     print(
         f"  {st['transcript_files']:,} transcripts, {st['tokens']:,} tokens, "
         f"{st['transcript_bytes'] / 1e6:.1f} MB of transcripts "
@@ -349,8 +378,8 @@ def main(
     )
     print("batch: contenders (timed rounds, order rotated; then agreement)", flush=True)
     result = {"size": size.__dict__, "data": st}
-    result["compare"] = batch_compare(root, work, st, reps, baseline)
-    if scale > 1:
+    result["compare"] = batch_compare(root, work, st, reps, baseline, contenders)
+    if scale > 1 or contenders:
         shutil.rmtree(root, ignore_errors=True)
         return result
     print("batch: worker-stage scaling, 1 vs 2 workers", flush=True)
