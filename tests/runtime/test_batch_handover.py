@@ -3,7 +3,12 @@ runner: units run in the driver, then on the workers, each folded exactly once."
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import textwrap
 
 import pytest
 import ray
@@ -12,7 +17,7 @@ from rlstream.config import PipelineConfig
 from rlstream.errors import RlstreamError
 from rlstream.pipeline.local import analyze_local
 from rlstream.runtime import batch
-from rlstream.runtime.cluster import RayConfig
+from rlstream.runtime.cluster import TEMP_PARENT_ENV, RayConfig
 from rlstream.runtime.driver import RuntimeConfig
 from rlstream.runtime.driver import run as run_pipeline
 from rlstream.simulate import SimConfig, simulate
@@ -138,3 +143,54 @@ def test_workers_import_no_sink_health_or_fleet(ray_session, tmp_path):
     # (ray.util.serialization_addons registers Arrow serializers).
     heavy = ("deltalake", "rlstream.health", "rlstream.fleet", "rlstream.sinks", "duckdb")
     assert [m for m in loaded if m.split(".")[0] in heavy or m.startswith(heavy)] == []
+
+
+def test_private_ray_hands_over_and_stops(tmp_path):
+    """The production path: `analyze` starting its own private Ray (in its own
+    interpreter, so the tests' shared Ray is not touched). Ray is started from a
+    thread; its processes must outlive neither the command nor that thread's start."""
+    simulate(tmp_path / "runs", SimConfig(runs=2, steps=6, seed=9))
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
+    code = textwrap.dedent(
+        f"""
+        import os
+        from rlstream.config import PipelineConfig
+        from rlstream.runtime import batch
+        from rlstream.runtime.driver import RuntimeConfig, run
+
+        class Gated(batch.RayStart):
+            asks = 0
+
+            def workers(self):
+                # two units here, the rest once the workers answered
+                self.asks += 1
+                if self.asks > 2:
+                    self.settled.wait()
+                return super().workers() if self.asks > 2 else None
+
+        made = []
+        class Counting(batch.Handover):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                made.append(self)
+
+        batch.RayStart, batch.Handover = Gated, Counting
+        cfg = PipelineConfig(transcripts_per_unit=4)
+        run([{str(tmp_path / "runs")!r}], {str(tmp_path / "ray")!r}, cfg, RuntimeConfig())
+        print(made[0].counts["here"], made[0].counts["ray"])
+        """
+    )
+    parent = tempfile.mkdtemp(prefix="rlh", dir="/tmp")
+    try:
+        env = {**os.environ, TEMP_PARENT_ENV: parent}
+        env.pop("RAY_ADDRESS", None)
+        res = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        here, on_ray = map(int, res.stdout.split())
+        assert here == 2 and on_ray > 0
+        assert os.listdir(parent) == []  # Ray stopped, its temp folder removed
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+    assert_same_rows(read_steps(tmp_path / "local"), read_steps(tmp_path / "ray"))
