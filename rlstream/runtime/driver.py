@@ -1,8 +1,8 @@
 """The driver: discovery, the poll/commit loop on Ray, progress, clean shutdown.
 
-`run(...)` is both commands. `analyze` (watch=False) discovers runs, polls each
-tailer once with `final=True` (everything that exists is read and every step row
-finalized), commits and returns. `watch` (watch=True) polls every `poll_seconds`,
+`run(...)` is both commands. `analyze` (watch=False) discovers runs; on a Ray it
+starts itself it works while Ray starts (runtime/batch.py), else it has each tailer
+read its runs to the end and finalize every step row. `watch` polls every `poll_seconds`,
 commits every `commit_seconds`, rediscovers runs so that new ones join, maintains
 OUT's tables every `maintenance.every_seconds` in a thread (runtime/maintenance.py),
 and stops cleanly after a final commit on Ctrl-C (or when `stop()` returns True).
