@@ -79,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.what in ("batch", "all"):
             from bench import batch
 
-            results["batch"] = batch.main(a.quick, a.reps, work, a.scale, a.archive, a.baseline)
+            only = tuple(a.contenders.split(",")) if a.contenders else ()
+            results["batch"] = batch.main(
+                a.quick, a.reps, work, a.scale, a.archive, a.baseline, only
+            )
         if a.what in ("live", "all"):
             from bench import live
 
