@@ -6,6 +6,7 @@
     python -m bench report [--quick] [--runs N] [--work DIR]
     python -m bench s3    [--quick] [--reps N] [--work DIR] [--json FILE]
     python -m bench all   [--quick]
+    python -m bench startup [--reps N] [--baseline DIR]
 
 `batch`: rlstream analyze vs DuckDB vs a plain script on the same simulated
 transcripts, worker scaling, memory against archive size (bench/batch.py).
@@ -15,6 +16,8 @@ a moto server (bench/live.py). `long`: a time-compressed long history under `wat
 resume state size, files under OUT, commit time, RSS, status/report time at 10 % and
 100 % of it (bench/long.py). `report`: `render_report` on OUTs of the same runs with
 200 and 2,000 steps each, in one process (bench/report_scale.py).
+`startup`: time from `rlstream watch`'s start to the first run_health rows of 10
+runs (bench/startup.py; not part of `all`).
 `s3`: the same `rlstream analyze` from local disk, from moto's S3 server at loopback
 and behind a proxy adding 10 and 50 ms per request; `watch` of 20 live runs on S3 at
 50 ms (bench/s3.py; not part of `all`). `--quick` shrinks everything to about a minute for CI
@@ -36,7 +39,7 @@ from bench.common import machine
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("batch", "live", "long", "report", "s3", "all"))
+    p.add_argument("what", choices=("batch", "live", "long", "report", "s3", "startup", "all"))
     p.add_argument("--quick", action="store_true", help="CI-sized: about a minute")
     p.add_argument("--reps", type=int, help="timed rounds (default 3, quick 1)")
     p.add_argument("--work", help="scratch folder (default: a temp dir, removed after)")
@@ -46,6 +49,21 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="batch: K times as many runs, contenders only (how fixed costs amortise)",
+    )
+    p.add_argument(
+        "--archive",
+        action="store_true",
+        help="batch: 16 runs x 50 steps x 48 attempts, about 1 GB (issue 16's archive)",
+    )
+    p.add_argument(
+        "--baseline",
+        help="batch, startup: a folder holding another revision's rlstream package "
+        "(git archive REV | tar -x -C DIR), measured in the same rounds",
+    )
+    p.add_argument(
+        "--contenders",
+        help="batch: only these contenders, comma-separated (rlstream, joined, duckdb, "
+        "plain, before), and only the comparison part",
     )
     p.add_argument("--runs", type=int, help="long: runs (default 20); report: (default 6)")
     p.add_argument("--steps", type=int, default=2000, help="long: steps per run (default 2000)")
@@ -63,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.what in ("batch", "all"):
             from bench import batch
 
-            results["batch"] = batch.main(a.quick, a.reps, work, a.scale)
+            only = tuple(a.contenders.split(",")) if a.contenders else ()
+            results["batch"] = batch.main(
+                a.quick, a.reps, work, a.scale, a.archive, a.baseline, only
+            )
         if a.what in ("live", "all"):
             from bench import live
 
@@ -76,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import report_scale
 
             results["report"] = report_scale.main(a.quick, work, a.runs or 6)
+        if a.what == "startup":
+            from bench import startup
+
+            results["startup"] = startup.main(work, a.reps or 3, a.baseline)
         if a.what == "s3":
             from bench import s3
 

@@ -48,6 +48,9 @@ class BatchSize:
 
 FULL = BatchSize(runs=8, steps=40, groups=8, group_size=8, tokens=512)
 QUICK = BatchSize(runs=2, steps=8, groups=4, group_size=4, tokens=256)
+ARCHIVE = BatchSize(runs=16, steps=50, groups=5, group_size=8, tokens=512)
+"""Issue 16's archive, about 1 GB: 16 runs x 50 steps, 50 transcripts a step (40 attempts
+and the simulator's extra ones) of about 900 tokens."""
 MEM_FULL = BatchSize(runs=2, steps=10, groups=4, group_size=8, tokens=256)
 MEM_QUICK = BatchSize(runs=1, steps=6, groups=2, group_size=4, tokens=128)
 
@@ -93,12 +96,16 @@ def _contender_cmd(name: str, root: Path, work: Path, i: int) -> tuple[list[str]
     return [*py, "plain", str(root), str(out_json)], out_json
 
 
-def _run_contender(name: str, root: Path, work: Path, i: int, env: dict) -> tuple[Timed, Path]:
+def _run_contender(
+    name: str, root: Path, work: Path, i: int, env: dict, baseline: str | None = None
+) -> tuple[Timed, Path]:
     """One timed run. `joined` gets a standing Ray, started before the clock and
     stopped after it, that has already served one small `analyze` (a fresh cluster's
     first job ran 0.7-1.1 s slower in 3 of 4 pairs on 2026-11-30) and is idle again;
     its processes' CPU and memory are counted with the command's."""
     cmd, out = _contender_cmd(name, root, work, i)
+    if name == "before":
+        return run_measured(cmd, {**env, "PYTHONPATH": f"{baseline}:{env['PYTHONPATH']}"}), out
     if name != "joined":
         return run_measured(cmd, env), out
     tiny = work / "joined-warm-up"
@@ -133,26 +140,46 @@ def _results(name: str, out: Path, root: Path, work: Path) -> dict:
 
 
 CONTENDERS = ("rlstream", "joined", "duckdb", "plain")
-RLSTREAM = ("rlstream", "joined")
+RLSTREAM = ("rlstream", "joined", "before")
+PAIRS = (
+    ("rlstream", "duckdb"),
+    ("joined", "duckdb"),
+    ("rlstream", "plain"),
+    ("before", "duckdb"),
+    ("rlstream", "before"),
+)
+"""Tokens/s ratios reported when both contenders ran."""
 LABELS = {
     "rlstream": "rlstream analyze (private Ray started and stopped)",
+    "before": "rlstream analyze of --baseline (the code before a change), same command",
     "joined": "rlstream analyze --ray-address (a standing Ray)",
     "duckdb": "DuckDB",
     "plain": "plain script",
 }
 
 
-def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) -> dict:
+def batch_compare(
+    root: Path,
+    work: Path,
+    stats: dict[str, float],
+    reps: int,
+    baseline: str | None = None,
+    only: tuple[str, ...] = (),
+) -> dict:
+    """The contenders in interleaved rounds; with `baseline` (a folder holding another
+    revision's `rlstream` package, e.g. `git archive main | tar -x -C DIR`) also that
+    revision's `rlstream analyze`, same command, same rounds ("before")."""
     env = {**ray_env(), "PYTHONPATH": _pythonpath()}
+    names = only or ((*CONTENDERS, "before") if baseline else CONTENDERS)
     for p in root.glob("**/*"):  # warm the page cache for every contender alike
         if p.is_file():
             p.read_bytes()
-    timings: dict[str, list] = {n: [] for n in CONTENDERS}
+    timings: dict[str, list] = {n: [] for n in names}
     results = {}
     for rep in range(reps):
-        k = rep % len(CONTENDERS)
-        for name in CONTENDERS[k:] + CONTENDERS[:k]:
-            t, out = _run_contender(name, root, work, rep + 1, env)
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            t, out = _run_contender(name, root, work, rep + 1, env, baseline)
             timings[name].append(t)
             if rep == 0:
                 results[name] = _results(name, out, root, work)
@@ -164,12 +191,13 @@ def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) ->
                 flush=True,
             )
     # Every contender's numbers from the first round, checked against rlstream's.
-    agree = {other: compare(results["rlstream"], results[other]) for other in CONTENDERS[1:]}
+    ref = names[0]
+    agree = {other: compare(results[ref], results[other]) for other in names[1:]}
     for other, problems in agree.items():
         status = "agree" if not problems else f"DISAGREE ({len(problems)}): {problems[:3]}"
-        print(f"  rlstream vs {other}: {len(results['rlstream'])} (run, step) rows {status}")
+        print(f"  {ref} vs {other}: {len(results[ref])} (run, step) rows {status}")
     table = {}
-    for name in CONTENDERS:
+    for name in names:
         wall = median([t.wall for t in timings[name]])
         table[name] = {
             "wall_s": wall,
@@ -190,22 +218,26 @@ def batch_compare(root: Path, work: Path, stats: dict[str, float], reps: int) ->
             f"  {name:10s} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {r['tokens_per_s'] / 1e6:8.2f} "
             f"{r['mb_per_s']:8.1f} {r['peak_rss_mib']:13.0f}  {r['walls']}"
         )
-    for name in CONTENDERS:
+    for name in names:
         print(f"  {name:10s} = {LABELS[name]}")
     rate = {name: r["tokens_per_s"] for name, r in table.items()}
-    ratio_d = rate["rlstream"] / rate["duckdb"]
-    ratio_j = rate["joined"] / rate["duckdb"]
-    ratio_p = rate["rlstream"] / rate["plain"]
-    print(
-        f"  rlstream / DuckDB tokens/s: {ratio_d:.2f}x (target >= 1.5x); "
-        f"joined / DuckDB: {ratio_j:.2f}x; rlstream / plain: {ratio_p:.2f}x"
-    )
+    ratios = {f"{a}_vs_{b}": rate[a] / rate[b] for a, b in PAIRS if a in rate and b in rate}
+    shown = []
+    for key, v in ratios.items():
+        a, b = key.split("_vs_")
+        label = f"{a} / {'DuckDB' if b == 'duckdb' else b}"
+        if key == "rlstream_vs_duckdb":
+            label += " tokens/s"
+        target = " (target >= 1.5x)" if key == "rlstream_vs_duckdb" else ""
+        shown.append(f"{label}: {v:.2f}x{target}")
+    print("  " + "; ".join(shown))
     return {
         "agree": agree,
         "table": table,
-        "ratio_vs_duckdb": ratio_d,
-        "joined_vs_duckdb": ratio_j,
-        "ratio_vs_plain": ratio_p,
+        "ratio_vs_duckdb": ratios.get("rlstream_vs_duckdb"),
+        "joined_vs_duckdb": ratios.get("joined_vs_duckdb"),
+        "ratio_vs_plain": ratios.get("rlstream_vs_plain"),
+        "ratios": ratios,
     }
 
 
@@ -306,16 +338,42 @@ def memory_growth(work: Path, size: BatchSize) -> dict:
     return {"x1": out[1], "x10": out[10], "growth": growth}
 
 
-def main(quick: bool, reps: int | None, work: Path, scale: int = 1) -> dict:
+def _simulated(root: Path, size: BatchSize) -> dict[str, float]:
+    """The archive under `root`, simulated unless a kept `--work` folder already holds
+    this size's (its stats are kept next to it)."""
+    marker = root.parent / f"{root.name}.json"
+    if marker.exists() and root.exists():
+        kept = json.loads(marker.read_text())
+        if kept["size"] == size.__dict__:
+            print(f"batch: reusing the archive in {root} ({size})", flush=True)
+            return kept["stats"]
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"batch: simulating {size} ...", flush=True)
+    st = simulate_root(root, size)
+    marker.write_text(json.dumps({"size": size.__dict__, "stats": st}))
+    return st
+
+
+def main(
+    quick: bool,
+    reps: int | None,
+    work: Path,
+    scale: int = 1,
+    archive: bool = False,
+    baseline: str | None = None,
+    contenders: tuple[str, ...] = (),
+) -> dict:
     """The three parts; with `scale` > 1, only the contenders, on an archive of
-    `scale` times as many runs (fixed costs weigh less as the archive grows)."""
-    size = QUICK if quick else FULL
+    `scale` times as many runs (fixed costs weigh less as the archive grows); with
+    `archive`, on `ARCHIVE` (issue 16's shape) instead of `FULL`; with `baseline`,
+    also the rlstream of that folder (`batch_compare`); with `contenders`, only
+    those (the first is the reference of the agreement check), and only this part."""
+    size = QUICK if quick else ARCHIVE if archive else FULL
     if scale > 1:
         size = replace(size, runs=size.runs * scale)
     reps = reps or (1 if quick else 3)
     root = work / "batch"
-    print(f"batch: simulating {size} ...", flush=True)
-    st = simulate_root(root, size)
+    st = _simulated(root, size)
     print(
         f"  {st['transcript_files']:,} transcripts, {st['tokens']:,} tokens, "
         f"{st['transcript_bytes'] / 1e6:.1f} MB of transcripts "
@@ -324,8 +382,8 @@ def main(quick: bool, reps: int | None, work: Path, scale: int = 1) -> dict:
     )
     print("batch: contenders (timed rounds, order rotated; then agreement)", flush=True)
     result = {"size": size.__dict__, "data": st}
-    result["compare"] = batch_compare(root, work, st, reps)
-    if scale > 1:
+    result["compare"] = batch_compare(root, work, st, reps, baseline, contenders)
+    if scale > 1 or contenders:
         shutil.rmtree(root, ignore_errors=True)
         return result
     print("batch: worker-stage scaling, 1 vs 2 workers", flush=True)

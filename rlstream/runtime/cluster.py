@@ -89,6 +89,17 @@ def _private_node_pids() -> list[int] | None:
     return pids or None
 
 
+def starts_private(cfg: RayConfig) -> bool:
+    """True when `connect(cfg)` would start a private local Ray (no address, and Ray
+    not yet initialised in this process)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return False
+    return not (cfg.address or os.environ.get("RAY_ADDRESS"))
+
+
 def connect(cfg: RayConfig) -> bool:
     """Initialise Ray unless already initialised (start a private Ray or join a
     cluster); returns True if this call initialised it. `private_ray()` tells which."""

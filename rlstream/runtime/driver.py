@@ -1,8 +1,8 @@
 """The driver: discovery, the poll/commit loop on Ray, progress, clean shutdown.
 
-`run(...)` is both commands. `analyze` (watch=False) discovers runs, polls each
-tailer once with `final=True` (everything that exists is read and every step row
-finalized), commits and returns. `watch` (watch=True) polls every `poll_seconds`,
+`run(...)` is both commands. `analyze` (watch=False) discovers runs; on a Ray it
+starts itself it works while Ray starts (runtime/batch.py), else it has each tailer
+read its runs to the end and finalize every step row. `watch` polls every `poll_seconds`,
 commits every `commit_seconds`, rediscovers runs so that new ones join, maintains
 OUT's tables every `maintenance.every_seconds` in a thread (runtime/maintenance.py),
 and stops cleanly after a final commit on Ctrl-C (or when `stop()` returns True).
@@ -28,6 +28,7 @@ from rlstream.pipeline.discover import find_runs, normalize_root
 from rlstream.pipeline.local import input_storage
 from rlstream.pipeline.outcome import Outcome
 from rlstream.pipeline.shards import Sharder
+from rlstream.runtime import batch
 from rlstream.runtime.actors import OBJECT_STORE_UNITS_PER_WORKER, Tailer, Worker
 from rlstream.runtime.cluster import (
     RayConfig,
@@ -38,6 +39,7 @@ from rlstream.runtime.cluster import (
     private_ray,
 )
 from rlstream.runtime.maintenance import Maintainer
+from rlstream.runtime.progress import Progress
 from rlstream.sinks.delta import DeltaSink
 from rlstream.sinks.maintain import MaintenanceConfig
 
@@ -61,38 +63,8 @@ class RuntimeConfig:
     discover_every_seconds: float = 10.0
     ray: RayConfig = field(default_factory=RayConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
-
-
-class Progress:
-    """One refreshed line on a terminal; a log line every 10 s otherwise."""
-
-    def __init__(self, out: TextIO, enabled: bool = True) -> None:
-        self.out = out
-        self.tty = out.isatty()
-        self.enabled = enabled
-        self.start = time.monotonic()
-        self.last_log = 0.0
-
-    def show(self, totals: dict[str, int], runs: int) -> None:
-        if not self.enabled:
-            return
-        el = max(time.monotonic() - self.start, 1e-9)
-        t = totals
-        line = (
-            f"runs {runs}  files {t.get('units', 0)} units  rows {t.get('rows', 0)}  "
-            f"{t.get('bytes', 0) / 1e6:.1f} MB  {t.get('tokens', 0):,} tokens  "
-            f"{t.get('tokens', 0) / el:,.0f} tokens/s"
-        )
-        if self.tty:
-            self.out.write("\r" + line.ljust(110))
-            self.out.flush()
-        elif time.monotonic() - self.last_log >= 10:
-            self.last_log = time.monotonic()
-            log.info(line)
-
-    def close(self) -> None:
-        if self.enabled and self.tty:
-            self.out.write("\n")
+    early_start: bool | None = None
+    """analyze in the driver, working while Ray starts (runtime/batch.py); None: auto."""
 
 
 def default_tailers(workers: int, watch: bool) -> int:
@@ -316,7 +288,9 @@ def run(
         hooks_factory = HealthHooks()
     urls: list[str] | None = None
     if not watch:
-        storage = input_storage([normalize_root(r) for r in roots], cfg.storage_options)
+        storage = input_storage(
+            [normalize_root(r) for r in roots], cfg.storage_options, cfg.read_inflight_bytes
+        )
         urls = [
             u for r in roots for u in find_runs(storage, normalize_root(r), fmt=cfg.input_format)
         ]
@@ -331,13 +305,18 @@ def run(
     sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
     sink.check_layout()
     maintainer = Maintainer(sink, rt.maintenance)
-    t_start = time.monotonic()
-    started = connect(rt.ray)
-    t_ray = time.monotonic()
     previous_sigterm = _sigterm_as_interrupt()
-    fleet = None
+    fleet, started = None, False
     progress = Progress(progress_out or sys.stderr, enabled=progress_out is not None)
     try:
+        if urls is not None and batch.wanted(rt.early_start, rt.ray):
+            start = batch.RayStart(rt.ray, storage, rt.workers)  # work begins while it starts
+            return batch.analyze(
+                urls, storage, sink, cfg, start, maintainer, hooks_factory, progress, outcome
+            )
+        t_start = time.monotonic()
+        started = connect(rt.ray)
+        t_ray = time.monotonic()
         fleet = Fleet(roots, out, cfg, rt, hooks_factory, watch=watch)
         t_actors = time.monotonic()
         log.info(

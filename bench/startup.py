@@ -1,0 +1,80 @@
+"""Start-up: how soon `rlstream watch` commits its first run_health rows.
+
+`python -m bench startup [--reps N] [--baseline DIR]`. 10 idle runs
+(`bench.live.idle_runs`: written once, unfinished); `rlstream watch ROOT --out OUT
+--poll 1 --commit-every 2` as a subprocess, a fresh OUT each round; the clock runs
+from the command's start to the first run_health row of any run and of all 10,
+read as `status` reads them (`read_latest`, every 0.1 s). With `--baseline` (a folder
+holding another revision's `rlstream` package), that revision's watch runs in the
+same rounds, the order alternating, so the two can be compared as a ratio.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from bench.batch import _pythonpath
+from bench.common import median
+from bench.live import _latest_steps, _stop, _watch, idle_runs
+
+RUNS = 10
+
+
+def _first_rows(root: Path, out: Path, env: dict[str, str] | None) -> tuple[float, float]:
+    t0 = time.monotonic()
+    proc = _watch(str(root), out, env)
+    first = None
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"watch exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            n = len(_latest_steps(out))
+            if n and first is None:
+                first = time.monotonic() - t0
+            if n >= RUNS:
+                return first or 0.0, time.monotonic() - t0
+            if time.monotonic() - t0 > 600:
+                raise RuntimeError("no run_health rows for every run within 600 s")
+            time.sleep(0.1)
+    finally:
+        _stop(proc)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def main(work: Path, reps: int, baseline: str | None = None) -> dict:
+    root = work / "startup-runs"
+    idle_runs(root, RUNS)
+    names = ["now", "before"] if baseline else ["now"]
+    env = {"now": {"PYTHONPATH": _pythonpath()}}
+    if baseline:
+        env["before"] = {"PYTHONPATH": f"{baseline}:{_pythonpath()}"}
+    got: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    for rep in range(reps):
+        for name in names if rep % 2 == 0 else names[::-1]:
+            first, all_ = _first_rows(root, work / f"startup-out-{name}", env[name])
+            got[name].append((first, all_))
+            print(
+                f"  rep {rep + 1} {name:6s}: first run_health row {first:6.2f} s, "
+                f"all {RUNS} runs {all_:6.2f} s",
+                flush=True,
+            )
+    res = {
+        n: {
+            "first_s": median([f for f, _ in v]),
+            "all_s": median([a for _, a in v]),
+            "rounds": [[round(f, 2), round(a, 2)] for f, a in v],
+        }
+        for n, v in got.items()
+    }
+    for n, r in res.items():
+        print(
+            f"  {n:6s}: median first row {r['first_s']:.2f} s, all {RUNS} runs {r['all_s']:.2f} s"
+        )
+    if baseline:
+        print(
+            f"  now / before (all {RUNS} runs): {res['now']['all_s'] / res['before']['all_s']:.2f}"
+        )
+    shutil.rmtree(root, ignore_errors=True)
+    return res

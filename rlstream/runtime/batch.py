@@ -1,0 +1,287 @@
+"""`analyze` on a Ray this command starts: the work begins before Ray is ready.
+
+Starting a private Ray and its worker actors takes seconds of a small archive's
+wall time (bench/README.md). So `analyze` does not wait for it:
+
+- `RayStart` starts Ray and the worker actors in a background thread;
+  `workers()` is None until every worker has answered once.
+- The driver holds the runs itself, in one `RunGroup` (the code the in-process
+  runner and the tailer actors run), and plans, folds and commits them here.
+- `Handover` is its executor: it runs units in this process while `workers()` is
+  None and sends the rest to the workers once they are ready. Every unit is taken
+  from one queue, by this thread, exactly once, and its result is folded once, here:
+  a handover never counts anything twice. A unit that failed (here or on Ray) is
+  retried by `RunGroup.poll` like any other.
+- Once the last chunk's units are folded, Ray is stopped in the background while
+  the driver commits and maintains OUT; units retried after that run here.
+
+The results are the in-process runner's (tests/runtime/test_batch_handover.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from rlstream.config import PipelineConfig
+from rlstream.errors import RlstreamError
+from rlstream.io.storage import Storage
+from rlstream.pipeline.outcome import Outcome
+from rlstream.pipeline.runner import RunGroup
+from rlstream.pipeline.state import state_summary
+from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
+from rlstream.runtime.cluster import RayConfig, starts_private
+from rlstream.runtime.maintenance import Maintainer
+from rlstream.runtime.progress import Progress
+from rlstream.sinks.delta import DeltaSink
+
+log = logging.getLogger("rlstream")
+
+
+WORK_HERE_TOO = False
+"""Whether the driver keeps running units once the workers are ready; if so, the
+default pool is one worker fewer than the cluster's CPUs (bench/README.md)."""
+
+
+def wanted(early_start: bool | None, ray_cfg: RayConfig) -> bool:
+    """Whether `analyze` runs here (`RuntimeConfig.early_start`; None: when this
+    command starts a private Ray, whose start is the cost to hide)."""
+    return starts_private(ray_cfg) if early_start is None else early_start
+
+
+class _NoSigtermWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+class RayStart:
+    """Connects to Ray (a private one unless `ray_cfg` names a cluster) and starts
+    `n_workers` worker actors (default: the cluster's CPUs, one fewer with
+    `WORK_HERE_TOO`) in a thread.
+
+    `workers()`: the ready workers, or None (still starting, or stopping); raises
+    `RlstreamError` if the start failed. `stop()` stops them and the Ray this object
+    started in the background (after the start, if it is still under way);
+    `join()` waits for that."""
+
+    def __init__(self, ray_cfg: RayConfig, storage: Storage, n_workers: int | None) -> None:
+        self.ray_cfg = ray_cfg
+        self.storage = storage
+        self.n_workers = n_workers
+        self.started = False
+        self.error: BaseException | None = None
+        self.phases: dict[str, float] = {}
+        self._t0 = time.monotonic()
+        self._ready: list[Any] | None = None
+        self._actors: list[Any] = []
+        self._stopping = threading.Event()
+        self.settled = threading.Event()
+        """Set once the start has ended, ready or failed."""
+        # One thread starts Ray, then waits and stops it: Ray's processes die with the
+        # thread that started them (they are spawned with a parent-death signal).
+        self._starter = threading.Thread(target=self._run, name="rlstream-ray", daemon=True)
+        self._starter.start()
+
+    def _run(self) -> None:
+        self._start()
+        self._stopping.wait()
+        self._stop()
+
+    def _start(self) -> None:
+        try:
+            from rlstream.runtime.cluster import cluster_cpus, connect, forwarded_env
+
+            # Ray warns that it sets no SIGTERM handler off the main thread: the
+            # driver's own (Ctrl-C and SIGTERM stop like an interrupt) is the one wanted.
+            logging.getLogger("ray._private.worker").addFilter(_NoSigtermWarning())
+            self.started = connect(self.ray_cfg)
+            self.phases["ray"] = time.monotonic() - self._t0
+            if self._stopping.is_set():
+                return
+            import ray
+
+            from rlstream.runtime.actors import OBJECT_STORE_UNITS_PER_WORKER, Worker
+
+            env = {"runtime_env": {"env_vars": forwarded_env()}} if forwarded_env() else {}
+            at_once = 1 if self.storage.is_local else OBJECT_STORE_UNITS_PER_WORKER
+            n = self.n_workers or max(1, cluster_cpus() - WORK_HERE_TOO)
+            self._actors = [
+                Worker.options(**env, max_concurrency=at_once).remote(self.storage)
+                for _ in range(n)
+            ]
+            ray.get([w.info.remote() for w in self._actors])
+            self.phases["workers"] = time.monotonic() - self._t0
+            self._ready = self._actors
+        except BaseException as e:  # reported to the driver by `workers()`
+            self.error = e
+        finally:
+            self.settled.set()
+
+    def workers(self) -> list[Any] | None:
+        if self.error is not None:
+            raise RlstreamError(f"Ray or its workers did not start: {self.error!r}") from self.error
+        return None if self._stopping.is_set() else self._ready
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _stop(self) -> None:
+        t = time.monotonic()
+        try:
+            import ray
+
+            for a in self._actors:
+                ray.kill(a)
+            if self.started:
+                from rlstream.runtime.cluster import disconnect
+
+                disconnect()
+        except Exception:
+            log.exception("stopping Ray")
+        self.phases["stop"] = time.monotonic() - t
+
+    def join(self) -> None:
+        self.stop()
+        self._starter.join()
+
+
+class Handover:
+    """An executor (`pipeline.runner.Executor`) that runs units in this process
+    until `workers()` returns worker actors, then on them (at most `max_inflight`
+    at once, least-loaded first), and with `here_too` in this process as well,
+    between folds. `last` set before a call: when that call's units are all
+    folded, `on_drained` is called (the driver stops Ray there)."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        workers: Callable[[], list[Any] | None],
+        max_inflight: int,
+        on_result: Callable[[], None] | None = None,
+        on_drained: Callable[[], None] | None = None,
+        here_too: bool = False,
+    ) -> None:
+        self.storage = storage
+        self.here_too = here_too
+        self.workers = workers
+        self.max_inflight = max(1, max_inflight)
+        self.on_result = on_result
+        self.on_drained = on_drained
+        self.last = False
+        self.counts = {"here": 0, "ray": 0}
+
+    def __call__(self, units: list[Unit]) -> Iterator[UnitResult | UnitFailure]:
+        todo = deque(units)
+        inflight: dict[Any, tuple[Unit, int]] = {}
+        load: list[int] = []
+        while todo or inflight:
+            pool = self.workers()
+            if pool and len(load) != len(pool):
+                load = [0] * len(pool)
+            while pool and todo and len(inflight) < self.max_inflight:
+                unit = todo.popleft()
+                w = min(range(len(pool)), key=load.__getitem__)
+                load[w] += 1
+                inflight[pool[w].execute.remote(unit)] = (unit, w)
+            here = bool(todo) and (not pool or self.here_too)
+            if inflight:
+                yield from self._collect(inflight, load, block=not here)
+            if here and todo:
+                yield self._here(todo.popleft())
+        if self.last and self.on_drained is not None:
+            self.on_drained()
+
+    def _collect(
+        self, inflight: dict[Any, tuple[Unit, int]], load: list[int], block: bool
+    ) -> Iterator[UnitResult | UnitFailure]:
+        import ray
+
+        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=None if block else 0)
+        for ref in ready:
+            unit, w = inflight.pop(ref)
+            load[w] -= 1
+            try:
+                res: UnitResult | UnitFailure = ray.get(ref)
+            except ray.exceptions.RayError as e:
+                log.error("unit for run %s failed after retries: %s", unit.run_id, e)
+                res = UnitFailure(unit, repr(e))
+            self.counts["ray"] += 1
+            self._tick()
+            yield res
+
+    def _here(self, unit: Unit) -> UnitResult | UnitFailure:
+        try:
+            res: UnitResult | UnitFailure = execute(unit, self.storage)
+        except Exception as e:  # storage errors: RunGroup.poll retries the unit
+            log.error("unit for run %s failed in the driver: %r", unit.run_id, e)
+            res = UnitFailure(unit, repr(e))
+        self.counts["here"] += 1
+        self._tick()
+        return res
+
+    def _tick(self) -> None:
+        if self.on_result is not None:
+            self.on_result()
+
+
+def analyze(
+    urls: Sequence[str],
+    storage: Storage,
+    sink: DeltaSink,
+    cfg: PipelineConfig,
+    start: RayStart,
+    maintainer: Maintainer,
+    hooks_factory: Any,
+    progress: Progress,
+    outcome: Outcome | None = None,
+) -> list[dict[str, Any]]:
+    """Batch mode over `urls` in this process, with the workers of `start` once they
+    are ready; stops Ray (`start.stop()`) as soon as the last unit is folded and
+    waits for it before returning. Returns per-run summaries sorted by run_id."""
+    group = RunGroup(storage, sink, cfg, **(hooks_factory() if hooks_factory else {}))
+    urls = list(dict.fromkeys(urls))
+    step = max(1, cfg.analyze_chunk_runs)
+    chunks = [urls[i : i + step] for i in range(0, len(urls), step)]
+    last_show = [0.0]
+
+    def show() -> None:
+        if time.monotonic() - last_show[0] >= 0.5:
+            last_show[0] = time.monotonic()
+            progress.show(group.totals, len(urls))
+
+    handover = Handover(
+        storage, start.workers, cfg.max_inflight_units, show, start.stop, WORK_HERE_TOO
+    )
+    t0 = time.monotonic()
+    try:
+        summaries = []
+        for k, chunk in enumerate(chunks):
+            handover.last = k == len(chunks) - 1
+            summaries += [state_summary(s) for s in group.analyze(chunk, handover)]
+        progress.show(group.totals, len(urls))
+        if outcome is not None:
+            outcome.add_tally(group.tally())
+            outcome.add_summaries(summaries)
+        maintainer.run_once()
+    finally:
+        start.join()
+    if start.error is not None:
+        log.warning("Ray did not start (%r): every unit ran in the driver", start.error)
+    ph = start.phases
+    log.info(
+        "analyzed %d runs in %.1f s: %d units here, %d on %d workers "
+        "(Ray up after %.1f s, workers after %.1f s, stopped in %.1f s)",
+        len(summaries),
+        time.monotonic() - t0,
+        handover.counts["here"],
+        handover.counts["ray"],
+        len(start._actors),
+        ph.get("ray", float("nan")),
+        ph.get("workers", float("nan")),
+        ph.get("stop", float("nan")),
+    )
+    return sorted(summaries, key=lambda s: s["run_id"])

@@ -1,0 +1,46 @@
+"""The progress line of `analyze` and `watch`: what was read so far and how fast.
+
+`Progress.show(totals, runs)` takes a `RunGroup.totals`-style counter (units, rows,
+bytes, tokens). On a terminal it refreshes one line in place; otherwise it logs the
+line at most every 10 s. Disabled, it does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TextIO
+
+log = logging.getLogger("rlstream")
+
+
+class Progress:
+    """One refreshed line on a terminal; a log line every 10 s otherwise."""
+
+    def __init__(self, out: TextIO, enabled: bool = True) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.last_log = 0.0
+
+    def show(self, totals: dict[str, int], runs: int) -> None:
+        if not self.enabled:
+            return
+        el = max(time.monotonic() - self.start, 1e-9)
+        t = totals
+        line = (
+            f"runs {runs}  files {t.get('units', 0)} units  rows {t.get('rows', 0)}  "
+            f"{t.get('bytes', 0) / 1e6:.1f} MB  {t.get('tokens', 0):,} tokens  "
+            f"{t.get('tokens', 0) / el:,.0f} tokens/s"
+        )
+        if self.tty:
+            self.out.write("\r" + line.ljust(110))
+            self.out.flush()
+        elif time.monotonic() - self.last_log >= 10:
+            self.last_log = time.monotonic()
+            log.info(line)
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            self.out.write("\n")

@@ -1,0 +1,196 @@
+"""`analyze` that works while Ray starts (runtime/batch.py) equals the in-process
+runner: units run in the driver, then on the workers, each folded exactly once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+import ray
+
+from rlstream.config import PipelineConfig
+from rlstream.errors import RlstreamError
+from rlstream.pipeline.local import analyze_local
+from rlstream.runtime import batch
+from rlstream.runtime.cluster import TEMP_PARENT_ENV, RayConfig
+from rlstream.runtime.driver import RuntimeConfig
+from rlstream.runtime.driver import run as run_pipeline
+from rlstream.simulate import SimConfig, simulate
+from tests.runtime.helpers import assert_same_rows, read_steps
+
+SCEN = ("healthy", "entropy_collapse", "rollout_failure_burst")
+HERE = 10
+"""Units the gated start below leaves to the driver before its workers take over."""
+
+
+MADE: list = []
+"""Instances of the two classes below, in the order made."""
+
+
+class GatedStart(batch.RayStart):
+    """The workers become visible only after the driver asked `HERE` times, then
+    at once (waiting for them): so the split is known, whatever the machine's speed."""
+
+    asks = 0
+
+    def __init__(self, *a, **k) -> None:
+        super().__init__(*a, **k)
+        MADE.append(self)
+
+    def workers(self):
+        self.asks += 1
+        if self.asks <= HERE:
+            return None
+        self.settled.wait()
+        return super().workers()
+
+
+class CountingHandover(batch.Handover):
+    def __init__(self, *a, **k) -> None:
+        super().__init__(*a, **k)
+        MADE.append(self)
+
+
+def test_handover_equals_in_process_and_counts_each_unit_once(ray_session, tmp_path, monkeypatch):
+    MADE.clear()
+    simulate(tmp_path / "runs", SimConfig(runs=3, steps=12, scenarios=SCEN, seed=4))
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
+    monkeypatch.setattr(batch, "RayStart", GatedStart)
+    monkeypatch.setattr(batch, "Handover", CountingHandover)
+    # Two chunks of runs, so the handover happens in the first and Ray is stopped
+    # after the second's units.
+    cfg = PipelineConfig(transcripts_per_unit=8, analyze_chunk_runs=2)
+    summaries = run_pipeline(
+        [str(tmp_path / "runs")],
+        str(tmp_path / "ray"),
+        cfg,
+        RuntimeConfig(workers=2, early_start=True),
+    )
+    assert [s["steps_final"] for s in summaries] == [12, 12, 12]
+    assert [s["quarantined"] for s in summaries] == [0, 0, 0]
+    start, handover = MADE
+    # Per run: its transcripts in units of 8, and one unit each for steps and rollouts.
+    units = sum(
+        -(-len(list(d.glob("transcripts/*.json"))) // 8) + 2
+        for d in (tmp_path / "runs").iterdir()
+        if d.is_dir()
+    )
+    assert handover.counts == {"here": HERE, "ray": units - HERE}
+    local = read_steps(tmp_path / "local")
+    assert len(local) == 36
+    assert_same_rows(local, read_steps(tmp_path / "ray"))
+    # Ray was not started by this command (the session's): only its workers are gone.
+    assert not start.started and len(start._actors) == 2
+    for w in start._actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(w.info.remote(), timeout=60)
+
+
+def test_a_failed_start_is_a_clear_error(tmp_path):
+    simulate(tmp_path / "runs", SimConfig(runs=1, steps=2, seed=1))
+
+    class Broken(batch.RayStart):
+        def __init__(self, *a) -> None:
+            super().__init__(*a)
+            assert self.settled.wait(60)  # failed before the driver's first unit
+
+        def _start(self) -> None:
+            self.error = OSError("no room for the raylet")
+            self.settled.set()
+
+    with pytest.raises(RlstreamError, match=r"did not start.*no room for the raylet"):
+        batch.analyze(*_inputs(tmp_path), Broken(RayConfig(), None, 1), *_rest(tmp_path))
+
+
+def _inputs(tmp_path):
+    from rlstream.io.storage import Storage
+    from rlstream.pipeline.discover import find_runs
+    from rlstream.sinks.delta import DeltaSink
+
+    root = str(tmp_path / "runs")
+    storage = Storage.for_url(root, {})
+    urls = find_runs(storage, root)
+    out = str(tmp_path / "out")
+    sink = DeltaSink(out, Storage.for_url(out, {}), {}, False, 300)
+    return urls, storage, sink, PipelineConfig()
+
+
+def _rest(tmp_path):
+    from rlstream.runtime.maintenance import Maintainer
+    from rlstream.runtime.progress import Progress
+    from rlstream.sinks.maintain import MaintenanceConfig
+
+    return Maintainer(_inputs(tmp_path)[2], MaintenanceConfig()), None, Progress(sys.stderr, False)
+
+
+def test_workers_import_no_sink_health_or_fleet(ray_session, tmp_path):
+    """A worker process needs the readers and kernels, not the table writers."""
+    from rlstream.io.storage import Storage
+    from rlstream.runtime.actors import Worker
+
+    w = Worker.remote(Storage.for_url(str(tmp_path), {}))
+    try:
+        loaded = ray.get(w.__ray_call__.remote(lambda self: sorted(sys.modules)), timeout=120)
+    finally:
+        ray.kill(w)
+    assert "rlstream.pipeline.work" in loaded
+    # pyarrow is not in the list: Ray imports it in every worker process itself
+    # (ray.util.serialization_addons registers Arrow serializers).
+    heavy = ("deltalake", "rlstream.health", "rlstream.fleet", "rlstream.sinks", "duckdb")
+    assert [m for m in loaded if m.split(".")[0] in heavy or m.startswith(heavy)] == []
+
+
+def test_private_ray_hands_over_and_stops(tmp_path):
+    """The production path: `analyze` starting its own private Ray (in its own
+    interpreter, so the tests' shared Ray is not touched). Ray is started from a
+    thread; its processes must outlive neither the command nor that thread's start."""
+    simulate(tmp_path / "runs", SimConfig(runs=2, steps=6, seed=9))
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
+    code = textwrap.dedent(
+        f"""
+        import os
+        from rlstream.config import PipelineConfig
+        from rlstream.runtime import batch
+        from rlstream.runtime.driver import RuntimeConfig, run
+
+        class Gated(batch.RayStart):
+            asks = 0
+
+            def workers(self):
+                # two units here, the rest once the workers answered
+                self.asks += 1
+                if self.asks > 2:
+                    self.settled.wait()
+                return super().workers() if self.asks > 2 else None
+
+        made = []
+        class Counting(batch.Handover):
+            def __init__(self, *a, **k):
+                super().__init__(*a, **k)
+                made.append(self)
+
+        batch.RayStart, batch.Handover = Gated, Counting
+        cfg = PipelineConfig(transcripts_per_unit=4)
+        run([{str(tmp_path / "runs")!r}], {str(tmp_path / "ray")!r}, cfg, RuntimeConfig())
+        print(made[0].counts["here"], made[0].counts["ray"])
+        """
+    )
+    parent = tempfile.mkdtemp(prefix="rlh", dir="/tmp")
+    try:
+        env = {**os.environ, TEMP_PARENT_ENV: parent}
+        env.pop("RAY_ADDRESS", None)
+        res = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        here, on_ray = map(int, res.stdout.split())
+        assert here == 2 and on_ray > 0
+        assert os.listdir(parent) == []  # Ray stopped, its temp folder removed
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+    assert_same_rows(read_steps(tmp_path / "local"), read_steps(tmp_path / "ray"))
