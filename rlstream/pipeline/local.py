@@ -47,6 +47,24 @@ def input_storage(
     return next(iter(stores))
 
 
+def runs_or_fail(roots: Sequence[str], out: str, cfg: PipelineConfig) -> tuple[Storage, list[str]]:
+    """The input storage and every run under ROOTS (in order); `NoDataError` when there
+    is none, before anything is started or written."""
+    from rlstream.errors import NoDataError
+
+    storage = input_storage(
+        [normalize_root(r) for r in roots], cfg.storage_options, cfg.read_inflight_bytes
+    )
+    urls = [u for r in roots for u in find_runs(storage, normalize_root(r), fmt=cfg.input_format)]
+    if not urls:
+        raise NoDataError(
+            f"no runs under {', '.join(roots)} (a run is a Loops folder holding run.json "
+            "or a trainer output folder, docs/formats.md); "
+            f"nothing was written to {out}"
+        )
+    return storage, urls
+
+
 def build_group(roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: Any) -> RunGroup:
     """A RunGroup over every run found under `roots`, writing under `out`."""
     group, urls = _group_and_runs(roots, out, cfg, **hooks)

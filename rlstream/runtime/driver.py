@@ -22,10 +22,9 @@ from typing import Any, TextIO
 import ray
 
 from rlstream.config import PipelineConfig
-from rlstream.errors import NoDataError
 from rlstream.io.storage import Storage
 from rlstream.pipeline.discover import find_runs, normalize_root
-from rlstream.pipeline.local import input_storage
+from rlstream.pipeline.local import input_storage, runs_or_fail
 from rlstream.pipeline.outcome import Outcome
 from rlstream.pipeline.shards import Sharder
 from rlstream.runtime import batch
@@ -288,18 +287,7 @@ def run(
         hooks_factory = HealthHooks()
     urls: list[str] | None = None
     if not watch:
-        storage = input_storage(
-            [normalize_root(r) for r in roots], cfg.storage_options, cfg.read_inflight_bytes
-        )
-        urls = [
-            u for r in roots for u in find_runs(storage, normalize_root(r), fmt=cfg.input_format)
-        ]
-        if not urls:
-            raise NoDataError(
-                f"no runs under {', '.join(roots)} (a run is a Loops folder holding run.json "
-                "or a trainer output folder, docs/formats.md); "
-                f"nothing was written to {out}"
-            )
+        storage, urls = runs_or_fail(roots, out, cfg)
     out_url = normalize_root(out)
     out_storage = Storage.for_url(out_url, cfg.storage_options)
     sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
