@@ -312,6 +312,17 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
         parts.append(f'<text x="{x:.1f}" y="{top + ph + 14}" class="xt">{int(s)}</text>')
     parts.append(f'<text x="{left - 4}" y="{top + ph + 14}" class="xl">step</text>')
     lx, ly = float(left), float(top + ph + 26)
+
+    def legend(swatch: Callable[[float, float], str], text: str) -> None:
+        """One legend entry: `swatch(x, y)` then `text`, wrapped to the chart's width."""
+        nonlocal lx, ly
+        if lx + 22 + 6.5 * len(text) > width and lx > left:
+            lx, ly = left, ly + 13
+        parts.append(
+            swatch(lx, ly) + f'<text x="{lx + 18:.0f}" y="{ly}" class="lg">{escape(text)}</text>'
+        )
+        lx += 30 + 6.5 * len(text)
+
     for i, (ser, (st, v), ok) in enumerate(zip(chart.series, pts, drawn, strict=True)):
         color = PALETTE[i % len(PALETTE)]
         dash = ' stroke-dasharray="5 3"' if ser.dashed else ""
@@ -331,31 +342,27 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
                     f'<polyline points="{seg}" fill="none" stroke="{color}" '
                     f'stroke-width="1.6"{dash}/>'
                 )
-        label = escape(ser.label)
-        if lx + 22 + 6.5 * len(ser.label) > width and lx > left:
-            lx, ly = left, ly + 13
-        parts.append(
-            f'<line x1="{lx:.0f}" x2="{lx + 14:.0f}" y1="{ly - 4}" y2="{ly - 4}" '
-            f'stroke="{color}" stroke-width="2"{dash}/>'
-            f'<text x="{lx + 18:.0f}" y="{ly}" class="lg">{label}</text>'
+        legend(
+            lambda x, y, c=color, d=dash: (
+                f'<line x1="{x:.0f}" x2="{x + 14:.0f}" y1="{y - 4}" y2="{y - 4}" '
+                f'stroke="{c}" stroke-width="2"{d}/>'
+            ),
+            ser.label,
         )
-        lx += 30 + 6.5 * len(ser.label)
     if band is not None and band.steps:
-        text = escape(band.label)
-        if lx + 22 + 6.5 * len(band.label) > width and lx > left:
-            lx, ly = left, ly + 13
-        parts.append(
-            f'<rect x="{lx:.0f}" y="{ly - 9}" width="14" height="10" fill="{BAND_COLOR}"/>'
-            f'<text x="{lx + 18:.0f}" y="{ly}" class="lg">{text}</text>'
+        legend(
+            lambda x, y: (
+                f'<rect x="{x:.0f}" y="{y - 9}" width="14" height="10" fill="{BAND_COLOR}"/>'
+            ),
+            band.label,
         )
-        lx += 30 + 6.5 * len(band.label)
     if bands:
-        note = escape(chart.gap_note)
-        if lx + 22 + 6.5 * len(chart.gap_note) > width and lx > left:
-            lx, ly = left, ly + 13
-        parts.append(
-            f'<rect x="{lx:.0f}" y="{ly - 9}" width="14" height="10" fill="{GAP_COLOR}" '
-            f'stroke="#bbb"/><text x="{lx + 18:.0f}" y="{ly}" class="lg">{note}</text>'
+        legend(
+            lambda x, y: (
+                f'<rect x="{x:.0f}" y="{y - 9}" width="14" height="10" fill="{GAP_COLOR}" '
+                'stroke="#bbb"/>'
+            ),
+            chart.gap_note,
         )
     for m in chart.markers:
         x = px(m.step)
