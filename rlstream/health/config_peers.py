@@ -22,7 +22,7 @@ class CohortsConfig:
     """Config keys (dotted paths into run.json `config`) that name a run's cohort
     outright; the first one present wins (a list value is joined with `+`)."""
     ignore_keys: str = (
-        "seed,run_name,name,run_id,id,output,output_dir,out_dir,output_path,log_dir,"
+        "seed,run_name,name,run_id,id,output,output_dir,out_dir,output_path,log_dir,log_path,"
         "logging_dir,checkpoint_dir,save_dir,wandb,project,tags,experiment,cohort"
     )
     """Keys left out of the config fingerprint because they vary within a sweep: a bare

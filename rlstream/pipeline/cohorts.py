@@ -109,10 +109,14 @@ class PeerFold:
         self.cohort_rules = cohort_rules
         self.figures = split_keys(rules.unlike_peers.figures)
         self.members: dict[str, dict[str, _Member]] = {}
+        self.assigned: set[str] = set()
 
     def assign(self, state: RunState) -> str:
-        """The run's cohort, computed once."""
-        if not state.cohort:
+        """The run's cohort, computed once per process: a restart with other `--cohort`
+        rules, or a run.json that gained a cohort key, regroups the run as sharding and
+        chunking (which compute it afresh) do."""
+        if state.run_id not in self.assigned:
+            self.assigned.add(state.run_id)
             state.cohort = cohort_of(
                 state.run_id, state.run_url, state.config, self.rules.cohorts, self.cohort_rules
             )

@@ -1,11 +1,10 @@
 """`RunGroup`: the tailer's logic for a set of runs, with no Ray in it.
 
-One poll: for every run, check run.json, stat steps.jsonl and rollouts.jsonl, list new
-transcripts, and turn what is new into work units; an executor runs the units (in
-this process, or on Ray worker actors) and each result is folded into its run's
-state. Then rows that passed the watermark are finalized. `commit` hands every
-changed run to the commit protocol (rlstream.pipeline.commit): resume states first,
-then one Delta append per table.
+One poll: for every run, check run.json, stat its files, list new transcripts, and turn
+what is new into work units; an executor runs the units (here, or on Ray worker
+actors) and each result is folded into its run's state. Then rows past the watermark
+are finalized. `commit` hands every changed run to the commit protocol
+(rlstream.pipeline.commit): resume states first, then one Delta append per table.
 
 On an object store the runs of a poll are planned concurrently and each run's three
 stats go out together, so a poll costs a few round trips, not a few per run.
@@ -354,19 +353,22 @@ class RunGroup:
         self.dirty = (self.dirty & {REJECTED}) | retry
         return len(urls - retry)
 
-    def analyze(self, urls: list[str], execute: Executor) -> Iterator[RunState]:
-        """Batch mode: read runs to the end of what exists, `analyze_chunk_runs` at a
-        time; commit each chunk and drop its state, yielding the dropped states. With
-        the cohort fold, runs are read cohort by cohort and a chunk ends only where a
-        cohort does (`pipeline.shards.cohort_chunks`), so each run is judged against
-        every peer."""
+    def chunks(self, urls: list[str]) -> list[list[str]]:
+        """The batch plan: the runs `analyze_chunk_runs` at a time. With the cohort
+        fold, runs are read cohort by cohort and a chunk ends only where a cohort does
+        (`pipeline.shards.cohort_chunks`), so each run is judged against every peer."""
         step = max(1, self.cfg.analyze_chunk_runs)
         urls = list(dict.fromkeys(urls))  # overlapping ROOTs name a run twice
         if self.peers is not None:
-            chunks = cohort_chunks(self.storage, urls, self.peers.cohort, step)
-        else:
-            chunks = [urls[i : i + step] for i in range(0, len(urls), step)]
-        for part in chunks:
+            return cohort_chunks(self.storage, urls, self.peers.cohort, step)
+        return [urls[i : i + step] for i in range(0, len(urls), step)]
+
+    def analyze(
+        self, urls: list[str], execute: Executor, chunks: list[list[str]] | None = None
+    ) -> Iterator[RunState]:
+        """Batch mode: read runs to the end of what exists, chunk by chunk (default
+        `self.chunks(urls)`); commit each chunk and drop its state, yielding it."""
+        for part in self.chunks(urls) if chunks is None else chunks:
             chunk = [u for u in part if self.add_run(u) is not None]
             self.poll(execute, final=True)
             self.commit()

@@ -5,10 +5,9 @@ the cohort's runs.
 `Sharder(storage, hooks_factory, n).split(urls)` returns n lists of run URLs.
 `cohort_chunks(storage, urls, cohort, size)` orders a batch's runs by cohort and cuts
 them into chunks of at least `size` runs that end where a cohort ends (`analyze`). A run's
-key is its cohort, from its run.json read here once (`hooks_factory.cohort`, the same
-function the tailer's fold applies), hashed; else its URL (hooks without cohorts, a
-run.json that cannot be read yet, or a trainer format whose config is not a run.json,
-docs/formats.md). With one tailer nothing is read. A fleet of one large cohort lands
+key is its cohort, from its run.json (or another trainer's files, through its reader)
+read here once (`hooks_factory.cohort`, the same function the tailer's fold applies),
+hashed; else its URL (hooks without cohorts, or files that cannot be read yet). With one tailer nothing is read. A fleet of one large cohort lands
 on one tailer: the price of judging a run against all of its peers.
 """
 
@@ -32,15 +31,25 @@ def run_key(run_url: str) -> str:
 
 
 def cohort_key(storage: Storage, url: str, cohort: Any) -> str | None:
-    """The run's cohort from its run.json (`cohort(run_id, url, config)`), or None when
-    it cannot be read (yet) or `cohort` is None."""
+    """The run's cohort (`cohort(run_id, url, config)`) from its run.json, or for
+    another trainer's folder from its reader's identity (`formats`), or None when it
+    cannot be read (yet) or `cohort` is None."""
     if cohort is None:
         return None
     try:
         meta, _, _ = read_run_json(storage, url)
+        if meta is not None:
+            return cohort(meta["run_id"], url, meta.get("config") or {})
+        from rlstream.pipeline.discover import detect_run
+        from rlstream.pipeline.streams import identify
+
+        fmt, names = detect_run(storage, url)
+        if fmt is None or fmt == "loops":
+            return None
+        info, _ = identify(storage, url, fmt, names)
+        return cohort(info.run_id, url, info.config)
     except Exception:  # unreadable now: the tailer reports it
         return None
-    return None if meta is None else cohort(meta["run_id"], url, meta.get("config") or {})
 
 
 def _map(storage: Storage, fn: Any, urls: Sequence[str]) -> list[Any]:

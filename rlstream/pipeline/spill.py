@@ -40,8 +40,9 @@ from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
 
-SPILL_TABLES = ("steps", "quarantine")
-"""Tables whose rows can be spilled: their orphans can be told by a column."""
+SPILL_TABLES = ("steps", "quarantine", "cohorts")
+"""Tables whose rows can be spilled: their orphans can be told by a column (a band row
+carries the run that wrote it and that run's commit_seq)."""
 
 
 def spill_id(run_id: str) -> str:

@@ -244,8 +244,7 @@ def analyze(
     waits for it before returning. Returns per-run summaries sorted by run_id."""
     group = RunGroup(storage, sink, cfg, **(hooks_factory() if hooks_factory else {}))
     urls = list(dict.fromkeys(urls))
-    step = max(1, cfg.analyze_chunk_runs)
-    chunks = [urls[i : i + step] for i in range(0, len(urls), step)]
+    chunks = group.chunks(urls)  # cohort by cohort with the cohort fold, as in-process
     last_show = [0.0]
 
     def show() -> None:
@@ -261,7 +260,7 @@ def analyze(
         summaries = []
         for k, chunk in enumerate(chunks):
             handover.last = k == len(chunks) - 1
-            summaries += [state_summary(s) for s in group.analyze(chunk, handover)]
+            summaries += [state_summary(s) for s in group.analyze(chunk, handover, [chunk])]
         progress.show(group.totals, len(urls))
         if outcome is not None:
             outcome.add_tally(group.tally())

@@ -277,7 +277,10 @@ class DeltaSink:
             )
 
     def delete_run(self, run_id: str) -> int:
-        """Delete a run's rows from every table (`--reset-run`); returns rows deleted.
-        Appends running at the same time may fail once and are retried."""
+        """Delete a run's rows from every table but `cohorts` (`--reset-run`); returns
+        rows deleted. A band row names the run that wrote it, but it is its cohort's:
+        its peers no longer hold the older steps to write it again, and readers keep the
+        newest, largest band of a step. Appends running at the same time may fail once
+        and are retried."""
         quoted = run_id.replace("'", "''")
-        return sum(self.delete_where(t, f"run_id = '{quoted}'") for t in TABLES)
+        return sum(self.delete_where(t, f"run_id = '{quoted}'") for t in TABLES if t != "cohorts")

@@ -17,9 +17,7 @@ STEPS = 80
 def _runs(n: int, cohort: str = "c") -> list[RunState]:
     out = []
     for i in range(n):
-        st = RunState(run_id=f"r{i}", run_url=f"/runs/r{i}")
-        st.cohort = cohort
-        out.append(st)
+        out.append(RunState(run_id=f"r{i}", run_url=f"/runs/r{i}", config={"cohort": cohort}))
     return out
 
 
@@ -177,3 +175,32 @@ def test_analyze_reads_a_cohort_in_one_chunk(tmp_path):
     chunks = cohort_chunks(Storage.for_url(tmp_path.as_posix()), urls, fold.cohort, 2)
     names = [[u.rsplit("/", 1)[1] for u in c] for c in chunks]
     assert names == [["run-0", "run-3", "run-6"], ["run-1", "run-4"], ["run-2", "run-5"], ["gone"]]
+
+
+def test_a_restored_run_is_regrouped_by_this_processs_rules():
+    # Its resume state says "old"; this process's --cohort rules say otherwise, as
+    # sharding and chunking (computed afresh) do.
+    st = RunState(run_id="seed-3", run_url="/sweeps/a/seed-3", cohort="old")
+    fold = PeerFold(cohort_rules=(("sweep-a", "sweeps/a/*"),))
+    fold.fold([st], {}, 0.0)
+    assert st.cohort == "sweep-a"
+    st.cohort = "changed"  # computed once per process, not at every poll
+    fold.fold([st], {}, 1.0)
+    assert st.cohort == "changed"
+
+
+def test_another_trainers_runs_are_chunked_by_cohort(tmp_path):
+    from rlstream.io.storage import Storage
+    from rlstream.pipeline.discover import find_runs
+    from rlstream.pipeline.shards import cohort_chunks, cohort_key
+    from rlstream.simulate import SimConfig, simulate
+    from rlstream.simulate.trainers import convert_tree
+
+    simulate(tmp_path / "loops", SimConfig(runs=4, steps=3, seed=5, cohort_size=4))
+    convert_tree(tmp_path / "loops", tmp_path / "tinker", "tinker")
+    storage = Storage.for_url(str(tmp_path / "tinker"), {})
+    urls = find_runs(storage, str(tmp_path / "tinker"))
+    fold = PeerFold()
+    keys = {cohort_key(storage, u, fold.cohort) for u in urls}
+    assert len(urls) == 4 and len(keys) == 1 and None not in keys  # one recipe, one cohort
+    assert cohort_chunks(storage, urls, fold.cohort, 2) == [sorted(urls)]

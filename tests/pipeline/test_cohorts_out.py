@@ -67,12 +67,14 @@ def test_bands_are_the_quantiles_of_the_cohorts_step_rows(analyzed):
     assert raw.num_rows == newest_bands(raw).num_rows
 
 
-def _staged(src: Path, root: Path, out: Path, failpoint: str | None = None) -> int:
+def _staged(
+    src: Path, root: Path, out: Path, failpoint: str | None = None, max_rows: int = 128
+) -> int:
     env = {k: v for k, v in os.environ.items() if k != "RLSTREAM_FAILPOINT"}
     if failpoint:
         env["RLSTREAM_FAILPOINT"] = failpoint
     cmd = [sys.executable, "-m", "tests.pipeline.staged", str(src), str(root), str(out), "4"]
-    cmd.append("cohorts")
+    cmd += ["cohorts", str(max_rows)]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=300).returncode
 
 
@@ -94,12 +96,19 @@ def staged(tmp_path_factory):
     return base, _tables(base / "out")
 
 
-@pytest.mark.parametrize("failpoint", ["after_states:2", "after_append:9"])
-def test_kill_between_writes_then_restart_leaves_the_same_bands(staged, tmp_path, failpoint):
+@pytest.mark.parametrize(
+    ("failpoint", "max_rows"),
+    [("after_states:2", 128), ("after_append:9", 128), ("after_spill:2", 1)],
+)
+def test_kill_between_writes_then_restart_leaves_the_same_bands(
+    staged, tmp_path, failpoint, max_rows
+):
+    """max_rows 1: every commit spills its band rows (and steps) before the states; a
+    kill after a spill leaves orphaned band rows, which the restart deletes."""
     base, want = staged
     root, out = tmp_path / "root", tmp_path / "out"
-    assert _staged(base / "src", root, out, failpoint) == 137  # it died where told
-    assert _staged(base / "src", root, out) == 0
+    assert _staged(base / "src", root, out, failpoint, max_rows) == 137  # died where told
+    assert _staged(base / "src", root, out, max_rows=max_rows) == 0
     got = _tables(out)
     assert len(want["bands"]) == 8 * 6  # every step, every figure the runs have
     assert {c for _, c in got["cohort"]} == {"all"}

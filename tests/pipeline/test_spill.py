@@ -65,3 +65,38 @@ def test_rows_spilled_by_a_commit_whose_state_failed_are_written_once(tmp_path):
     assert group.commit() == 1
     assert out_sql(tmp_path / "out", steps) == [(s,) for s in range(5)]
     assert group.written.rows["steps"] == 5 and not state.spill_check and state.seq == 1
+
+
+def test_cohort_band_rows_spill_too(tmp_path):
+    """Band rows ride in one run's commit: a cohort catching up on 300 steps spills
+    them like steps, so that run's resume state stays as small as its peers'."""
+    from rlstream.health import DEFAULT_RULES
+    from rlstream.health.cohort import parse_cohort_rules
+    from rlstream.pipeline.verdicts import HealthHooks
+    from rlstream.simulate import SimConfig, simulate
+
+    simulate(tmp_path / "runs", SimConfig(runs=3, steps=300, seed=5, groups=1, group_size=2))
+    hooks = HealthHooks(DEFAULT_RULES, parse_cohort_rules(["all=*"]))
+    group = build_group(
+        [str(tmp_path / "runs")], str(tmp_path / "out"), PipelineConfig(), **hooks()
+    )
+    group.poll(local_executor(group.storage), final=True)
+    states = list(group.states())
+    assert sum(len(s.out_cohorts) for s in states) > 128  # more band rows than a state holds
+    assert group.commit() == 3
+    assert all("cohorts" not in s.outbox for s in states)
+    sizes = sorted(p.stat().st_size for p in (tmp_path / "out" / "_resume").glob("*.state"))
+    assert len(sizes) == 3 and sizes[-1] < 2 * sizes[0]
+    spilled = group.sink.txn_versions("cohorts", [spill_id(s.run_id) for s in states])
+    assert sum(v is not None for v in spilled.values()) == 1  # the run that owns the bands
+    # --reset-run of the run that wrote the bands deletes its rows, not its cohort's
+    # bands (its peers no longer hold the older steps to write them again).
+    (owner,) = [r for r, v in spilled.items() if v is not None]
+    run_id = owner.split(":")[1]
+    bands = "select count(*) from cohorts"
+    before = out_sql(tmp_path / "out", bands)
+    assert group.sink.delete_run(run_id) > 0
+    assert out_sql(tmp_path / "out", bands) == before
+    assert out_sql(tmp_path / "out", f"select count(*) from steps where run_id = '{run_id}'") == [
+        (0,)
+    ]

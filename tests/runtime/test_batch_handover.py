@@ -194,3 +194,56 @@ def test_private_ray_hands_over_and_stops(tmp_path):
     finally:
         shutil.rmtree(parent, ignore_errors=True)
     assert_same_rows(read_steps(tmp_path / "local"), read_steps(tmp_path / "ray"))
+
+
+class NoWorkers:
+    """A Ray start that never has workers: every unit runs in the driver."""
+
+    def __init__(self) -> None:
+        self.error, self.phases, self._actors = None, {}, []
+
+    def workers(self):
+        return None
+
+    def stop(self) -> None:
+        pass
+
+    def join(self) -> None:
+        pass
+
+
+def test_batch_path_keeps_a_cohort_in_one_chunk_like_in_process(tmp_path):
+    import io
+
+    from deltalake import DeltaTable
+
+    from rlstream.health import DEFAULT_RULES
+    from rlstream.health.cohort import parse_cohort_rules
+    from rlstream.io.storage import Storage
+    from rlstream.pipeline.local import runs_or_fail
+    from rlstream.pipeline.verdicts import HealthHooks
+    from rlstream.runtime.progress import Progress
+    from rlstream.sinks.delta import DeltaSink
+
+    simulate(tmp_path / "runs", SimConfig(runs=4, steps=12, scenarios=("healthy",), seed=4))
+    hooks = HealthHooks(DEFAULT_RULES, parse_cohort_rules(["all=*"]))
+    cfg = PipelineConfig(analyze_chunk_runs=2)  # smaller than the cohort of 4
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"), cfg, **hooks())
+    storage, urls = runs_or_fail([str(tmp_path / "runs")], str(tmp_path / "b"), cfg)
+    out = str(tmp_path / "b")
+    sink = DeltaSink(out, Storage.for_url(out, {}), {}, cfg.fsync, cfg.retention_seconds)
+
+    class NoMaintenance:
+        def run_once(self) -> None:
+            pass
+
+    progress = Progress(io.StringIO(), enabled=False)
+    batch.analyze(urls, storage, sink, cfg, NoWorkers(), NoMaintenance(), hooks, progress)
+
+    def bands(name: str) -> list[tuple]:
+        t = DeltaTable(str(tmp_path / name / "cohorts")).to_pyarrow_table()
+        return sorted(zip(*(t[c].to_pylist() for c in ("step", "figure", "n", "p50")), strict=True))
+
+    local, here = bands("local"), bands("b")
+    assert {n for _, _, n, _ in local} == {4}  # every step banded over the whole cohort
+    assert here == local  # one band row per (step, figure), the same values
