@@ -4,7 +4,7 @@
     python -m bench live  [--quick] [--work DIR] [--json FILE]
     python -m bench long  [--quick] [--runs N] [--steps N] [--interval S]
     python -m bench report [--quick] [--runs N] [--work DIR]
-    python -m bench s3    [--quick] [--reps N] [--work DIR] [--json FILE]
+    python -m bench s3    [--quick] [--reps N] [--live-only] [--steps N] [--interval S]
     python -m bench all   [--quick]
     python -m bench startup [--reps N] [--baseline DIR]
 
@@ -66,10 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         "plain, before), and only the comparison part",
     )
     p.add_argument("--runs", type=int, help="long: runs (default 20); report: (default 6)")
-    p.add_argument("--steps", type=int, default=2000, help="long: steps per run (default 2000)")
     p.add_argument(
-        "--interval", type=float, default=0.15, help="long: seconds per step (default 0.15)"
+        "--steps", type=int, help="long: steps per run (default 2000); s3 live: (default 60)"
     )
+    p.add_argument(
+        "--interval",
+        type=float,
+        help="long: seconds per step (default 0.15); s3 live: (default 1.0)",
+    )
+    p.add_argument("--live-only", action="store_true", help="s3: only the live part")
     a = p.parse_args(argv)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="rlbench", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)
@@ -92,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.what == "long":
             from bench import long
 
-            results["long"] = long.main(a.quick, work, a.runs or 20, a.steps, a.interval)
+            results["long"] = long.main(
+                a.quick, work, a.runs or 20, a.steps or 2000, a.interval or 0.15
+            )
         if a.what == "report":
             from bench import report_scale
 
@@ -104,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.what == "s3":
             from bench import s3
 
-            results["s3"] = s3.main(a.quick, a.reps, work)
+            results["s3"] = s3.main(a.quick, a.reps, work, a.steps, a.interval or 1.0, a.live_only)
     finally:
         if not a.work:
             shutil.rmtree(work, ignore_errors=True)

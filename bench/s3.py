@@ -344,11 +344,21 @@ def live(runs: int, steps: int, delay: float, work: Path, interval: float = 1.0)
     return res
 
 
-def main(quick: bool, reps: int | None, work: Path) -> dict:
+def main(
+    quick: bool,
+    reps: int | None,
+    work: Path,
+    steps: int | None = None,
+    interval: float = 1.0,
+    live_only: bool = False,
+) -> dict:
+    """The batch part, then the live part (`steps` per run, a step every `interval`
+    seconds; 60 steps, or 40 quick); `live_only`: the live part alone."""
     env = aws_env("")
     env.pop("AWS_ENDPOINT_URL")
     os.environ.update(env)  # credentials for this process's s3fs; endpoints are explicit
-    res = {"batch": batch(quick, reps or (1 if quick else 3), work)}
+    res = {} if live_only else {"batch": batch(quick, reps or (1 if quick else 3), work)}
     print("s3: live runs under watch, through the proxy at loopback and at 50 ms", flush=True)
-    res["live"] = [live(5 if quick else 20, 40 if quick else 60, d, work, 1.0) for d in (0.0, 0.05)]
+    n, steps = (5, steps or 40) if quick else (20, steps or 60)
+    res["live"] = [live(n, steps, d, work, interval) for d in (0.0, 0.05)]
     return res

@@ -91,9 +91,9 @@ def label_run(
     }
     onset: int | None = None
     seen = False
+    ent = np.array([o.policy_entropy for o in obs])
     if preset == "lr_too_high" and ent0 and ent1 is not None:
         seen = ent1 <= 0.1 * ent0
-        ent = np.array([o.policy_entropy for o in obs])
         onset = _first(ent, 5, lambda m: m <= 0.5 * ent0)
     elif preset == "loophole" and u1 is not None and r0 is not None and s0 is not None:
         seen = u1 >= 0.5 and (s1 - s0) < 0.5 * (r1 - r0)
@@ -108,7 +108,6 @@ def label_run(
     if preset == "healthy" and ent0:
         # A healthy configuration whose policy still went near-deterministic is labelled
         # by what happened: an entropy collapse, not a healthy run.
-        ent = np.array([o.policy_entropy for o in obs])
         low = _first(ent, 5, lambda m: m <= 0.1 * ent0)
         facts["entropy_collapse_observed"] = low is not None
         if low is not None:
