@@ -85,6 +85,8 @@ class LatestMonitor:
 
 
 def _watch(root: str, out: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`rlstream watch` as a subprocess; its log goes to OUT.log beside OUT (a pipe
+    nobody reads would fill and block the watch's next log line)."""
     cmd = [
         *rlstream_cmd(),
         "watch",
@@ -96,13 +98,22 @@ def _watch(root: str, out: Path, env: dict[str, str] | None = None) -> subproces
         "--commit-every",
         str(COMMIT),
     ]
-    return subprocess.Popen(
-        cmd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **ray_env(), **(env or {})},
-        text=True,
-    )
+    log = out.parent / f"{out.name}.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+            env={**os.environ, **ray_env(), **(env or {})},
+            text=True,
+        )
+    proc.log_path = log  # type: ignore[attr-defined]
+    return proc
+
+
+def log_tail(proc: subprocess.Popen, n: int = 2000) -> str:
+    """The last `n` characters of a `_watch` process's log."""
+    return Path(proc.log_path).read_text(errors="replace")[-n:]  # type: ignore[attr-defined]
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -120,7 +131,7 @@ def _wait(cond, timeout: float, proc: subprocess.Popen | None = None) -> bool:
         if cond():
             return True
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"watch exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            raise RuntimeError(f"watch exited {proc.returncode}: {log_tail(proc)}")
         time.sleep(0.2)
     return False
 

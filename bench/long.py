@@ -138,6 +138,7 @@ def main(quick: bool, work: Path, runs: int = 20, steps: int = 2000, interval: f
             env={**os.environ, **ray_env()},
             text=True,
         )
+    proc.log_path = log  # type: ignore[attr-defined]  # read by _wait on an early exit
     res: dict = {"runs": runs, "steps": steps, "interval_s": interval}
     try:
 

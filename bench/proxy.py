@@ -5,7 +5,8 @@
 each HTTP request for `delay` seconds before forwarding it: every request then pays
 `delay` before its first response byte, as against a distant object store, while
 requests on different connections wait concurrently. It runs its own asyncio loop in
-a daemon thread, started by `start()` and stopped by `stop()` (or the context manager).
+a daemon thread, started by `start()` and stopped by `stop()` (or the context manager);
+`ProxyProcess` runs one in a process of its own.
 
 A request is recognised as bytes from the client that start with an HTTP method once
 the previous response has begun (keep-alive connections carry many requests, one at a
@@ -21,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import multiprocessing
 import threading
 from collections.abc import Callable
+from typing import Any
 
 METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ", b"OPTIONS ", b"PATCH ")
 SLOWDOWN_BODY = (
@@ -191,3 +194,65 @@ class LatencyProxy:
                     self.inflight -= 1
             cwriter.write(chunk)
             await cwriter.drain()
+
+
+def _serve(upstream_port: int, delay: float, conn: Any) -> None:
+    with LatencyProxy(upstream_port, delay) as px:
+        conn.send(px.port)
+        while conn.recv() != "stop":
+            conn.send(dict(px.snapshot()))
+
+
+class ProxyProcess:
+    """A `LatencyProxy` (no throttling) in a process of its own, so that the threads of
+    the process that measures (a monitor reading the tables every 0.1 s) do not hold
+    the interpreter lock while requests wait to be relayed. Same `endpoint`,
+    `requests()` and `snapshot()`; a context manager."""
+
+    def __init__(self, upstream_port: int, delay: float = 0.0) -> None:
+        self.upstream_port = upstream_port
+        self.delay = delay
+        self.port = 0
+        self._proc: Any = None
+        self._conn: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ProxyProcess:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=_serve, args=(self.upstream_port, self.delay, child), daemon=True
+        )
+        self._proc.start()
+        if not self._conn.poll(60):
+            self._proc.kill()
+            raise RuntimeError("latency proxy process did not start")
+        self.port = self._conn.recv()
+        return self
+
+    def snapshot(self) -> collections.Counter[str]:
+        self._conn.send("snapshot")
+        return collections.Counter(self._conn.recv())
+
+    def requests(self) -> int:
+        return sum(self.snapshot().values())
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        with contextlib.suppress(OSError):
+            self._conn.send("stop")
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._proc = None
+
+    def __enter__(self) -> ProxyProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

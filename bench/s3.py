@@ -13,7 +13,8 @@
 - **Live** (`watch`): `runs` live runs written in real time to local disk by
   `simulate_live` and mirrored to moto by a child process (`Mirror`: new transcripts
   once, a changed JSONL rewritten whole, as a writer on S3 does, every 0.2 s);
-  `rlstream watch s3://...` reads them through the proxy at 50 ms. Freshness of a
+  `rlstream watch s3://...` reads them through the proxy (`ProxyProcess`, its own
+  process, apart from the monitor's thread) at loopback and at 50 ms. Freshness of a
   step = when `run_health/latest` (local OUT) first shows it minus when the mirror
   uploaded the steps.jsonl holding its line. Lines uploaded before every run had its
   first latest row (start-up) are left out. Compared with the bound of the local
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 
 from bench.common import freshness, held_clock, median, ray_env, rlstream_cmd, run_measured
-from bench.proxy import LatencyProxy
+from bench.proxy import LatencyProxy, ProxyProcess
 
 DELAYS = {"local": None, "loopback": 0.0, "+10ms": 0.010, "+50ms": 0.050}
 BUCKET = "rlbench"
@@ -292,7 +293,7 @@ def live(runs: int, steps: int, delay: float, work: Path, interval: float = 1.0)
 
     tag = f"s3live{runs}-{round(delay * 1000)}ms"
     root, out, log = work / tag, work / f"{tag}-out", work / f"{tag}.json"
-    with MotoServer() as moto, LatencyProxy(moto.port, delay) as px:
+    with MotoServer() as moto, ProxyProcess(moto.port, delay) as px:
         _s3fs(moto.endpoint).mkdir(BUCKET)
         args = (str(root), runs, steps, interval, moto.endpoint, str(log))
         writer = multiprocessing.get_context("spawn").Process(target=write_and_mirror, args=args)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench.batch import _pythonpath
 from bench.common import median
-from bench.live import _latest_steps, _stop, _watch, idle_runs
+from bench.live import _latest_steps, _stop, _watch, idle_runs, log_tail
 
 RUNS = 10
 
@@ -29,7 +29,7 @@ def _first_rows(root: Path, out: Path, env: dict[str, str] | None) -> tuple[floa
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"watch exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+                raise RuntimeError(f"watch exited {proc.returncode}: {log_tail(proc)}")
             n = len(_latest_steps(out))
             if n and first is None:
                 first = time.monotonic() - t0

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlstream.errors import StorageError
+from rlstream.io.s3 import POOL_CONNECTIONS, list_after, open_s3
 from rlstream.io.window import read_window
 
-READ_CONCURRENCY = 64
-"""Requests in flight per process in `read_many` and `stat_many`; also the size of the
-S3 connection pool (aiobotocore's default, 10, would queue the rest)."""
+READ_CONCURRENCY = POOL_CONNECTIONS
+"""Requests in flight per process in `read_many` and `stat_many`: the size of the S3
+connection pool (aiobotocore's default, 10, would queue the rest)."""
 
 DEFAULT_INFLIGHT_BYTES = 64 << 20
 """`read_many`'s default bound on bytes in flight (PipelineConfig.read_inflight_bytes)."""
@@ -106,19 +107,13 @@ class Storage:
     def fs(self) -> Any:
         """The fsspec filesystem, opened on first use in this process."""
         if self._fs is None:
-            import fsspec
-
-            opts = dict(self.options)
             if self.protocol in ("s3", "s3a"):
-                opts.setdefault("skip_instance_cache", True)
-                opts.setdefault("use_listings_cache", False)
-                opts.setdefault("config_kwargs", {"max_pool_connections": READ_CONCURRENCY})
-                endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
-                    "AWS_ENDPOINT_URL"
-                )
-                if endpoint and "endpoint_url" not in opts:
-                    opts["endpoint_url"] = endpoint
-            object.__setattr__(self, "_fs", fsspec.filesystem(self.protocol, **opts))
+                fs = open_s3(self.protocol, dict(self.options))
+            else:
+                import fsspec
+
+                fs = fsspec.filesystem(self.protocol, **dict(self.options))
+            object.__setattr__(self, "_fs", fs)
         return self._fs
 
     # -- paths ---------------------------------------------------------------------
@@ -264,7 +259,7 @@ class Storage:
             names.sort()
             return names
         if self.protocol in ("s3", "s3a") and start_after is not None:
-            return self._s3_list_after(path, start_after)
+            return list_after(self.fs, path, start_after)
         try:
             entries = self.fs.ls(path, detail=True)
         except FileNotFoundError:
@@ -275,33 +270,6 @@ class Storage:
         if start_after is not None:
             names = [n for n in names if n > start_after]
         return names
-
-    def _s3_list_after(self, path: str, start_after: str) -> list[str]:
-        from fsspec.asyn import sync
-
-        bucket, _, prefix = path.partition("/")
-        prefix = f"{prefix}/" if prefix else ""
-        names: list[str] = []
-        kwargs: dict[str, Any] = {
-            "Bucket": bucket,
-            "Prefix": prefix,
-            "Delimiter": "/",
-            "StartAfter": prefix + start_after,
-        }
-        fs = self.fs
-        while True:
-            resp = sync(fs.loop, fs._call_s3, "list_objects_v2", **kwargs)
-            names.extend(o["Key"][len(prefix) :] for o in resp.get("Contents", []))
-            token = resp.get("NextContinuationToken")
-            if not resp.get("IsTruncated") or not token:
-                break
-            kwargs = {
-                "Bucket": bucket,
-                "Prefix": prefix,
-                "Delimiter": "/",
-                "ContinuationToken": token,
-            }
-        return sorted(names)
 
     def list_dirs(self, url: str) -> list[str]:
         """Sorted base names of the sub-folders directly under `url`."""

@@ -45,8 +45,12 @@ from rlstream.sinks.maintain import MaintenanceConfig
 log = logging.getLogger("rlstream")
 
 COMMIT_LOG_EVERY = 10
-COMMIT_LOG = "commits: mean %.3f s, max %.3f s over the last %d (%d run commits, %d step rows)"
-"""A watch logs the mean and max time of its commits once per this many commits."""
+COMMIT_LOG = (
+    "commits: mean %.3f s, max %.3f s over the last %d (%d run commits, %d step rows); "
+    "polls: mean %.3f s, max %.3f s over %d"
+)
+"""Once per this many commits a watch logs its commits' and polls' mean and max time
+(a poll longer than `--poll` means the watch is behind)."""
 
 
 @dataclass(frozen=True)
@@ -327,11 +331,13 @@ def run(
         maintainer.start()
         last_commit = last_discover = time.monotonic()
         commit_times: list[float] = []
+        poll_times: list[float] = []
         work = [0, 0]  # run commits and step rows since the last log line; rows at it
         try:
             while not (stop and stop()):
                 t0, wall = time.monotonic(), time.time()
                 fleet.poll()
+                poll_times.append(time.monotonic() - t0)
                 totals = fleet.totals()
                 progress.show(totals, len(fleet.owned))
                 if metrics is not None:
@@ -351,8 +357,12 @@ def run(
                             len(commit_times),
                             work[0],
                             totals.get("rows", 0) - work[1],
+                            sum(poll_times) / len(poll_times),
+                            max(poll_times),
+                            len(poll_times),
                         )
                         commit_times.clear()
+                        poll_times.clear()
                         work[:] = [0, totals.get("rows", 0)]
                     last_commit = t0
                     if metrics is not None:

@@ -6,10 +6,12 @@ One pass, per table: `optimize.compact()` bin-packs the files below `target_file
 (the commits' small files since the last pass, and the compacted file still growing)
 into files of up to that size; a file already that large is left alone, so a pass
 rewrites at most `target_file_mb` plus what arrived since the last one;
-then, for `run_health`, `run_latest` is rebuilt (below); then `vacuum` of the files
-removed more than `sink.retention_seconds` ago (a table property set when the table
-is created; a pass that finds another value sets it, which may make one concurrent
-append fail and be retried), a log checkpoint and log cleanup.
+then, for `run_health`, `run_latest` is rebuilt (below); then a full `vacuum` of the
+files the table no longer references, once older than `sink.retention_seconds` (a
+table property set when the table is created; a pass that finds another value sets
+it, which may make one concurrent append fail and be retried), a log checkpoint and
+log cleanup. The retention must exceed the longest append (data files written, commit
+not yet in the log): the default is minutes.
 Files under OUT are then bounded by time (commits of the last retention window plus
 one period), not by the length of the watch. A reader that started before a vacuum
 keeps its files for that long, so a concurrent `status` never fails.
@@ -98,9 +100,11 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
 
 
 def _tidy(dt: Any) -> None:
-    # Vacuum first: it finds removed files through the log's remove actions, which a
-    # checkpoint drops once they are older than the retention.
-    dt.vacuum(retention_hours=None, enforce_retention_duration=False, dry_run=False)
+    # A full vacuum: every file under the table that the current version does not
+    # reference, once older than the retention. The log's remove actions alone (a
+    # plain vacuum) miss files whose removal a later checkpoint no longer carries, and
+    # those of an append whose commit never landed: both would stay forever.
+    dt.vacuum(retention_hours=None, enforce_retention_duration=False, dry_run=False, full=True)
     dt.create_checkpoint()
     dt.cleanup_metadata()
 

@@ -84,7 +84,10 @@ def test_bench_long_reads_the_watch_commit_log_lines(tmp_path: Path) -> None:
     from rlstream.runtime.driver import COMMIT_LOG
 
     log = tmp_path / "watch.log"
-    lines = [COMMIT_LOG % (0.5, 0.9, 10, 40, 200), COMMIT_LOG % (0.25, 0.3, 10, 40, 50)]
+    lines = [
+        COMMIT_LOG % (0.5, 0.9, 10, 40, 200, 0.4, 0.6, 20),
+        COMMIT_LOG % (0.25, 0.3, 10, 40, 50, 0.3, 0.5, 20),
+    ]
     log.write_text("noise\n" + "\n".join(f"INFO {x}" for x in lines) + "\n")
     got = _commit_lines(log)
     assert got == [(0.5, 10, 40, 200), (0.25, 10, 40, 50)]

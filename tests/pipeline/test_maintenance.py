@@ -126,3 +126,26 @@ def test_an_out_is_known_by_run_health_delta_log(tmp_path):
     assert not out_sink(str(tmp_path / "out")).is_out()
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
     assert out_sink(str(tmp_path / "out")).is_out()
+
+
+def test_a_pass_deletes_files_the_log_no_longer_knows(tmp_path):
+    """A data file no version references (an append whose commit never landed, or a
+    compacted file whose remove action a checkpoint no longer carries) is deleted
+    once older than the retention; a fresh one is kept (its commit may be under way)."""
+    import os
+
+    out = tmp_path / "out"
+    out.mkdir()
+    sink = out_sink(str(out), retention_seconds=600)
+    _commits(sink, 0, 3)
+    table = out / "run_health"
+    live = next(table.glob("*.parquet"))
+    old, fresh = table / "part-orphan-old.parquet", table / "part-orphan-new.parquet"
+    for p in (old, fresh):
+        p.write_bytes(live.read_bytes())
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    maintain(sink, MaintenanceConfig())
+    assert not old.exists()
+    assert fresh.exists()
+    assert sorted(read_table(str(out), "run_health").column("commit_seq").to_pylist()) == [0, 1, 2]
