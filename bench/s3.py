@@ -213,6 +213,12 @@ def stage(root: Path, moto_port: int, reps: int, work: Path, n: int) -> dict:
     return {k: {"walls": v, "median": median(v), "requests": reqs.get(k)} for k, v in walls.items()}
 
 
+MONITOR_INTERVAL = 0.25
+"""Seconds between the live part's reads of the newest run_health rows, longer than the
+local live part's 0.1 s: the monitor's reads take CPU from the cores that moto, the
+mirror and the watch share (bench/README.md); freshness is read up to this much late."""
+
+
 class Mirror:
     """Uploads a local runs folder to S3 as a writer on object storage would: new
     transcripts once (before the lines that name them: steps.jsonl and rollouts.jsonl
@@ -222,6 +228,7 @@ class Mirror:
     def __init__(self, root: Path, fs, prefix: str) -> None:
         self.root, self.fs, self.prefix = root, fs, prefix
         self.sent: dict[Path, bytes] = {}
+        self.seen: dict[Path, tuple[int, int]] = {}
         self.names: set[str] = set()
         self.uploaded: dict[tuple[str, int], float] = {}
 
@@ -232,9 +239,13 @@ class Mirror:
         for run in sorted(p for p in self.root.iterdir() if p.is_dir()):
             for name in ("run.json", "rollouts.jsonl", "steps.jsonl"):
                 try:
-                    data = (run / name).read_bytes()
+                    st = os.stat(run / name)
                 except FileNotFoundError:
                     continue
+                if self.seen.get(run / name) == (st.st_size, st.st_mtime_ns):
+                    continue  # unchanged since it was last read: not read again
+                self.seen[run / name] = (st.st_size, st.st_mtime_ns)
+                data = (run / name).read_bytes()
                 if self.sent.get(run / name) != data:
                     last[f"{self.prefix}/{run.name}/{name}"] = data
                     self.sent[run / name] = data
@@ -301,7 +312,7 @@ def live(runs: int, steps: int, delay: float, work: Path, interval: float = 1.0)
         fs = _s3fs(moto.endpoint)
         _wait(lambda: fs.exists(f"{BUCKET}/live") and len(fs.ls(f"{BUCKET}/live")) >= runs, 120)
         proc = _watch(f"s3://{BUCKET}/live", out, aws_env(px.endpoint))
-        mon = LatestMonitor(out).start()
+        mon = LatestMonitor(out, MONITOR_INTERVAL).start()
         try:
             ready = _wait(lambda: len(mon.last) >= runs, 300, proc)
             t_ready = time.time()

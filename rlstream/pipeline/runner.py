@@ -154,10 +154,8 @@ class RunGroup:
         if state.format != "loops":
             return plan_other(self, state)
         files = (STEPS_FILE, ROLLOUTS_FILE)
-        # One round trip for the three stats on an object store (stat_many).
-        run_json, *stats = self.storage.stat_many(
-            [Storage.join(state.run_url, f) for f in (RUN_JSON, *files)]
-        )
+        # One round trip for the three stats on an object store (one listing on S3).
+        run_json, *stats = self.storage.stat_files(state.run_url, (RUN_JSON, *files))
         self._refresh_run_json(state, run_json)
         units: list[Unit] = []
         for file, stat in zip(files, stats, strict=True):
