@@ -102,8 +102,8 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
 def _tidy(dt: Any) -> None:
     # A full vacuum: every file under the table that the current version does not
     # reference, once older than the retention. The log's remove actions alone (a
-    # plain vacuum) miss files whose removal a later checkpoint no longer carries, and
-    # those of an append whose commit never landed: both would stay forever.
+    # plain vacuum) miss a removal that a commit's checkpoint dropped as expired before
+    # this pass, and the files of an append whose commit never landed.
     dt.vacuum(retention_hours=None, enforce_retention_duration=False, dry_run=False, full=True)
     dt.create_checkpoint()
     dt.cleanup_metadata()
