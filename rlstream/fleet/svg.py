@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from rlstream.fleet.points import column_extremes, column_width, coords_text
+
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 GAP_COLOR = "#e8e8e8"
 THIN_PIXELS = 2
@@ -156,9 +158,8 @@ def _merge_bands(bands: list[tuple[int, int]], within: int) -> list[tuple[int, i
 
 
 def thin(ser: Series, columns: int) -> Series:
-    """At most about 3 * `columns` points: per run of consecutive points, its lowest
-    and highest finite value (in step order) and a gap if it has a missing value.
-    Vectorised: the cost is numpy's, not a Python loop over the points."""
+    """The points of `ser` a plot `columns` pixel columns wide draws
+    (`points.column_extremes`): at most 3 * `columns`, whatever its length."""
     n = len(ser.steps)
     if n <= 2 * columns and isinstance(ser.steps, list) and isinstance(ser.values, list):
         return ser
@@ -169,22 +170,9 @@ def thin(ser: Series, columns: int) -> Series:
 def _thin_points(
     all_steps: np.ndarray, vals: np.ndarray, columns: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    n = len(all_steps)
-    if n <= 2 * columns:
+    if len(all_steps) <= 2 * columns:
         return all_steps, vals
-    k = -(-n // columns)
-    pad = np.full(k * columns - n, np.nan)
-    grid = np.concatenate([vals, pad]).reshape(columns, k)
-    bad = np.isnan(grid)
-    real = np.arange(k * columns).reshape(columns, k) < n
-    lo = np.where(bad, np.inf, grid).argmin(axis=1)
-    hi = np.where(bad, -np.inf, grid).argmax(axis=1)
-    has = (~bad).any(axis=1)
-    gap = (bad & real).argmax(axis=1)
-    has_gap = (bad & real).any(axis=1)
-    base = np.arange(columns) * k
-    keep = np.concatenate([(base + lo)[has], (base + hi)[has], (base + gap)[has_gap]])
-    keep = np.unique(keep)
+    keep = column_extremes(all_steps, vals, columns)
     return all_steps[keep], vals[keep]
 
 
@@ -195,31 +183,43 @@ def _values(vals: np.ndarray) -> list[float | None]:
 BAND_COLOR = "#d6e4f0"
 
 
-def _thin_band(band: Band, most: int) -> Band:
-    """Every k-th point of a band longer than `most` points."""
-    k = -(-len(band.steps) // most) if len(band.steps) > most else 1
-    return Band(band.label, band.steps[::k], band.low[::k], band.high[::k])
+def _band_points(
+    band: Band, lo_s: int, hi_s: int, columns: int, log_y: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The band's (steps, low, high) over the run's steps `lo_s`-`hi_s`, NaN where an
+    edge has no value (or none > 0 on a log axis), thinned as a series is: the
+    lowest low and the highest high of each pixel column are kept."""
+    steps = np.asarray(band.steps, dtype=np.int64)
+    low, high = as_floats(band.low), as_floats(band.high)
+    inside = (steps >= lo_s) & (steps <= hi_s)
+    steps, low, high = steps[inside], low[inside], high[inside]
+    bad = np.isnan(low) | np.isnan(high)
+    if log_y:
+        bad |= ~(np.where(bad, 1.0, low) > 0) | ~(np.where(bad, 1.0, high) > 0)
+    low, high = np.where(bad, np.nan, low), np.where(bad, np.nan, high)
+    if len(steps) > 2 * columns:
+        keep = np.union1d(
+            column_extremes(steps, low, columns), column_extremes(steps, high, columns)
+        )
+        steps, low, high = steps[keep], low[keep], high[keep]
+    return steps, low, high
 
 
-def _band_svg(
-    band: Band, px: Callable[[float], float], py: Callable[[float], float], log_y: bool
-) -> list[str]:
-    """One filled polygon per stretch of steps where both edges have a value."""
-    out: list[str] = []
-    seg: list[tuple[int, float, float]] = []
-    pts = zip(band.steps, band.low, band.high, strict=True)
-    for s, lo, hi in [*pts, (0, None, None)]:
-        if _finite(lo) and _finite(hi) and (not log_y or (lo > 0 and hi > 0)):
-            seg.append((s, lo, hi))  # type: ignore[arg-type]
+def _band_svg(label: str, gx: np.ndarray, g_low: np.ndarray, g_high: np.ndarray) -> list[str]:
+    """One filled polygon per stretch of at least two points where both edges have a
+    value (`gx`, `g_low`, `g_high`: pixel positions, NaN where there is none)."""
+    ok = ~np.isnan(g_low)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], ok.astype(np.int8), [0]])))
+    out = []
+    for a, b in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+        if b - a < 2:
             continue
-        if len(seg) > 1:
-            upper = [f"{px(a):.1f},{py(h):.1f}" for a, _, h in seg]
-            lower = [f"{px(a):.1f},{py(lo_):.1f}" for a, lo_, _ in reversed(seg)]
-            out.append(
-                f'<polygon points="{" ".join(upper + lower)}" fill="{BAND_COLOR}" '
-                f'class="band"><title>{escape(band.label)}</title></polygon>'
-            )
-        seg = []
+        xs = np.concatenate([gx[a:b], gx[a:b][::-1]])
+        text, _ = coords_text(xs, np.concatenate([g_high[a:b], g_low[a:b][::-1]]))
+        out.append(
+            f'<polygon points="{text[:-1]}" fill="{BAND_COLOR}" '
+            f'class="band"><title>{escape(label)}</title></polygon>'
+        )
     return out
 
 
@@ -229,27 +229,22 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     pw, ph = width - left - right, height - top - bottom
     columns = pw // THIN_PIXELS
     bands = gap_bands(chart)  # on the full series: thinning keeps a gap, not its extent
-    if chart.series and len(chart.series[0].steps) > 2 * columns:
-        bands = _merge_bands(bands, -(-len(chart.series[0].steps) // columns))
-    pts = [_thin_points(*_points(s), columns) for s in chart.series]
+    if chart.series:
+        bands = _merge_bands(bands, column_width(_points(chart.series[0])[0], columns))
+    full = [_points(s) for s in chart.series]
+    pts = [_thin_points(st, v, columns) for st, v in full]
     drawn = [
         ~np.isnan(v) & (np.where(np.isnan(v), 0.0, v) > 0 if chart.log_y else True) for _, v in pts
     ]
-    xs = [x for x, _ in pts if x.size]
+    xs = [x for x, _ in full if x.size]
     ys = np.concatenate([v[ok] for (_, v), ok in zip(pts, drawn, strict=True)] or [np.empty(0)])
-    band = _thin_band(chart.band, 2 * pw) if chart.band is not None else None
-    if band is not None and xs:
+    band, band_label = None, chart.band.label if chart.band is not None else ""
+    if chart.band is not None and xs:
         # The band is drawn over the run's own steps only, and widens the axis to fit.
         lo_s, hi_s = min(int(x.min()) for x in xs), max(int(x.max()) for x in xs)
-        keep = [i for i, s in enumerate(band.steps) if lo_s <= s <= hi_s]
-        band = Band(
-            band.label,
-            [band.steps[i] for i in keep],
-            [band.low[i] for i in keep],
-            [band.high[i] for i in keep],
-        )
-        edges = [v for v in (*band.low, *band.high) if _finite(v) and (not chart.log_y or v > 0)]
-        ys = np.concatenate([ys, np.asarray(edges, dtype=np.float64)])
+        band = _band_points(chart.band, lo_s, hi_s, columns, chart.log_y)
+        edges = np.concatenate([band[1], band[2]])
+        ys = np.concatenate([ys, edges[~np.isnan(edges)]])
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" class="chart">',
@@ -299,7 +294,13 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             f"{escape(chart.gap_note)}</title></rect>"
         )
     if band is not None:
-        parts.extend(_band_svg(band, px, py, chart.log_y))
+        bx = left + (band[0] - x0) / (x1 - x0) * pw
+
+        def gy(v: np.ndarray) -> np.ndarray:
+            tv = np.log10(np.where(np.isnan(v), 1.0, v)) if chart.log_y else v
+            return np.where(np.isnan(v), np.nan, top + ph - (tv - y0) / (y1 - y0) * ph)
+
+        parts.extend(_band_svg(band_label, bx, gy(band[1]), gy(band[2])))
     yt = [10**t for t in _ticks(y0, y1)] if chart.log_y else _ticks(y0, y1)
     for v in yt:
         y = py(v)
@@ -326,18 +327,19 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     for i, (ser, (st, v), ok) in enumerate(zip(chart.series, pts, drawn, strict=True)):
         color = PALETTE[i % len(PALETTE)]
         dash = ' stroke-dasharray="5 3"' if ser.dashed else ""
-        # Pixel positions with numpy, in the same float operations as px and py.
-        gx = (left + (st - x0) / (x1 - x0) * pw).tolist()
+        # Pixel positions with numpy, in the same float operations as px and py, and
+        # their text for the whole series at once; a run between gaps is a slice of it.
+        gx = left + (st - x0) / (x1 - x0) * pw
         tv = np.log10(np.where(ok, v, 1.0)) if chart.log_y else v
-        gy = (top + ph - (tv - y0) / (y1 - y0) * ph).tolist()
+        gy = top + ph - (tv - y0) / (y1 - y0) * ph
+        text, ends = coords_text(gx[ok], gy[ok])
         edges = np.flatnonzero(np.diff(np.concatenate([[0], ok.astype(np.int8), [0]])))
-        for a, b in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
-            if b - a == 1:
+        runs = np.cumsum(edges[1::2] - edges[::2]).tolist()
+        for a, q, p in zip(edges[::2].tolist(), runs, [0, *runs[:-1]], strict=True):
+            if q - p == 1:
                 parts.append(f'<circle cx="{gx[a]:.1f}" cy="{gy[a]:.1f}" r="2" fill="{color}"/>')
             else:
-                flat: list[float] = [0.0] * (2 * (b - a))
-                flat[0::2], flat[1::2] = gx[a:b], gy[a:b]
-                seg = ("%.1f,%.1f " * (b - a) % tuple(flat))[:-1]  # one call, not one per point
+                seg = text[int(ends[p - 1]) if p else 0 : int(ends[q - 1]) - 1]
                 parts.append(
                     f'<polyline points="{seg}" fill="none" stroke="{color}" '
                     f'stroke-width="1.6"{dash}/>'
@@ -349,12 +351,12 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             ),
             ser.label,
         )
-    if band is not None and band.steps:
+    if band is not None and band[0].size:
         legend(
             lambda x, y: (
                 f'<rect x="{x:.0f}" y="{y - 9}" width="14" height="10" fill="{BAND_COLOR}"/>'
             ),
-            band.label,
+            band_label,
         )
     if bands:
         legend(

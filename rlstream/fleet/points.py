@@ -1,0 +1,114 @@
+"""Which points of a long series a chart draws, and their coordinates as text.
+
+`column_extremes(steps, values, columns)` downsamples a series to what a plot
+`columns` pixel columns wide can show (min-max per column): the series' step range
+is cut into `columns` equal columns, by step, so a hole in the steps stays a hole, and
+each column keeps its lowest and its highest finite value (in step order) and, when
+it has a missing value, its first missing point, which breaks the line there. A spike
+is the highest (or lowest) value of its column, so it is always drawn. A series of at
+most `2 * columns` points is kept whole; a longer one keeps at most `2 * columns`
+drawn points and `columns` gap points, whatever its length. All of it is numpy.
+
+`coords_text(xs, ys)` writes points as "x,y x,y ...", each number exactly as Python's
+`"%.1f"` writes it (the same bytes), with numpy: the text of a series costs no Python
+per point. It returns the text and where each point's text ends, so that the runs
+of a series split by gaps are slices of one text.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_TIE = 1e-6
+"""How close to a half-tenth a value's tenths may be before numpy's rounding of the
+product is not trusted to equal "%.1f" (which rounds the exact binary value)."""
+
+
+def _firsts(idx: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """The first of `idx` (increasing) in each group (`group[idx]` is non-decreasing)."""
+    if not idx.size:
+        return idx
+    g = group[idx]
+    return idx[np.concatenate([[True], g[1:] != g[:-1]])]
+
+
+def column_extremes(steps: np.ndarray, values: np.ndarray, columns: int) -> np.ndarray:
+    """Indices of the points to draw, increasing (see the module docstring).
+    `steps` are in step order; `values` are floats, NaN where a value is missing."""
+    n = len(values)
+    if n <= 2 * columns:
+        return np.arange(n)
+    steps = np.asarray(steps, dtype=np.int64)
+    span = int(steps[-1]) - int(steps[0]) + 1
+    if span > 0 and bool((np.diff(steps) >= 0).all()):
+        col = (steps - steps[0]) * columns // span
+    else:  # steps out of order: columns of equal counts of points
+        col = np.arange(n, dtype=np.int64) * columns // n
+    ok = ~np.isnan(values)
+    starts = np.flatnonzero(np.concatenate([[True], col[1:] != col[:-1]]))
+    group = np.repeat(np.arange(starts.size), np.diff(np.append(starts, n)))
+    low = np.minimum.reduceat(np.where(ok, values, np.inf), starts)
+    high = np.maximum.reduceat(np.where(ok, values, -np.inf), starts)
+    keep = np.concatenate(
+        [
+            _firsts(np.flatnonzero(ok & (values == low[group])), group),
+            _firsts(np.flatnonzero(ok & (values == high[group])), group),
+            _firsts(np.flatnonzero(~ok), group),
+        ]
+    )
+    return np.unique(keep)
+
+
+def column_width(steps: np.ndarray, columns: int) -> int:
+    """Steps per column of a thinned series (1 if it is drawn whole)."""
+    n = len(steps)
+    if n <= 2 * columns or not n:
+        return 1
+    span = int(np.max(steps)) - int(np.min(steps)) + 1
+    return max(1, -(-span // columns))
+
+
+def _tenths(v: np.ndarray) -> np.ndarray:
+    """`v` rounded to tenths as "%.1f" does, as floats of tenths (sign kept on -0)."""
+    t = v * 10.0
+    r = np.rint(t)
+    near = np.flatnonzero(np.abs(t - np.floor(t) - 0.5) < _TIE)
+    for i in near.tolist():  # a value within rounding error of a tie: ask Python
+        r[i] = float(f"{v[i]:.1f}".replace(".", ""))
+    return r
+
+
+def coords_text(xs: np.ndarray, ys: np.ndarray) -> tuple[str, np.ndarray]:
+    """("x0,y0 x1,y1 ... xn,yn ", end of each point's text including its space).
+    Equal to `"".join("%.1f,%.1f " % p for p in zip(xs, ys))`; xs and ys finite."""
+    n = len(xs)
+    if not n:
+        return "", np.zeros(0, dtype=np.int64)
+    v = np.empty(2 * n, dtype=np.float64)
+    v[0::2], v[1::2] = xs, ys
+    if not np.isfinite(v).all():
+        pairs = zip(v[0::2].tolist(), v[1::2].tolist(), strict=True)
+        parts = [f"{x:.1f},{y:.1f} " for x, y in pairs]
+        return "".join(parts), np.cumsum([len(p) for p in parts])
+    r = _tenths(v)
+    neg = np.signbit(r)
+    a = np.abs(r).astype(np.int64)
+    whole, tenth = a // 10, a % 10
+    width = len(str(int(whole.max())))
+    # One row per number: sign, `width` digits, ".", the tenth, the separator.
+    chars = np.empty((2 * n, width + 4), dtype=np.uint8)
+    keep = np.ones(chars.shape, dtype=bool)
+    chars[:, 0] = ord("-")
+    keep[:, 0] = neg
+    for j in range(width):
+        place = 10 ** (width - 1 - j)
+        chars[:, 1 + j] = ord("0") + (whole // place) % 10
+        if j < width - 1:  # leading zeros are dropped, the units digit never
+            keep[:, 1 + j] = whole >= place
+    chars[:, width + 1] = ord(".")
+    chars[:, width + 2] = ord("0") + tenth
+    chars[0::2, width + 3] = ord(",")
+    chars[1::2, width + 3] = ord(" ")
+    text = chars[keep].tobytes().decode("ascii")
+    ends = np.cumsum(keep.sum(axis=1).reshape(n, 2).sum(axis=1))
+    return text, ends
