@@ -3,11 +3,13 @@
 `column_extremes(steps, values, columns)` downsamples a series to what a plot
 `columns` pixel columns wide can show (min-max per column): the series' step range
 is cut into `columns` equal columns, by step, so a hole in the steps stays a hole, and
-each column keeps its lowest and its highest finite value (in step order) and, when
-it has a missing value, its first missing point, which breaks the line there. A spike
-is the highest (or lowest) value of its column, so it is always drawn. A series of at
-most `2 * columns` points is kept whole; a longer one keeps at most `2 * columns`
-drawn points and `columns` gap points, whatever its length. All of it is numpy.
+each column keeps its lowest and its highest finite value (in step order); a column
+with no value at all keeps its first point, missing, which breaks the line there. A
+missing value narrower than a column does not break the line (it could not be seen:
+the chart shades the first series' missing steps instead). A spike is the highest
+(or lowest) value of its column, so it is always drawn. A series of at most
+`2 * columns` points is kept whole; a longer one keeps at most `2 * columns` drawn
+points and `columns` gap points, whatever its length. All of it is numpy.
 
 `coords_text(xs, ys)` writes points as "x,y x,y ...", each number exactly as Python's
 `"%.1f"` writes it (the same bytes), with numpy: the text of a series costs no Python
@@ -24,39 +26,41 @@ _TIE = 1e-6
 product is not trusted to equal "%.1f" (which rounds the exact binary value)."""
 
 
-def _firsts(idx: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """The first of `idx` (increasing) in each group (`group[idx]` is non-decreasing)."""
-    if not idx.size:
-        return idx
-    g = group[idx]
-    return idx[np.concatenate([[True], g[1:] != g[:-1]])]
-
-
 def column_extremes(steps: np.ndarray, values: np.ndarray, columns: int) -> np.ndarray:
     """Indices of the points to draw, increasing (see the module docstring).
     `steps` are in step order; `values` are floats, NaN where a value is missing."""
-    n = len(values)
+    return columns_extremes(steps, np.asarray(values, dtype=np.float64)[None, :], columns)[0]
+
+
+def columns_extremes(steps: np.ndarray, values: np.ndarray, columns: int) -> list[np.ndarray]:
+    """`column_extremes` of each row of `values` (series over the same `steps`), for
+    all rows at once: the cost of a chart does not grow with its number of series."""
+    rows, n = values.shape
     if n <= 2 * columns:
-        return np.arange(n)
+        return [np.arange(n)] * rows
     steps = np.asarray(steps, dtype=np.int64)
     span = int(steps[-1]) - int(steps[0]) + 1
     if span > 0 and bool((np.diff(steps) >= 0).all()):
         col = (steps - steps[0]) * columns // span
     else:  # steps out of order: columns of equal counts of points
         col = np.arange(n, dtype=np.int64) * columns // n
-    ok = ~np.isnan(values)
     starts = np.flatnonzero(np.concatenate([[True], col[1:] != col[:-1]]))
     group = np.repeat(np.arange(starts.size), np.diff(np.append(starts, n)))
-    low = np.minimum.reduceat(np.where(ok, values, np.inf), starts)
-    high = np.maximum.reduceat(np.where(ok, values, -np.inf), starts)
-    keep = np.concatenate(
-        [
-            _firsts(np.flatnonzero(ok & (values == low[group])), group),
-            _firsts(np.flatnonzero(ok & (values == high[group])), group),
-            _firsts(np.flatnonzero(~ok), group),
-        ]
-    )
-    return np.unique(keep)
+    ok = ~np.isnan(values)
+    low_v, high_v = np.where(ok, values, np.inf), np.where(ok, values, -np.inf)
+    low = np.minimum.reduceat(low_v, starts, axis=1)
+    high = np.maximum.reduceat(high_v, starts, axis=1)
+    index = np.broadcast_to(np.arange(n), values.shape)
+    # The first point of each column at its lowest (highest) value: in step order.
+    first_low = np.minimum.reduceat(np.where(low_v == low[:, group], index, n), starts, axis=1)
+    first_high = np.minimum.reduceat(np.where(high_v == high[:, group], index, n), starts, axis=1)
+    empty = np.isinf(low)  # no value in the column: its first point, a gap
+    a = np.where(empty, starts, np.minimum(first_low, first_high))
+    b = np.where(empty, starts, np.maximum(first_low, first_high))
+    pairs = np.stack([a, b], axis=2).reshape(rows, -1)  # increasing along each row
+    new = np.ones(pairs.shape, dtype=bool)
+    new[:, 1:] = pairs[:, 1:] != pairs[:, :-1]
+    return [pairs[r][new[r]] for r in range(rows)]
 
 
 def column_width(steps: np.ndarray, columns: int) -> int:

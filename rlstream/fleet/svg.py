@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rlstream.fleet.points import column_extremes, column_width, coords_text
+from rlstream.fleet.points import column_extremes, column_width, columns_extremes, coords_text
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 GAP_COLOR = "#e8e8e8"
@@ -176,6 +176,27 @@ def _thin_points(
     return all_steps[keep], vals[keep]
 
 
+def _thin_all(
+    full: list[tuple[np.ndarray, np.ndarray]], columns: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`_thin_points` of each series; series over the same steps (a chart's usually
+    are) are thinned together, in one pass of numpy."""
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(full)
+    for i, (st, _) in enumerate(full):
+        if out[i] is not None:
+            continue
+        same = [j for j in range(i, len(full)) if out[j] is None and _same(full[j][0], st)]
+        rows = np.vstack([full[j][1] for j in same]) if st.size else None
+        keeps = columns_extremes(st, rows, columns) if rows is not None else [st] * len(same)
+        for j, keep in zip(same, keeps, strict=True):
+            out[j] = (st[keep], full[j][1][keep]) if st.size else full[j]
+    return [p for p in out if p is not None]
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a is b or (a.shape == b.shape and bool((a == b).all()))
+
+
 def _values(vals: np.ndarray) -> list[float | None]:
     return [None if v != v else v for v in vals.tolist()]
 
@@ -232,7 +253,7 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     if chart.series:
         bands = _merge_bands(bands, column_width(_points(chart.series[0])[0], columns))
     full = [_points(s) for s in chart.series]
-    pts = [_thin_points(st, v, columns) for st, v in full]
+    pts = _thin_all(full, columns)
     drawn = [
         ~np.isnan(v) & (np.where(np.isnan(v), 0.0, v) > 0 if chart.log_y else True) for _, v in pts
     ]
@@ -324,26 +345,33 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
         )
         lx += 30 + 6.5 * len(text)
 
-    for i, (ser, (st, v), ok) in enumerate(zip(chart.series, pts, drawn, strict=True)):
+    # Pixel positions with numpy, in the same float operations as px and py, and the
+    # text of every drawn point of the chart at once; a run between gaps is a slice.
+    gxs, gys = [], []
+    for (st, v), ok in zip(pts, drawn, strict=True):
+        gxs.append(left + (st - x0) / (x1 - x0) * pw)
+        tv = np.log10(np.where(ok, v, 1.0)) if chart.log_y else v
+        gys.append(top + ph - (tv - y0) / (y1 - y0) * ph)
+    text, ends = coords_text(
+        np.concatenate([gx[ok] for gx, ok in zip(gxs, drawn, strict=True)]),
+        np.concatenate([gy[ok] for gy, ok in zip(gys, drawn, strict=True)]),
+    )
+    ends = np.concatenate([[0], ends]).tolist()  # text of drawn point k: ends[k]:ends[k+1]
+    base = 0
+    for i, (ser, gx, gy, ok) in enumerate(zip(chart.series, gxs, gys, drawn, strict=True)):
         color = PALETTE[i % len(PALETTE)]
         dash = ' stroke-dasharray="5 3"' if ser.dashed else ""
-        # Pixel positions with numpy, in the same float operations as px and py, and
-        # their text for the whole series at once; a run between gaps is a slice of it.
-        gx = left + (st - x0) / (x1 - x0) * pw
-        tv = np.log10(np.where(ok, v, 1.0)) if chart.log_y else v
-        gy = top + ph - (tv - y0) / (y1 - y0) * ph
-        text, ends = coords_text(gx[ok], gy[ok])
         edges = np.flatnonzero(np.diff(np.concatenate([[0], ok.astype(np.int8), [0]])))
-        runs = np.cumsum(edges[1::2] - edges[::2]).tolist()
-        for a, q, p in zip(edges[::2].tolist(), runs, [0, *runs[:-1]], strict=True):
+        runs = (base + np.cumsum(edges[1::2] - edges[::2])).tolist()
+        for a, q, p in zip(edges[::2].tolist(), runs, [base, *runs[:-1]], strict=True):
             if q - p == 1:
                 parts.append(f'<circle cx="{gx[a]:.1f}" cy="{gy[a]:.1f}" r="2" fill="{color}"/>')
             else:
-                seg = text[int(ends[p - 1]) if p else 0 : int(ends[q - 1]) - 1]
                 parts.append(
-                    f'<polyline points="{seg}" fill="none" stroke="{color}" '
-                    f'stroke-width="1.6"{dash}/>'
+                    f'<polyline points="{text[ends[p] : ends[q] - 1]}" fill="none" '
+                    f'stroke="{color}" stroke-width="1.6"{dash}/>'
                 )
+        base = runs[-1] if runs else base
         legend(
             lambda x, y, c=color, d=dash: (
                 f'<line x1="{x:.0f}" x2="{x + 14:.0f}" y1="{y - 4}" y2="{y - 4}" '
