@@ -1,8 +1,9 @@
 """Which points of a long series a chart draws, and their coordinates as text.
 
-`column_extremes(steps, values, columns)` downsamples a series to what a plot
-`columns` pixel columns wide can show (min-max per column): the series' step range
-is cut into `columns` equal columns, by step, so a hole in the steps stays a hole, and
+`column_extremes(steps, values, columns, x_range)` downsamples a series to what a plot
+`columns` pixel columns wide can show (min-max per column): the plot's step range
+(`x_range`, by default the series' first and last step) is cut into `columns` equal
+columns, its pixel columns, by step, so a hole in the steps stays a hole, and
 each column keeps its lowest and its highest finite value (in step order); a column
 with no value at all keeps its first point, missing, which breaks the line there. A
 missing value narrower than a column does not break the line (it could not be seen:
@@ -26,37 +27,46 @@ _TIE = 1e-6
 product is not trusted to equal "%.1f" (which rounds the exact binary value)."""
 
 
-def column_extremes(steps: np.ndarray, values: np.ndarray, columns: int) -> np.ndarray:
+def column_extremes(
+    steps: np.ndarray, values: np.ndarray, columns: int, x_range: tuple[int, int] | None = None
+) -> np.ndarray:
     """Indices of the points to draw, increasing (see the module docstring).
     `steps` are in step order; `values` are floats, NaN where a value is missing."""
-    return columns_extremes(steps, np.asarray(values, dtype=np.float64)[None, :], columns)[0]
+    rows = np.asarray(values, dtype=np.float64)[None, :]
+    return columns_extremes(steps, rows, columns, x_range)[0]
 
 
-def columns_extremes(steps: np.ndarray, values: np.ndarray, columns: int) -> list[np.ndarray]:
+def columns_extremes(
+    steps: np.ndarray, values: np.ndarray, columns: int, x_range: tuple[int, int] | None = None
+) -> list[np.ndarray]:
     """`column_extremes` of each row of `values` (series over the same `steps`), for
-    all rows at once: the cost of a chart does not grow with its number of series."""
+    all rows at once. `x_range`: the steps at the plot's left and right edges (the
+    first and last step if None), so that columns are the plot's pixel columns."""
     rows, n = values.shape
     if n <= 2 * columns:
         return [np.arange(n)] * rows
     steps = np.asarray(steps, dtype=np.int64)
-    span = int(steps[-1]) - int(steps[0]) + 1
-    if span > 0 and bool((np.diff(steps) >= 0).all()):
-        col = (steps - steps[0]) * columns // span
+    x0, x1 = (int(steps[0]), int(steps[-1])) if x_range is None else x_range
+    if x1 > x0 and bool((np.diff(steps) >= 0).all()):
+        col = np.minimum(((steps - x0) * (columns / (x1 - x0))).astype(np.int64), columns - 1)
     else:  # steps out of order: columns of equal counts of points
         col = np.arange(n, dtype=np.int64) * columns // n
     starts = np.flatnonzero(np.concatenate([[True], col[1:] != col[:-1]]))
-    group = np.repeat(np.arange(starts.size), np.diff(np.append(starts, n)))
-    ok = ~np.isnan(values)
-    low_v, high_v = np.where(ok, values, np.inf), np.where(ok, values, -np.inf)
-    low = np.minimum.reduceat(low_v, starts, axis=1)
-    high = np.maximum.reduceat(high_v, starts, axis=1)
-    index = np.broadcast_to(np.arange(n), values.shape)
-    # The first point of each column at its lowest (highest) value: in step order.
-    first_low = np.minimum.reduceat(np.where(low_v == low[:, group], index, n), starts, axis=1)
-    first_high = np.minimum.reduceat(np.where(high_v == high[:, group], index, n), starts, axis=1)
-    empty = np.isinf(low)  # no value in the column: its first point, a gap
-    a = np.where(empty, starts, np.minimum(first_low, first_high))
-    b = np.where(empty, starts, np.maximum(first_low, first_high))
+    counts = np.diff(np.append(starts, n))
+    group = np.repeat(np.arange(starts.size), counts)
+    width = int(counts.max())
+    # One row of `width` cells per column (padded with +inf): the extremes and their
+    # first position are then argmin/argmax along the last axis.
+    cell = group * width + (np.arange(n) - starts[group])
+    low = np.full((rows, starts.size * width), np.inf)
+    low[:, cell] = np.where(np.isnan(values), np.inf, values)
+    low = low.reshape(rows, starts.size, width)
+    lo = low.argmin(axis=2)
+    hi = np.where(np.isinf(low), -np.inf, low).argmax(axis=2)
+    empty = np.isinf(np.take_along_axis(low, lo[..., None], axis=2)[..., 0])
+    # A column with no value keeps its first point (a gap); others their extremes.
+    a = starts + np.where(empty, 0, np.minimum(lo, hi))
+    b = starts + np.where(empty, 0, np.maximum(lo, hi))
     pairs = np.stack([a, b], axis=2).reshape(rows, -1)  # increasing along each row
     new = np.ones(pairs.shape, dtype=bool)
     new[:, 1:] = pairs[:, 1:] != pairs[:, :-1]

@@ -80,12 +80,17 @@ class StepsTable:
         if self._all is None or not set(have) <= set(self._cols):
             assert self.dataset is not None
             self._cols = sorted({*have, "run_id"})
-            t = self.dataset.to_table(columns=self._cols)
+            # The system allocator: with pyarrow's default (mimalloc) some scans of
+            # the map columns paid for returning and faulting in pages again, a
+            # cost that came and went from one report to the next.
+            pool = pa.system_memory_pool()
+            t = self.dataset.to_table(columns=self._cols, memory_pool=pool)
             order = pc.sort_indices(t, [("run_id", "ascending"), ("step", "ascending")])
             idx = order.to_numpy().astype(np.int64)  # uint64: a diff would wrap
             # A batch's or a compacted table's rows are often in order already: no
             # take (a copy of every column) then.
-            self._all = t if bool((np.diff(idx) > 0).all()) else t.take(order)
+            ordered = bool((np.diff(idx) > 0).all())
+            self._all = t if ordered else pc.take(t, order, memory_pool=pool)
         return self._all
 
     def arrays(self, run_id: str, columns: list[str]) -> dict[str, pa.Array]:
@@ -94,7 +99,8 @@ class StepsTable:
         cols = ["step", *columns]
         if self.dataset is None:
             return {c: pa.array([], pa.int64() if c == "step" else pa.null()) for c in cols}
-        have = [c for c in cols if c in self.dataset.schema.names]
+        names = set(self.dataset.schema.names)
+        have = [c for c in cols if c in names]
         t = self._scan(have)
         ids = t.column("run_id")
         lo = pc.index(ids, run_id).as_py()

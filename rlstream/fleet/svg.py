@@ -177,17 +177,20 @@ def _thin_points(
 
 
 def _thin_all(
-    full: list[tuple[np.ndarray, np.ndarray]], columns: int
+    full: list[tuple[np.ndarray, np.ndarray]], columns: int, x_range: tuple[int, int]
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """`_thin_points` of each series; series over the same steps (a chart's usually
-    are) are thinned together, in one pass of numpy."""
+    """Each series thinned to the plot's pixel columns (`x_range`: the steps at its
+    edges); series over the same steps (a chart's usually are) together, in one pass
+    of numpy."""
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(full)
     for i, (st, _) in enumerate(full):
         if out[i] is not None:
             continue
         same = [j for j in range(i, len(full)) if out[j] is None and _same(full[j][0], st)]
         rows = np.vstack([full[j][1] for j in same]) if st.size else None
-        keeps = columns_extremes(st, rows, columns) if rows is not None else [st] * len(same)
+        keeps = (
+            columns_extremes(st, rows, columns, x_range) if rows is not None else [st] * len(same)
+        )
         for j, keep in zip(same, keeps, strict=True):
             out[j] = (st[keep], full[j][1][keep]) if st.size else full[j]
     return [p for p in out if p is not None]
@@ -253,11 +256,18 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     if chart.series:
         bands = _merge_bands(bands, column_width(_points(chart.series[0])[0], columns))
     full = [_points(s) for s in chart.series]
-    pts = _thin_all(full, columns)
+    xs = [x for x, _ in full if x.size]
+    x0 = x1 = 0
+    if xs:
+        x0, x1 = min(int(x.min()) for x in xs), max(int(x.max()) for x in xs)
+        for m in chart.markers:
+            x0, x1 = min(x0, m.step), max(x1, m.step)
+        if x1 == x0:
+            x1 = x0 + 1
+    pts = _thin_all(full, columns, (x0, x1))
     drawn = [
         ~np.isnan(v) & (np.where(np.isnan(v), 0.0, v) > 0 if chart.log_y else True) for _, v in pts
     ]
-    xs = [x for x, _ in full if x.size]
     ys = np.concatenate([v[ok] for (_, v), ok in zip(pts, drawn, strict=True)] or [np.empty(0)])
     band, band_label = None, chart.band.label if chart.band is not None else ""
     if chart.band is not None and xs:
@@ -278,11 +288,6 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
         )
         parts.append("</svg>")
         return "".join(parts)
-    x0, x1 = min(int(x.min()) for x in xs), max(int(x.max()) for x in xs)
-    for m in chart.markers:
-        x0, x1 = min(x0, m.step), max(x1, m.step)
-    if x1 == x0:
-        x1 = x0 + 1
     tf = (lambda v: math.log10(v)) if chart.log_y else (lambda v: v)
     y0, y1 = tf(float(ys.min())), tf(float(ys.max()))
     lo, hi = y0, y1

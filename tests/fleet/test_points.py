@@ -48,7 +48,7 @@ def test_column_extremes_keep_each_columns_lowest_highest_and_empty_columns():
     assert 2345 in keep
     # independently: the columns are equal step ranges; each keeps its extremes, and
     # a column without any value keeps its first point (a gap)
-    col = (steps - steps[0]) * COLUMNS // n
+    col = np.minimum(((steps - 10) / (n - 1) * COLUMNS).astype(int), COLUMNS - 1)
     empty = [c for c in range(COLUMNS) if np.isnan(values[col == c]).all()]
     gaps = keep[np.isnan(values[keep])]
     assert len(empty) >= 3 and sorted(col[gaps].tolist()) == empty
