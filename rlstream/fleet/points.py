@@ -12,6 +12,9 @@ the chart shades the first series' missing steps instead). A spike is the highes
 `2 * columns` points is kept whole; a longer one keeps at most `2 * columns` drawn
 points and `columns` gap points, whatever its length. All of it is numpy.
 
+`thin_together(series, columns, x_range)` applies it to a chart's series, those over
+the same steps in one pass; `merge_runs` joins shaded stretches closer than a column.
+
 `coords_text(xs, ys)` writes points as "x,y x,y ...", each number exactly as Python's
 `"%.1f"` writes it (the same bytes), with numpy: the text of a series costs no Python
 per point. It returns the text and where each point's text ends, so that the runs
@@ -71,6 +74,40 @@ def columns_extremes(
     new = np.ones(pairs.shape, dtype=bool)
     new[:, 1:] = pairs[:, 1:] != pairs[:, :-1]
     return [pairs[r][new[r]] for r in range(rows)]
+
+
+def thin_together(
+    full: list[tuple[np.ndarray, np.ndarray]], columns: int, x_range: tuple[int, int]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each series thinned to the plot's pixel columns (`x_range`: the steps at its
+    edges); series over the same steps (a chart's usually are) together, in one pass
+    of numpy."""
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(full)
+    for i, (st, _) in enumerate(full):
+        if out[i] is not None:
+            continue
+        same = [j for j in range(i, len(full)) if out[j] is None and _same(full[j][0], st)]
+        rows = np.vstack([full[j][1] for j in same]) if st.size else None
+        keeps = (
+            columns_extremes(st, rows, columns, x_range) if rows is not None else [st] * len(same)
+        )
+        for j, keep in zip(same, keeps, strict=True):
+            out[j] = (st[keep], full[j][1][keep]) if st.size else full[j]
+    return [p for p in out if p is not None]
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a is b or (a.shape == b.shape and bool((a == b).all()))
+
+
+def merge_runs(bands: list[tuple[int, int]], within: int) -> list[tuple[int, int]]:
+    """Bands closer than `within` steps (one pixel column of a thinned chart) as one."""
+    if not bands:
+        return []
+    a, b = (np.array(x, dtype=np.int64) for x in zip(*bands, strict=True))
+    first = np.flatnonzero(np.concatenate([[True], a[1:] - b[:-1] > within]))
+    last = np.concatenate([first[1:] - 1, [a.size - 1]])
+    return list(zip(a[first].tolist(), b[last].tolist(), strict=True))
 
 
 def column_width(steps: np.ndarray, columns: int) -> int:

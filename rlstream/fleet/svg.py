@@ -1,14 +1,15 @@
 """Inline SVG line charts for the HTML report: no JavaScript, no network.
 
 `line_chart(chart)` draws series of (step, value) points, with gaps where a value is
-missing (the first series' gaps shaded and named in the legend; a series with more
-points than the plot is wide in pixels is thinned to the lowest and highest point of
-each 2-pixel column, and its gaps, with numpy: at a 1.6-pixel stroke what can be seen
-is kept, and a chart costs the same after 1,000 steps or 100,000; positions and
-their text are computed for whole arrays, not point by point), axes with a few ticks that stay within the quantity's
-bounds (`Chart.y_min`/`y_max`), a legend, and vertical markers at findings'
-`since_step` carrying the finding's message as a tooltip. Every text that
-may come from run data (series labels, marker codes and messages) is escaped here.
+missing (the first series' gaps shaded and named in the legend), thinned to the
+plot's pixel columns when longer than it is wide (`points.column_extremes`: the
+lowest and highest value of each 2-pixel column, so a chart costs about the same
+after 1,000 steps or 100,000; the series of a chart are thinned together and the text
+of their points written at once, with numpy, not point by point), axes with a few
+ticks that stay within the quantity's bounds (`Chart.y_min`/`y_max`), a legend, and
+vertical markers at findings' `since_step` carrying the finding's message as a
+tooltip. Every text that may come from run data (series labels, marker codes and
+messages) is escaped here.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rlstream.fleet.points import column_extremes, column_width, columns_extremes, coords_text
+from rlstream.fleet.points import (
+    column_extremes,
+    column_width,
+    coords_text,
+    merge_runs,
+    thin_together,
+)
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 GAP_COLOR = "#e8e8e8"
@@ -147,16 +154,6 @@ def gap_bands(chart: Chart) -> list[tuple[int, int]]:
     return list(zip(bad[first].tolist(), bad[last].tolist(), strict=True))
 
 
-def _merge_bands(bands: list[tuple[int, int]], within: int) -> list[tuple[int, int]]:
-    """Bands closer than `within` steps (one pixel column of a thinned chart) as one."""
-    if not bands:
-        return []
-    a, b = (np.array(x, dtype=np.int64) for x in zip(*bands, strict=True))
-    first = np.flatnonzero(np.concatenate([[True], a[1:] - b[:-1] > within]))
-    last = np.concatenate([first[1:] - 1, [a.size - 1]])
-    return list(zip(a[first].tolist(), b[last].tolist(), strict=True))
-
-
 def thin(ser: Series, columns: int) -> Series:
     """The points of `ser` a plot `columns` pixel columns wide draws
     (`points.column_extremes`): at most 3 * `columns`, whatever its length."""
@@ -174,30 +171,6 @@ def _thin_points(
         return all_steps, vals
     keep = column_extremes(all_steps, vals, columns)
     return all_steps[keep], vals[keep]
-
-
-def _thin_all(
-    full: list[tuple[np.ndarray, np.ndarray]], columns: int, x_range: tuple[int, int]
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each series thinned to the plot's pixel columns (`x_range`: the steps at its
-    edges); series over the same steps (a chart's usually are) together, in one pass
-    of numpy."""
-    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(full)
-    for i, (st, _) in enumerate(full):
-        if out[i] is not None:
-            continue
-        same = [j for j in range(i, len(full)) if out[j] is None and _same(full[j][0], st)]
-        rows = np.vstack([full[j][1] for j in same]) if st.size else None
-        keeps = (
-            columns_extremes(st, rows, columns, x_range) if rows is not None else [st] * len(same)
-        )
-        for j, keep in zip(same, keeps, strict=True):
-            out[j] = (st[keep], full[j][1][keep]) if st.size else full[j]
-    return [p for p in out if p is not None]
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a is b or (a.shape == b.shape and bool((a == b).all()))
 
 
 def _values(vals: np.ndarray) -> list[float | None]:
@@ -254,7 +227,7 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     columns = pw // THIN_PIXELS
     bands = gap_bands(chart)  # on the full series: thinning keeps a gap, not its extent
     if chart.series:
-        bands = _merge_bands(bands, column_width(_points(chart.series[0])[0], columns))
+        bands = merge_runs(bands, column_width(_points(chart.series[0])[0], columns))
     full = [_points(s) for s in chart.series]
     xs = [x for x, _ in full if x.size]
     x0 = x1 = 0
@@ -264,7 +237,7 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             x0, x1 = min(x0, m.step), max(x1, m.step)
         if x1 == x0:
             x1 = x0 + 1
-    pts = _thin_all(full, columns, (x0, x1))
+    pts = thin_together(full, columns, (x0, x1))
     drawn = [
         ~np.isnan(v) & (np.where(np.isnan(v), 0.0, v) > 0 if chart.log_y else True) for _, v in pts
     ]
