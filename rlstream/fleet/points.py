@@ -110,15 +110,6 @@ def merge_runs(bands: list[tuple[int, int]], within: int) -> list[tuple[int, int
     return list(zip(a[first].tolist(), b[last].tolist(), strict=True))
 
 
-def column_width(steps: np.ndarray, columns: int) -> int:
-    """Steps per column of a thinned series (1 if it is drawn whole)."""
-    n = len(steps)
-    if n <= 2 * columns or not n:
-        return 1
-    span = int(np.max(steps)) - int(np.min(steps)) + 1
-    return max(1, -(-span // columns))
-
-
 def _tenths(v: np.ndarray) -> np.ndarray:
     """`v` rounded to tenths as "%.1f" does, as floats of tenths (sign kept on -0)."""
     t = v * 10.0

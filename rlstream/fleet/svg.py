@@ -25,7 +25,6 @@ import pyarrow as pa
 
 from rlstream.fleet.points import (
     column_extremes,
-    column_width,
     coords_text,
     merge_runs,
     thin_together,
@@ -181,7 +180,7 @@ BAND_COLOR = "#d6e4f0"
 
 
 def _band_points(
-    band: Band, lo_s: int, hi_s: int, columns: int, log_y: bool
+    band: Band, lo_s: int, hi_s: int, columns: int, log_y: bool, x_range: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The band's (steps, low, high) over the run's steps `lo_s`-`hi_s`, NaN where an
     edge has no value (or none > 0 on a log axis), thinned as a series is: the
@@ -196,7 +195,8 @@ def _band_points(
     low, high = np.where(bad, np.nan, low), np.where(bad, np.nan, high)
     if len(steps) > 2 * columns:
         keep = np.union1d(
-            column_extremes(steps, low, columns), column_extremes(steps, high, columns)
+            column_extremes(steps, low, columns, x_range),
+            column_extremes(steps, high, columns, x_range),
         )
         steps, low, high = steps[keep], low[keep], high[keep]
     return steps, low, high
@@ -226,8 +226,6 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     pw, ph = width - left - right, height - top - bottom
     columns = pw // THIN_PIXELS
     bands = gap_bands(chart)  # on the full series: thinning keeps a gap, not its extent
-    if chart.series:
-        bands = merge_runs(bands, column_width(_points(chart.series[0])[0], columns))
     full = [_points(s) for s in chart.series]
     xs = [x for x, _ in full if x.size]
     x0 = x1 = 0
@@ -237,6 +235,8 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             x0, x1 = min(x0, m.step), max(x1, m.step)
         if x1 == x0:
             x1 = x0 + 1
+    if full and len(full[0][0]) > 2 * columns:  # thinned: one pixel column, one band
+        bands = merge_runs(bands, -(-(x1 - x0) // columns))
     pts = thin_together(full, columns, (x0, x1))
     drawn = [
         ~np.isnan(v) & (np.where(np.isnan(v), 0.0, v) > 0 if chart.log_y else True) for _, v in pts
@@ -246,7 +246,7 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     if chart.band is not None and xs:
         # The band is drawn over the run's own steps only, and widens the axis to fit.
         lo_s, hi_s = min(int(x.min()) for x in xs), max(int(x.max()) for x in xs)
-        band = _band_points(chart.band, lo_s, hi_s, columns, chart.log_y)
+        band = _band_points(chart.band, lo_s, hi_s, columns, chart.log_y, (x0, x1))
         edges = np.concatenate([band[1], band[2]])
         ys = np.concatenate([ys, edges[~np.isnan(edges)]])
     parts = [
@@ -295,11 +295,11 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     if band is not None:
         bx = left + (band[0] - x0) / (x1 - x0) * pw
 
-        def gy(v: np.ndarray) -> np.ndarray:
+        def band_y(v: np.ndarray) -> np.ndarray:
             tv = np.log10(np.where(np.isnan(v), 1.0, v)) if chart.log_y else v
             return np.where(np.isnan(v), np.nan, top + ph - (tv - y0) / (y1 - y0) * ph)
 
-        parts.extend(_band_svg(band_label, bx, gy(band[1]), gy(band[2])))
+        parts.extend(_band_svg(band_label, bx, band_y(band[1]), band_y(band[2])))
     yt = [10**t for t in _ticks(y0, y1)] if chart.log_y else _ticks(y0, y1)
     for v in yt:
         y = py(v)

@@ -238,11 +238,14 @@ def test_long_series_are_thinned_keeping_extremes_and_gaps():
     n = 100_000
     values = [float(i % 97) for i in range(n)]
     values[50_000] = 1e6  # a spike
-    values[70_000] = None  # a gap
+    values[70_000] = None  # narrower than a column (about 204 steps): not a break
+    values[80_000:80_500] = [None] * 500  # a gap wider than a column: the line breaks
     thinned = thin(Series("x", list(range(n)), values), 490)
     assert len(thinned.steps) <= 3 * 490
     assert thinned.steps == sorted(thinned.steps)
-    assert 1e6 in thinned.values and None in thinned.values
+    assert 1e6 in thinned.values
+    gaps = [s for s, v in zip(thinned.steps, thinned.values, strict=True) if v is None]
+    assert gaps and all(80_000 <= s < 80_500 for s in gaps)
     assert min(v for v in thinned.values if v is not None) == 0.0
     short = Series("y", [0, 1], [1.0, 2.0])
     assert thin(short, 490) is short
