@@ -1,13 +1,14 @@
 """Report time against history length: is `rlstream report` flat in it?
 
-    python -m bench report [--quick] [--runs 6] [--work DIR]
+    python -m bench report [--quick] [--runs 6] [--reps 5] [--work DIR]
 
 Simulates the same runs twice, with 200 and with 2,000 steps each (1 group of 2
 attempts a step, 8-token completions, scenarios healthy, degenerate_outputs and
 entropy_collapse, so example completions are read), analyses each into its own OUT
 in this process (`analyze_local`, one maintenance pass at the end, as `analyze`
 does), then times `render_report` on both OUTs, alternating, and prints the median
-of each and their ratio (long / short). Both OUTs are timed in the same process and
+of each and their ratio (long / short), in wall time and in CPU time (all threads of
+the process). Both OUTs are timed in the same process and
 run, so the ratio holds however loaded the machine is. With `--work`, OUTs already
 there are reused.
 """
@@ -50,18 +51,27 @@ def main(quick: bool, work: Path, runs: int = 6, reps: int = 5) -> dict:
         f"report: {runs} runs x {short} and x {long} steps built in {time.perf_counter() - t0:.0f} s"
     )
     times: dict[int, list[float]] = {n: [] for n in outs}
+    cpu: dict[int, list[float]] = {n: [] for n in outs}
     for _ in range(reps):
         for n, out in outs.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             html = render_report(str(out))
             times[n].append(time.perf_counter() - t)
+            cpu[n].append(time.process_time() - c)
             assert html.count('<section class="run"') == runs
     med = {n: statistics.median(v) for n, v in times.items()}
+    med_cpu = {n: statistics.median(v) for n, v in cpu.items()}
     res = {
         "runs": runs,
         "steps": [short, long],
         "report_s": {str(n): round(v, 4) for n, v in med.items()},
         "ratio": round(med[long] / med[short], 2),
+        "report_cpu_s": {str(n): round(v, 4) for n, v in med_cpu.items()},
+        "cpu_ratio": round(med_cpu[long] / med_cpu[short], 2),
     }
     print(f"report: median of {reps}: {res['report_s']} s; {long} / {short} steps: {res['ratio']}")
+    print(
+        f"report: CPU time (all threads), median of {reps}: {res['report_cpu_s']} s; "
+        f"{long} / {short} steps: {res['cpu_ratio']}"
+    )
     return res
