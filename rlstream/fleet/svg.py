@@ -58,6 +58,10 @@ def as_floats(values: Any) -> np.ndarray:
         if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)):
             return np.full(len(values), np.nan)
         out = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    elif isinstance(values, np.ndarray) and values.dtype == np.float64:
+        if not np.isinf(values).any():  # already as wanted (a chart's series): no copy
+            return values
+        out = values
     elif isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
         out = values.astype(np.float64)
     else:
