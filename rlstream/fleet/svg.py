@@ -241,6 +241,8 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             x1 = x0 + 1
     if full and len(full[0][0]) > 2 * columns:  # thinned: one pixel column, one band
         bands = merge_runs(bands, -(-(x1 - x0) // columns))
+    if chart.log_y:  # what a log axis cannot draw is missing, also for thinning
+        full = [(st, np.where(np.nan_to_num(v) > 0, v, np.nan)) for st, v in full]
     pts = thin_together(full, columns, (x0, x1))
     drawn = [
         ~np.isnan(v) & (np.where(np.isnan(v), 0.0, v) > 0 if chart.log_y else True) for _, v in pts
