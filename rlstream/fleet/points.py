@@ -9,8 +9,9 @@ with no value at all keeps its first point, missing, which breaks the line there
 missing value narrower than a column does not break the line (it could not be seen:
 the chart shades the first series' missing steps instead). A spike is the highest
 (or lowest) value of its column, so it is always drawn. A series of at most
-`2 * columns` points is kept whole; a longer one keeps at most `2 * columns` drawn
-points and `columns` gap points, whatever its length. All of it is numpy.
+`2 * columns` points is kept whole; a longer one keeps at most `2 * columns` points
+(two per column with a value, one per empty column), whatever its length. All of it
+is numpy.
 
 `thin_together(series, columns, x_range)` applies it to a chart's series, those over
 the same steps in one pass; `merge_runs` joins shaded stretches closer than a column.
