@@ -72,6 +72,7 @@ class StepsTable:
         self.dataset = None
         self._cols: list[str] = []
         self._all: pa.Table | None = None
+        self._ranges: dict[str, tuple[int, int]] = {}
         if sink.exists("steps"):
             dt = DeltaTable(sink.uri("steps"), storage_options=sink.options)
             self.dataset = dt.to_pyarrow_dataset()
@@ -85,12 +86,13 @@ class StepsTable:
             # cost that came and went from one report to the next.
             pool = pa.system_memory_pool()
             t = self.dataset.to_table(columns=self._cols, memory_pool=pool)
-            order = pc.sort_indices(t, [("run_id", "ascending"), ("step", "ascending")])
-            idx = order.to_numpy().astype(np.int64)  # uint64: a diff would wrap
-            # A batch's or a compacted table's rows are often in order already: no
-            # take (a copy of every column) then.
-            ordered = bool((np.diff(idx) > 0).all())
-            self._all = t if ordered else pc.take(t, order, memory_pool=pool)
+            ranges = _run_ranges(t)
+            if ranges is None:  # a run's rows apart or out of step order: sort them
+                order = pc.sort_indices(t, [("run_id", "ascending"), ("step", "ascending")])
+                t = pc.take(t, order, memory_pool=pool)
+                ranges = _run_ranges(t)
+            assert ranges is not None
+            self._all, self._ranges = t, ranges
         return self._all
 
     def arrays(self, run_id: str, columns: list[str]) -> dict[str, pa.Array]:
@@ -102,18 +104,39 @@ class StepsTable:
         names = set(self.dataset.schema.names)
         have = [c for c in cols if c in names]
         t = self._scan(have)
-        ids = t.column("run_id")
-        lo = pc.index(ids, run_id).as_py()
-        n = 0 if lo < 0 else pc.sum(pc.equal(ids.slice(lo), run_id)).as_py() or 0
-        t = t.slice(max(lo, 0), n)
+        lo, hi = self._ranges.get(run_id, (0, 0))
+        t = t.slice(lo, hi - lo)
         return {
-            c: t.column(c).combine_chunks() if c in have else pa.nulls(n, pa.float64())
+            c: t.column(c).combine_chunks() if c in have else pa.nulls(hi - lo, pa.float64())
             for c in cols
         }
 
     def run(self, run_id: str, columns: list[str]) -> dict[str, list[Any]]:
         """The run's step rows as {column: values} (Python lists; see `arrays`)."""
         return {c: a.to_pylist() for c, a in self.arrays(run_id, columns).items()}
+
+
+def _run_ranges(t: pa.Table) -> dict[str, tuple[int, int]] | None:
+    """{run_id: (first row, end)} when each run's rows are one block in step order (as
+    a batch or a compacted table usually has them: no copy needed), else None."""
+    n = t.num_rows
+    if not n:
+        return {}
+    enc = pc.dictionary_encode(t.column("run_id").combine_chunks())
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    steps = t.column("step").combine_chunks().to_numpy(zero_copy_only=False)
+    cut = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [n]])
+    rising = np.diff(steps) > 0
+    rising[cut - 1] = True  # a new run may start at any step
+    block = codes[starts]
+    if not rising.all() or np.unique(block).size != block.size:
+        return None
+    names = enc.dictionary.to_pylist()
+    return {
+        names[c]: (a, b)
+        for c, a, b in zip(block.tolist(), starts.tolist(), ends.tolist(), strict=True)
+    }
 
 
 def read_steps(
