@@ -347,7 +347,8 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
         dash = ' stroke-dasharray="5 3"' if ser.dashed else ""
         edges = np.flatnonzero(np.diff(np.concatenate([[0], ok.astype(np.int8), [0]])))
         runs = (base + np.cumsum(edges[1::2] - edges[::2])).tolist()
-        for a, q, p in zip(edges[::2].tolist(), runs, [base, *runs[:-1]], strict=True):
+        firsts = [base, *runs[:-1]] if runs else []
+        for a, q, p in zip(edges[::2].tolist(), runs, firsts, strict=True):
             if q - p == 1:
                 parts.append(f'<circle cx="{gx[a]:.1f}" cy="{gy[a]:.1f}" r="2" fill="{color}"/>')
             else:

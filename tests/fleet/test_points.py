@@ -91,3 +91,10 @@ def test_a_long_cohort_band_is_bounded_and_keeps_its_envelope():
     assert len(pts) <= 2 * 4 * COLUMNS
     ys = [float(p.split(",")[1]) for p in pts]
     assert min(ys) < 40.0  # the top of the axis, which the band's 9.0 widened
+
+
+def test_a_series_with_no_value_draws_nothing_beside_one_that_has_values():
+    nan = float("nan")
+    chart = Chart("t", [Series("a", [0, 1, 2], [1.0, 2.0, 3.0]), Series("b", [0, 1, 2], [nan] * 3)])
+    svg = line_chart(chart, width=WIDTH)
+    assert svg.count("<polyline") == 1 and 'class="lg">b</text>' in svg
