@@ -14,7 +14,7 @@ the chart shades the first series' missing steps instead). A spike is the highes
 is numpy.
 
 `thin_together(series, columns, x_range)` applies it to a chart's series, those over
-the same steps in one pass; `merge_runs` joins shaded stretches closer than a column.
+the same steps in one pass.
 
 `coords_text(xs, ys)` writes points as "x,y x,y ...", each number exactly as Python's
 `"%.1f"` writes it (the same bytes), with numpy: the text of a series costs no Python
@@ -99,16 +99,6 @@ def thin_together(
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a is b or (a.shape == b.shape and bool((a == b).all()))
-
-
-def merge_runs(bands: list[tuple[int, int]], within: int) -> list[tuple[int, int]]:
-    """Bands closer than `within` steps (one pixel column of a thinned chart) as one."""
-    if not bands:
-        return []
-    a, b = (np.array(x, dtype=np.int64) for x in zip(*bands, strict=True))
-    first = np.flatnonzero(np.concatenate([[True], a[1:] - b[:-1] > within]))
-    last = np.concatenate([first[1:] - 1, [a.size - 1]])
-    return list(zip(a[first].tolist(), b[last].tolist(), strict=True))
 
 
 def _tenths(v: np.ndarray) -> np.ndarray:

@@ -26,7 +26,6 @@ import pyarrow as pa
 from rlstream.fleet.points import (
     column_extremes,
     coords_text,
-    merge_runs,
     thin_together,
 )
 
@@ -139,9 +138,10 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
-def gap_bands(chart: Chart) -> list[tuple[int, int]]:
+def gap_bands(chart: Chart, within: int = 1) -> list[tuple[int, int]]:
     """Runs of consecutive steps (first, last) where the chart's first series has no
-    value, when it has one elsewhere: a gap that must be seen, not a missing series."""
+    value, when it has one elsewhere: a gap that must be seen, not a missing series.
+    Runs at most `within` steps apart are one (one pixel column of a thinned chart)."""
     if not chart.series:
         return []
     steps, vals = _points(chart.series[0])
@@ -151,7 +151,7 @@ def gap_bands(chart: Chart) -> list[tuple[int, int]]:
     bad = steps[~ok]
     if not ok.any() or not bad.size:
         return []
-    cut = np.flatnonzero(np.diff(bad) != 1)
+    cut = np.flatnonzero(np.diff(bad) > max(within, 1))
     first = np.concatenate([[0], cut + 1])
     last = np.concatenate([cut, [bad.size - 1]])
     return list(zip(bad[first].tolist(), bad[last].tolist(), strict=True))
@@ -229,7 +229,6 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     left, right, top, bottom = 58, 12, 26, 58
     pw, ph = width - left - right, height - top - bottom
     columns = pw // THIN_PIXELS
-    bands = gap_bands(chart)  # on the full series: thinning keeps a gap, not its extent
     full = [_points(s) for s in chart.series]
     xs = [x for x, _ in full if x.size]
     x0 = x1 = 0
@@ -239,8 +238,10 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             x0, x1 = min(x0, m.step), max(x1, m.step)
         if x1 == x0:
             x1 = x0 + 1
-    if full and len(full[0][0]) > 2 * columns:  # thinned: one pixel column, one band
-        bands = merge_runs(bands, -(-(x1 - x0) // columns))
+    # On the full series (thinning keeps a gap, not its extent); when thinned, gaps
+    # within one pixel column of each other are one band.
+    thinned = bool(full) and len(full[0][0]) > 2 * columns
+    bands = gap_bands(chart, -(-(x1 - x0) // columns) if thinned else 1)
     if chart.log_y:  # what a log axis cannot draw is missing, also for thinning
         full = [(st, np.where(np.nan_to_num(v) > 0, v, np.nan)) for st, v in full]
     pts = thin_together(full, columns, (x0, x1))
