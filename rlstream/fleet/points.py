@@ -52,16 +52,19 @@ def columns_extremes(
     steps = np.asarray(steps, dtype=np.int64)
     x0, x1 = (int(steps[0]), int(steps[-1])) if x_range is None else x_range
     if x1 > x0 and bool((np.diff(steps) >= 0).all()):
-        col = np.minimum(((steps - x0) * (columns / (x1 - x0))).astype(np.int64), columns - 1)
+        # Column c holds the steps from x0 + c * (x1 - x0) / columns on: its first
+        # point by binary search, not a pass over every step.
+        bounds = x0 + np.arange(1, columns) * ((x1 - x0) / columns)
+        inner = np.searchsorted(steps, bounds, side="left")
     else:  # steps out of order: columns of equal counts of points
-        col = np.arange(n, dtype=np.int64) * columns // n
-    starts = np.flatnonzero(np.concatenate([[True], col[1:] != col[:-1]]))
-    counts = np.diff(np.append(starts, n))
-    group = np.repeat(np.arange(starts.size), counts)
+        inner = np.arange(1, columns) * n // columns
+    edges = np.concatenate([[0], inner, [n]])
+    counts = np.diff(edges)
+    starts, counts = edges[:-1][counts > 0], counts[counts > 0]
     width = int(counts.max())
     # One row of `width` cells per column (padded with +inf): the extremes and their
     # first position are then argmin/argmax along the last axis.
-    cell = group * width + (np.arange(n) - starts[group])
+    cell = np.arange(n) + np.repeat(np.arange(starts.size) * width - starts, counts)
     low = np.full((rows, starts.size * width), np.inf)
     low[:, cell] = np.where(np.isnan(values), np.inf, values)
     low = low.reshape(rows, starts.size, width)
