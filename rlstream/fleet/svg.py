@@ -58,8 +58,6 @@ def as_floats(values: Any) -> np.ndarray:
             return np.full(len(values), np.nan)
         out = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
     elif isinstance(values, np.ndarray) and values.dtype == np.float64:
-        if not np.isinf(values).any():  # already as wanted (a chart's series): no copy
-            return values
         out = values
     elif isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
         out = values.astype(np.float64)
@@ -68,6 +66,8 @@ def as_floats(values: Any) -> np.ndarray:
             out = pa.array(values, type=pa.float64()).to_numpy(zero_copy_only=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # a value that is not a number
             out = np.array([v if _finite(v) else np.nan for v in values], dtype=np.float64)
+    if not np.isinf(out).any():  # the usual case: no copy
+        return out
     return np.where(np.isfinite(out), out, np.nan)
 
 
