@@ -295,3 +295,21 @@ def test_steps_come_back_in_step_order_whatever_the_file_order(tmp_path):
         sink.append("steps", steps_table(rows), {"x": step})
     table = StepsTable(str(tmp_path / "out"))
     assert table.run("a", [])["step"] == table.run("b", [])["step"] == [0, 1, 2, 3]
+
+
+def test_runs_are_sliced_in_place_only_when_each_is_one_block_in_step_order():
+    import pyarrow as pa
+
+    from rlstream.fleet.read import _run_ranges
+
+    def table(ids, steps):
+        return pa.table({"run_id": ids, "step": pa.array(steps, pa.int64())})
+
+    assert _run_ranges(table(["b", "b", "a", "a", "a"], [0, 1, 0, 1, 5])) == {
+        "b": (0, 2),
+        "a": (2, 5),
+    }
+    assert _run_ranges(table(["b", "a", "b"], [0, 0, 1])) is None  # b in two blocks
+    assert _run_ranges(table(["a", "a"], [1, 0])) is None  # out of step order
+    assert _run_ranges(table(["a", "a"], [1, 1])) is None  # a step twice
+    assert _run_ranges(table([], [])) == {}
