@@ -3,7 +3,7 @@
     python -m bench batch [--quick] [--reps N] [--work DIR] [--json FILE]
     python -m bench live  [--quick] [--work DIR] [--json FILE]
     python -m bench long  [--quick] [--runs N] [--steps N] [--interval S]
-    python -m bench report [--quick] [--runs N] [--work DIR]
+    python -m bench report [--quick] [--runs N] [--reps N] [--steps N] [--work DIR]
     python -m bench s3    [--quick] [--reps N] [--live-only] [--steps N] [--interval S]
     python -m bench all   [--quick]
     python -m bench startup [--reps N] [--baseline DIR]
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     p.add_argument("what", choices=("batch", "live", "long", "report", "s3", "startup", "all"))
     p.add_argument("--quick", action="store_true", help="CI-sized: about a minute")
-    p.add_argument("--reps", type=int, help="timed rounds (default 3, quick 1)")
+    p.add_argument("--reps", type=int, help="timed rounds (default 3, report 5; quick 1)")
     p.add_argument("--work", help="scratch folder (default: a temp dir, removed after)")
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument(
@@ -67,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--runs", type=int, help="long: runs (default 20); report: (default 6)")
     p.add_argument(
-        "--steps", type=int, help="long: steps per run (default 2000); s3 live: (default 60)"
+        "--steps",
+        type=int,
+        help="long: steps per run (default 2000); s3 live: (default 60); report: also "
+        "time an OUT whose steps table is extended to this many steps per run",
     )
     p.add_argument(
         "--interval",
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.what == "report":
             from bench import report_scale
 
-            results["report"] = report_scale.main(a.quick, work, a.runs or 6)
+            results["report"] = report_scale.main(a.quick, work, a.runs or 6, a.reps or 5, a.steps)
         if a.what == "startup":
             from bench import startup
 

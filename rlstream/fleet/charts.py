@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rlstream.fleet.svg import Band, Chart, Marker, Series, as_floats
 
@@ -88,9 +89,9 @@ def _map_series(maps: Any) -> dict[str, np.ndarray]:
     vals = as_floats(maps.items.slice(offsets[0], offsets[-1] - offsets[0]))
     vals = np.nan_to_num(vals, nan=0.0)
     row = np.repeat(np.arange(n), np.diff(offsets))
-    names, code = np.unique(
-        np.asarray(keys.to_numpy(zero_copy_only=False), dtype=str), return_inverse=True
-    )
+    enc = pc.dictionary_encode(keys)  # hashing in C: no Python string per entry
+    names = np.asarray(enc.dictionary.to_pylist(), dtype=str)
+    code = enc.indices.to_numpy(zero_copy_only=False)
     totals = np.bincount(code, weights=vals, minlength=len(names))
     order = sorted(range(len(names)), key=lambda i: (-totals[i], names[i]))[:MAX_DISCARD_SERIES]
     out = {}

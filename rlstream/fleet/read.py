@@ -14,9 +14,10 @@ step order.
 
 `example_completions(run_uri, since_step)` is the one read outside OUT: a few
 completion texts from the newest transcripts of a run, for the report's
-degenerate_outputs and entropy_collapse sections. Given the run's name watermark
-(`names_mark`, from its resume state in OUT), it lists only the names above it (on
-S3 a `StartAfter` listing of the last few hundred names), never the whole run.
+degenerate_outputs and entropy_collapse sections. Given the newest names the
+pipeline read (`newest_names`, the name window of the run's resume state in OUT) it
+lists nothing and reads a fixed number of files, on local disk or S3, however long
+the run; without a readable state it lists the run's transcripts folder.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class StepsTable:
         self.dataset = None
         self._cols: list[str] = []
         self._all: pa.Table | None = None
+        self._ranges: dict[str, tuple[int, int]] = {}
         if sink.exists("steps"):
             dt = DeltaTable(sink.uri("steps"), storage_options=sink.options)
             self.dataset = dt.to_pyarrow_dataset()
@@ -79,12 +81,18 @@ class StepsTable:
         if self._all is None or not set(have) <= set(self._cols):
             assert self.dataset is not None
             self._cols = sorted({*have, "run_id"})
-            t = self.dataset.to_table(columns=self._cols)
-            order = pc.sort_indices(t, [("run_id", "ascending"), ("step", "ascending")])
-            idx = order.to_numpy().astype(np.int64)  # uint64: a diff would wrap
-            # A batch's or a compacted table's rows are often in order already: no
-            # take (a copy of every column) then.
-            self._all = t if bool((np.diff(idx) > 0).all()) else t.take(order)
+            # The system allocator: with pyarrow's default (mimalloc) some scans of
+            # the map columns paid for returning and faulting in pages again, a
+            # cost that came and went from one report to the next.
+            pool = pa.system_memory_pool()
+            t = self.dataset.to_table(columns=self._cols, memory_pool=pool)
+            ranges = _run_ranges(t)
+            if ranges is None:  # a run's rows apart or out of step order: sort them
+                order = pc.sort_indices(t, [("run_id", "ascending"), ("step", "ascending")])
+                t = pc.take(t, order, memory_pool=pool)
+                ranges = _run_ranges(t)
+            assert ranges is not None
+            self._all, self._ranges = t, ranges
         return self._all
 
     def arrays(self, run_id: str, columns: list[str]) -> dict[str, pa.Array]:
@@ -93,20 +101,42 @@ class StepsTable:
         cols = ["step", *columns]
         if self.dataset is None:
             return {c: pa.array([], pa.int64() if c == "step" else pa.null()) for c in cols}
-        have = [c for c in cols if c in self.dataset.schema.names]
+        names = set(self.dataset.schema.names)
+        have = [c for c in cols if c in names]
         t = self._scan(have)
-        ids = t.column("run_id")
-        lo = pc.index(ids, run_id).as_py()
-        n = 0 if lo < 0 else pc.sum(pc.equal(ids.slice(lo), run_id)).as_py() or 0
-        t = t.slice(max(lo, 0), n)
+        lo, hi = self._ranges.get(run_id, (0, 0))
+        t = t.slice(lo, hi - lo)
         return {
-            c: t.column(c).combine_chunks() if c in have else pa.nulls(n, pa.float64())
+            c: t.column(c).combine_chunks() if c in have else pa.nulls(hi - lo, pa.float64())
             for c in cols
         }
 
     def run(self, run_id: str, columns: list[str]) -> dict[str, list[Any]]:
         """The run's step rows as {column: values} (Python lists; see `arrays`)."""
         return {c: a.to_pylist() for c, a in self.arrays(run_id, columns).items()}
+
+
+def _run_ranges(t: pa.Table) -> dict[str, tuple[int, int]] | None:
+    """{run_id: (first row, end)} when each run's rows are one block in step order (as
+    a batch or a compacted table usually has them: no copy needed), else None."""
+    n = t.num_rows
+    if not n:
+        return {}
+    enc = pc.dictionary_encode(t.column("run_id").combine_chunks())
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    steps = t.column("step").combine_chunks().to_numpy(zero_copy_only=False)
+    cut = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    starts, ends = np.concatenate([[0], cut]), np.concatenate([cut, [n]])
+    rising = np.diff(steps) > 0
+    rising[cut - 1] = True  # a new run may start at any step
+    block = codes[starts]
+    if not rising.all() or np.unique(block).size != block.size:
+        return None
+    names = enc.dictionary.to_pylist()
+    return {
+        names[c]: (a, b)
+        for c, a, b in zip(block.tolist(), starts.tolist(), ends.tolist(), strict=True)
+    }
 
 
 def read_steps(
@@ -153,18 +183,42 @@ def read_table(
     return ds.to_table(columns=columns, filter=flt)
 
 
-def names_mark(out: str, run_id: str, storage_options: dict[str, Any] | None = None) -> str | None:
-    """The run's transcript-name watermark (`names_low` of its resume state in OUT):
-    every name at or below it was read, and the transcripts written last sort above
-    it (docs/run-format.md, "Listing order"). None without a readable state."""
+def _names_fields(
+    out: str, run_id: str, storage_options: dict[str, Any] | None
+) -> tuple[Any, Any] | None:
+    """(`names_low`, `names_window`) of the run's resume state in OUT, as stored;
+    None without a state this version can read."""
     from rlstream.pipeline.resume import peek_field
 
     try:
         data = out_sink(out, storage_options).load_state(run_id)
-        mark = None if data is None else peek_field(data, run_id, "names_low")
-    except Exception:  # no state, or one this version cannot read: list everything
+        if data is None:
+            return None
+        return peek_field(data, run_id, "names_low"), peek_field(data, run_id, "names_window")
+    except Exception:  # a state this version cannot read: the caller lists everything
         return None
-    return mark if isinstance(mark, str) else None
+
+
+def names_mark(out: str, run_id: str, storage_options: dict[str, Any] | None = None) -> str | None:
+    """The run's transcript-name watermark (`names_low` of its resume state in OUT):
+    every name at or below it was read, and the transcripts written last sort above
+    it (docs/run-format.md, "Listing order"). None without a readable state."""
+    fields = _names_fields(out, run_id, storage_options)
+    return fields[0] if fields is not None and isinstance(fields[0], str) else None
+
+
+def newest_names(
+    out: str, run_id: str, storage_options: dict[str, Any] | None = None
+) -> list[str] | None:
+    """The newest transcript names the pipeline read for the run, in name order: the
+    `names_window` of its resume state in OUT (the names read above the watermark, at
+    most `PipelineConfig.transcript_window`; all of them while the run is shorter). A
+    list bounded by that window whatever the run's length, read without listing the
+    run's folder. None without a readable state."""
+    fields = _names_fields(out, run_id, storage_options)
+    if fields is None or not isinstance(fields[1], list):
+        return None
+    return sorted(n for n in fields[1] if isinstance(n, str))
 
 
 def read_bands(
@@ -201,20 +255,26 @@ def example_completions(
     scan: int = 48,
     max_chars: int = 400,
     start_after: str | None = None,
+    names: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Up to `limit` completions from the newest `scan` transcripts of the run whose
     step is at or after `since_step`: {attempt_id, task_id, step, text, count}, where
     `count` is how many of the scanned completions had the same text (a degenerate
-    run shows one text many times). Texts are cut at `max_chars`. Only names after
-    `start_after` are listed (`names_mark`). Returns [] when the run has no readable
-    full-trace transcripts; never raises for a bad file."""
+    run shows one text many times). Texts are cut at `max_chars`. With `names` (the
+    transcript names to choose from, in name order: `newest_names`), the folder is
+    not listed; otherwise only the names after `start_after` are (`names_mark`), or
+    all. Returns [] when the run has no readable full-trace transcripts; never raises
+    for a bad file."""
     storage = Storage.for_url(run_uri, storage_options)
     folder = Storage.join(run_uri, "transcripts")
-    try:
-        names = [n for n in storage.list_names(folder, start_after) if n.endswith(".json")]
-    except Exception as e:  # the run folder may be gone or unreachable: no examples
-        log.warning("cannot list transcripts of %s: %s", run_uri, e)
-        return []
+    if names is not None:
+        names = [n for n in names if n.endswith(".json")]
+    else:
+        try:
+            names = [n for n in storage.list_names(folder, start_after) if n.endswith(".json")]
+        except Exception as e:  # the run folder may be gone or unreachable: no examples
+            log.warning("cannot list transcripts of %s: %s", run_uri, e)
+            return []
     seen: dict[str, dict[str, Any]] = {}
     for name in reversed(names[-scan:]):
         try:

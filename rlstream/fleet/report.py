@@ -34,7 +34,7 @@ from rlstream.fleet.outdir import read_rejected, rejected_folder
 from rlstream.fleet.read import (
     StepsTable,
     example_completions,
-    names_mark,
+    newest_names,
     read_bands,
     read_latest,
 )
@@ -198,8 +198,8 @@ def _examples(run: dict[str, Any], out: str, storage_options: dict[str, Any] | N
         if any(f.get("since_step") is not None for f in wanted)
         else None
     )
-    mark = names_mark(out, run["run_id"], storage_options)
-    ex = example_completions(run["run_uri"], since, storage_options, start_after=mark)
+    names = newest_names(out, run["run_id"], storage_options)
+    ex = example_completions(run["run_uri"], since, storage_options, names=names)
     codes = ", ".join(sorted({f["code"] for f in wanted}))
     head = f"<h3>Example completions ({_e(codes)}; newest transcripts from step {_e(since)})</h3>"
     if not ex:

@@ -1,14 +1,15 @@
 """Inline SVG line charts for the HTML report: no JavaScript, no network.
 
 `line_chart(chart)` draws series of (step, value) points, with gaps where a value is
-missing (the first series' gaps shaded and named in the legend; a series with more
-points than the plot is wide in pixels is thinned to the lowest and highest point of
-each 2-pixel column, and its gaps, with numpy: at a 1.6-pixel stroke what can be seen
-is kept, and a chart costs the same after 1,000 steps or 100,000; positions and
-their text are computed for whole arrays, not point by point), axes with a few ticks that stay within the quantity's
-bounds (`Chart.y_min`/`y_max`), a legend, and vertical markers at findings'
-`since_step` carrying the finding's message as a tooltip. Every text that
-may come from run data (series labels, marker codes and messages) is escaped here.
+missing (the first series' gaps shaded and named in the legend), thinned to the
+plot's pixel columns when longer than it is wide (`points.column_extremes`: the
+lowest and highest value of each 2-pixel column, so a chart costs about the same
+after 1,000 steps or 100,000; the series of a chart are thinned together and the text
+of their points written at once, with numpy, not point by point), axes with a few
+ticks that stay within the quantity's bounds (`Chart.y_min`/`y_max`), a legend, and
+vertical markers at findings' `since_step` carrying the finding's message as a
+tooltip. Every text that may come from run data (series labels, marker codes and
+messages) is escaped here.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from rlstream.fleet.points import (
+    column_extremes,
+    coords_text,
+    thin_together,
+)
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 GAP_COLOR = "#e8e8e8"
@@ -50,6 +57,8 @@ def as_floats(values: Any) -> np.ndarray:
         if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)):
             return np.full(len(values), np.nan)
         out = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    elif isinstance(values, np.ndarray) and values.dtype == np.float64:
+        out = values
     elif isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
         out = values.astype(np.float64)
     else:
@@ -57,6 +66,8 @@ def as_floats(values: Any) -> np.ndarray:
             out = pa.array(values, type=pa.float64()).to_numpy(zero_copy_only=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # a value that is not a number
             out = np.array([v if _finite(v) else np.nan for v in values], dtype=np.float64)
+    if not np.isinf(out).any():  # the usual case: no copy
+        return out
     return np.where(np.isfinite(out), out, np.nan)
 
 
@@ -127,9 +138,10 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
-def gap_bands(chart: Chart) -> list[tuple[int, int]]:
+def gap_bands(chart: Chart, within: int = 1) -> list[tuple[int, int]]:
     """Runs of consecutive steps (first, last) where the chart's first series has no
-    value, when it has one elsewhere: a gap that must be seen, not a missing series."""
+    value, when it has one elsewhere: a gap that must be seen, not a missing series.
+    Runs at most `within` steps apart are one (one pixel column of a thinned chart)."""
     if not chart.series:
         return []
     steps, vals = _points(chart.series[0])
@@ -139,26 +151,15 @@ def gap_bands(chart: Chart) -> list[tuple[int, int]]:
     bad = steps[~ok]
     if not ok.any() or not bad.size:
         return []
-    cut = np.flatnonzero(np.diff(bad) != 1)
+    cut = np.flatnonzero(np.diff(bad) > max(within, 1))
     first = np.concatenate([[0], cut + 1])
     last = np.concatenate([cut, [bad.size - 1]])
     return list(zip(bad[first].tolist(), bad[last].tolist(), strict=True))
 
 
-def _merge_bands(bands: list[tuple[int, int]], within: int) -> list[tuple[int, int]]:
-    """Bands closer than `within` steps (one pixel column of a thinned chart) as one."""
-    if not bands:
-        return []
-    a, b = (np.array(x, dtype=np.int64) for x in zip(*bands, strict=True))
-    first = np.flatnonzero(np.concatenate([[True], a[1:] - b[:-1] > within]))
-    last = np.concatenate([first[1:] - 1, [a.size - 1]])
-    return list(zip(a[first].tolist(), b[last].tolist(), strict=True))
-
-
 def thin(ser: Series, columns: int) -> Series:
-    """At most about 3 * `columns` points: per run of consecutive points, its lowest
-    and highest finite value (in step order) and a gap if it has a missing value.
-    Vectorised: the cost is numpy's, not a Python loop over the points."""
+    """The points of `ser` a plot `columns` pixel columns wide draws
+    (`points.column_extremes`): at most 3 * `columns`, whatever its length."""
     n = len(ser.steps)
     if n <= 2 * columns and isinstance(ser.steps, list) and isinstance(ser.values, list):
         return ser
@@ -169,22 +170,9 @@ def thin(ser: Series, columns: int) -> Series:
 def _thin_points(
     all_steps: np.ndarray, vals: np.ndarray, columns: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    n = len(all_steps)
-    if n <= 2 * columns:
+    if len(all_steps) <= 2 * columns:
         return all_steps, vals
-    k = -(-n // columns)
-    pad = np.full(k * columns - n, np.nan)
-    grid = np.concatenate([vals, pad]).reshape(columns, k)
-    bad = np.isnan(grid)
-    real = np.arange(k * columns).reshape(columns, k) < n
-    lo = np.where(bad, np.inf, grid).argmin(axis=1)
-    hi = np.where(bad, -np.inf, grid).argmax(axis=1)
-    has = (~bad).any(axis=1)
-    gap = (bad & real).argmax(axis=1)
-    has_gap = (bad & real).any(axis=1)
-    base = np.arange(columns) * k
-    keep = np.concatenate([(base + lo)[has], (base + hi)[has], (base + gap)[has_gap]])
-    keep = np.unique(keep)
+    keep = column_extremes(all_steps, vals, columns)
     return all_steps[keep], vals[keep]
 
 
@@ -195,31 +183,44 @@ def _values(vals: np.ndarray) -> list[float | None]:
 BAND_COLOR = "#d6e4f0"
 
 
-def _thin_band(band: Band, most: int) -> Band:
-    """Every k-th point of a band longer than `most` points."""
-    k = -(-len(band.steps) // most) if len(band.steps) > most else 1
-    return Band(band.label, band.steps[::k], band.low[::k], band.high[::k])
+def _band_points(
+    band: Band, lo_s: int, hi_s: int, columns: int, log_y: bool, x_range: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The band's (steps, low, high) over the run's steps `lo_s`-`hi_s`, NaN where an
+    edge has no value (or none > 0 on a log axis), thinned as a series is: the
+    lowest low and the highest high of each pixel column are kept."""
+    steps = np.asarray(band.steps, dtype=np.int64)
+    low, high = as_floats(band.low), as_floats(band.high)
+    inside = (steps >= lo_s) & (steps <= hi_s)
+    steps, low, high = steps[inside], low[inside], high[inside]
+    bad = np.isnan(low) | np.isnan(high)
+    if log_y:
+        bad |= ~(np.where(bad, 1.0, low) > 0) | ~(np.where(bad, 1.0, high) > 0)
+    low, high = np.where(bad, np.nan, low), np.where(bad, np.nan, high)
+    if len(steps) > 2 * columns:
+        keep = np.union1d(
+            column_extremes(steps, low, columns, x_range),
+            column_extremes(steps, high, columns, x_range),
+        )
+        steps, low, high = steps[keep], low[keep], high[keep]
+    return steps, low, high
 
 
-def _band_svg(
-    band: Band, px: Callable[[float], float], py: Callable[[float], float], log_y: bool
-) -> list[str]:
-    """One filled polygon per stretch of steps where both edges have a value."""
-    out: list[str] = []
-    seg: list[tuple[int, float, float]] = []
-    pts = zip(band.steps, band.low, band.high, strict=True)
-    for s, lo, hi in [*pts, (0, None, None)]:
-        if _finite(lo) and _finite(hi) and (not log_y or (lo > 0 and hi > 0)):
-            seg.append((s, lo, hi))  # type: ignore[arg-type]
+def _band_svg(label: str, gx: np.ndarray, g_low: np.ndarray, g_high: np.ndarray) -> list[str]:
+    """One filled polygon per stretch of at least two points where both edges have a
+    value (`gx`, `g_low`, `g_high`: pixel positions, NaN where there is none)."""
+    ok = ~np.isnan(g_low)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], ok.astype(np.int8), [0]])))
+    out = []
+    for a, b in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+        if b - a < 2:
             continue
-        if len(seg) > 1:
-            upper = [f"{px(a):.1f},{py(h):.1f}" for a, _, h in seg]
-            lower = [f"{px(a):.1f},{py(lo_):.1f}" for a, lo_, _ in reversed(seg)]
-            out.append(
-                f'<polygon points="{" ".join(upper + lower)}" fill="{BAND_COLOR}" '
-                f'class="band"><title>{escape(band.label)}</title></polygon>'
-            )
-        seg = []
+        xs = np.concatenate([gx[a:b], gx[a:b][::-1]])
+        text, _ = coords_text(xs, np.concatenate([g_high[a:b], g_low[a:b][::-1]]))
+        out.append(
+            f'<polygon points="{text[:-1]}" fill="{BAND_COLOR}" '
+            f'class="band"><title>{escape(label)}</title></polygon>'
+        )
     return out
 
 
@@ -228,28 +229,33 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     left, right, top, bottom = 58, 12, 26, 58
     pw, ph = width - left - right, height - top - bottom
     columns = pw // THIN_PIXELS
-    bands = gap_bands(chart)  # on the full series: thinning keeps a gap, not its extent
-    if chart.series and len(chart.series[0].steps) > 2 * columns:
-        bands = _merge_bands(bands, -(-len(chart.series[0].steps) // columns))
-    pts = [_thin_points(*_points(s), columns) for s in chart.series]
+    full = [_points(s) for s in chart.series]
+    xs = [x for x, _ in full if x.size]
+    x0 = x1 = 0
+    if xs:
+        x0, x1 = min(int(x.min()) for x in xs), max(int(x.max()) for x in xs)
+        for m in chart.markers:
+            x0, x1 = min(x0, m.step), max(x1, m.step)
+        if x1 == x0:
+            x1 = x0 + 1
+    # On the full series (thinning keeps a gap, not its extent); when thinned, gaps
+    # within one pixel column of each other are one band.
+    thinned = bool(full) and len(full[0][0]) > 2 * columns
+    bands = gap_bands(chart, -(-(x1 - x0) // columns) if thinned else 1)
+    if chart.log_y:  # what a log axis cannot draw is missing, also for thinning
+        full = [(st, np.where(np.nan_to_num(v) > 0, v, np.nan)) for st, v in full]
+    pts = thin_together(full, columns, (x0, x1))
     drawn = [
         ~np.isnan(v) & (np.where(np.isnan(v), 0.0, v) > 0 if chart.log_y else True) for _, v in pts
     ]
-    xs = [x for x, _ in pts if x.size]
     ys = np.concatenate([v[ok] for (_, v), ok in zip(pts, drawn, strict=True)] or [np.empty(0)])
-    band = _thin_band(chart.band, 2 * pw) if chart.band is not None else None
-    if band is not None and xs:
+    band, band_label = None, chart.band.label if chart.band is not None else ""
+    if chart.band is not None and xs:
         # The band is drawn over the run's own steps only, and widens the axis to fit.
         lo_s, hi_s = min(int(x.min()) for x in xs), max(int(x.max()) for x in xs)
-        keep = [i for i, s in enumerate(band.steps) if lo_s <= s <= hi_s]
-        band = Band(
-            band.label,
-            [band.steps[i] for i in keep],
-            [band.low[i] for i in keep],
-            [band.high[i] for i in keep],
-        )
-        edges = [v for v in (*band.low, *band.high) if _finite(v) and (not chart.log_y or v > 0)]
-        ys = np.concatenate([ys, np.asarray(edges, dtype=np.float64)])
+        band = _band_points(chart.band, lo_s, hi_s, columns, chart.log_y, (x0, x1))
+        edges = np.concatenate([band[1], band[2]])
+        ys = np.concatenate([ys, edges[~np.isnan(edges)]])
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" class="chart">',
@@ -262,11 +268,6 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
         )
         parts.append("</svg>")
         return "".join(parts)
-    x0, x1 = min(int(x.min()) for x in xs), max(int(x.max()) for x in xs)
-    for m in chart.markers:
-        x0, x1 = min(x0, m.step), max(x1, m.step)
-    if x1 == x0:
-        x1 = x0 + 1
     tf = (lambda v: math.log10(v)) if chart.log_y else (lambda v: v)
     y0, y1 = tf(float(ys.min())), tf(float(ys.max()))
     lo, hi = y0, y1
@@ -299,7 +300,13 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             f"{escape(chart.gap_note)}</title></rect>"
         )
     if band is not None:
-        parts.extend(_band_svg(band, px, py, chart.log_y))
+        bx = left + (band[0] - x0) / (x1 - x0) * pw
+
+        def band_y(v: np.ndarray) -> np.ndarray:
+            tv = np.log10(np.where(np.isnan(v), 1.0, v)) if chart.log_y else v
+            return np.where(np.isnan(v), np.nan, top + ph - (tv - y0) / (y1 - y0) * ph)
+
+        parts.extend(_band_svg(band_label, bx, band_y(band[1]), band_y(band[2])))
     yt = [10**t for t in _ticks(y0, y1)] if chart.log_y else _ticks(y0, y1)
     for v in yt:
         y = py(v)
@@ -323,25 +330,34 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
         )
         lx += 30 + 6.5 * len(text)
 
-    for i, (ser, (st, v), ok) in enumerate(zip(chart.series, pts, drawn, strict=True)):
+    # Pixel positions with numpy, in the same float operations as px and py, and the
+    # text of every drawn point of the chart at once; a run between gaps is a slice.
+    gxs, gys = [], []
+    for (st, v), ok in zip(pts, drawn, strict=True):
+        gxs.append(left + (st - x0) / (x1 - x0) * pw)
+        tv = np.log10(np.where(ok, v, 1.0)) if chart.log_y else v
+        gys.append(top + ph - (tv - y0) / (y1 - y0) * ph)
+    text, ends = coords_text(
+        np.concatenate([gx[ok] for gx, ok in zip(gxs, drawn, strict=True)]),
+        np.concatenate([gy[ok] for gy, ok in zip(gys, drawn, strict=True)]),
+    )
+    ends = np.concatenate([[0], ends]).tolist()  # text of drawn point k: ends[k]:ends[k+1]
+    base = 0
+    for i, (ser, gx, gy, ok) in enumerate(zip(chart.series, gxs, gys, drawn, strict=True)):
         color = PALETTE[i % len(PALETTE)]
         dash = ' stroke-dasharray="5 3"' if ser.dashed else ""
-        # Pixel positions with numpy, in the same float operations as px and py.
-        gx = (left + (st - x0) / (x1 - x0) * pw).tolist()
-        tv = np.log10(np.where(ok, v, 1.0)) if chart.log_y else v
-        gy = (top + ph - (tv - y0) / (y1 - y0) * ph).tolist()
         edges = np.flatnonzero(np.diff(np.concatenate([[0], ok.astype(np.int8), [0]])))
-        for a, b in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
-            if b - a == 1:
+        runs = (base + np.cumsum(edges[1::2] - edges[::2])).tolist()
+        firsts = [base, *runs[:-1]] if runs else []
+        for a, q, p in zip(edges[::2].tolist(), runs, firsts, strict=True):
+            if q - p == 1:
                 parts.append(f'<circle cx="{gx[a]:.1f}" cy="{gy[a]:.1f}" r="2" fill="{color}"/>')
             else:
-                flat: list[float] = [0.0] * (2 * (b - a))
-                flat[0::2], flat[1::2] = gx[a:b], gy[a:b]
-                seg = ("%.1f,%.1f " * (b - a) % tuple(flat))[:-1]  # one call, not one per point
                 parts.append(
-                    f'<polyline points="{seg}" fill="none" stroke="{color}" '
-                    f'stroke-width="1.6"{dash}/>'
+                    f'<polyline points="{text[ends[p] : ends[q] - 1]}" fill="none" '
+                    f'stroke="{color}" stroke-width="1.6"{dash}/>'
                 )
+        base = runs[-1] if runs else base
         legend(
             lambda x, y, c=color, d=dash: (
                 f'<line x1="{x:.0f}" x2="{x + 14:.0f}" y1="{y - 4}" y2="{y - 4}" '
@@ -349,12 +365,12 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             ),
             ser.label,
         )
-    if band is not None and band.steps:
+    if band is not None and band[0].size:
         legend(
             lambda x, y: (
                 f'<rect x="{x:.0f}" y="{y - 9}" width="14" height="10" fill="{BAND_COLOR}"/>'
             ),
-            band.label,
+            band_label,
         )
     if bands:
         legend(

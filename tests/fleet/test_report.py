@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from html import escape
 
 from rlstream.cli import main
 from rlstream.fleet.read import example_completions, read_latest
@@ -113,8 +114,8 @@ def test_example_completions_count_repeats(fleet_out):
 
 
 def test_examples_list_only_the_names_above_the_runs_watermark(fleet_out, monkeypatch):
-    """The report lists a run's transcripts after its name watermark (its resume
-    state's names_low): a few hundred names however long the run, same examples."""
+    """Without the run's newest names, example completions list the transcripts after
+    its name watermark (its resume state's names_low): same examples."""
     from rlstream.fleet.read import names_mark
     from rlstream.io.storage import Storage
 
@@ -136,8 +137,45 @@ def test_examples_list_only_the_names_above_the_runs_watermark(fleet_out, monkey
     assert listed == [256]
     assert bounded == example_completions(str(run), since_step=30)
     assert listed[-1] == len(names) == 640
-    render_report(str(fleet_out.out), now=2e9)
-    assert max(listed[2:]) == 256  # the report's listings: above the watermark only
+
+
+def test_the_report_reads_a_fixed_number_of_transcripts_and_lists_none(fleet_out, monkeypatch):
+    """The report takes a run's newest transcript names from its resume state (the
+    name window), so it lists no run folder and reads at most `scan` transcripts per
+    run however many the folder holds: the same examples as a full listing."""
+    from rlstream.fleet.read import newest_names
+    from rlstream.io.storage import Storage
+
+    run = fleet_out.root / "run-003-degenerate_outputs"
+    run_id = fleet_out.run_ids["degenerate_outputs"]
+    names = sorted(p.name for p in (run / "transcripts").iterdir())
+    assert len(names) == 640
+    window = newest_names(str(fleet_out.out), run_id)
+    assert window == names[-256:]
+    assert newest_names(str(fleet_out.out), "no-such-run") is None
+    full = example_completions(str(run), since_step=30)
+    listed: list[str] = []
+    reads: list[str] = []
+    real_list, real_read = Storage.list_names, Storage.read
+
+    def counting_list(self, url, start_after=None):
+        listed.append(url)
+        return real_list(self, url, start_after)
+
+    def counting_read(self, url, *a, **k):
+        reads.append(url)
+        return real_read(self, url, *a, **k)
+
+    monkeypatch.setattr(Storage, "list_names", counting_list)
+    monkeypatch.setattr(Storage, "read", counting_read)
+    assert example_completions(str(run), since_step=30, names=window) == full
+    assert listed == [] and len(reads) == 48
+    reads.clear()
+    html = render_report(str(fleet_out.out), now=2e9)
+    assert not [u for u in listed if "transcripts" in u]
+    read_transcripts = [u for u in reads if "/transcripts/" in u]
+    assert 0 < len(read_transcripts) <= 48 * html.count("<h3>Example completions")
+    assert escape(full[0]["text"])[:40] in html
 
 
 def _unescape(s: str) -> str:
@@ -200,11 +238,14 @@ def test_long_series_are_thinned_keeping_extremes_and_gaps():
     n = 100_000
     values = [float(i % 97) for i in range(n)]
     values[50_000] = 1e6  # a spike
-    values[70_000] = None  # a gap
+    values[70_000] = None  # narrower than a column (about 204 steps): not a break
+    values[80_000:80_500] = [None] * 500  # a gap wider than a column: the line breaks
     thinned = thin(Series("x", list(range(n)), values), 490)
     assert len(thinned.steps) <= 3 * 490
     assert thinned.steps == sorted(thinned.steps)
-    assert 1e6 in thinned.values and None in thinned.values
+    assert 1e6 in thinned.values
+    gaps = [s for s, v in zip(thinned.steps, thinned.values, strict=True) if v is None]
+    assert gaps and all(80_000 <= s < 80_500 for s in gaps)
     assert min(v for v in thinned.values if v is not None) == 0.0
     short = Series("y", [0, 1], [1.0, 2.0])
     assert thin(short, 490) is short
@@ -254,3 +295,21 @@ def test_steps_come_back_in_step_order_whatever_the_file_order(tmp_path):
         sink.append("steps", steps_table(rows), {"x": step})
     table = StepsTable(str(tmp_path / "out"))
     assert table.run("a", [])["step"] == table.run("b", [])["step"] == [0, 1, 2, 3]
+
+
+def test_runs_are_sliced_in_place_only_when_each_is_one_block_in_step_order():
+    import pyarrow as pa
+
+    from rlstream.fleet.read import _run_ranges
+
+    def table(ids, steps):
+        return pa.table({"run_id": ids, "step": pa.array(steps, pa.int64())})
+
+    assert _run_ranges(table(["b", "b", "a", "a", "a"], [0, 1, 0, 1, 5])) == {
+        "b": (0, 2),
+        "a": (2, 5),
+    }
+    assert _run_ranges(table(["b", "a", "b"], [0, 0, 1])) is None  # b in two blocks
+    assert _run_ranges(table(["a", "a"], [1, 0])) is None  # out of step order
+    assert _run_ranges(table(["a", "a"], [1, 1])) is None  # a step twice
+    assert _run_ranges(table([], [])) == {}
