@@ -64,14 +64,25 @@ class RayStart:
     `WORK_HERE_TOO`) in a thread.
 
     `workers()`: the ready workers, or None (still starting, or stopping); raises
-    `RlstreamError` if the start failed. `stop()` stops them and the Ray this object
+    `RlstreamError` if the start failed. `then`, if given, is called in the thread
+    with the worker handles as soon as they are asked for (not yet ready), and may
+    start more actors and wait for them; its result is `made`, and `workers()` stays
+    None until it returned. `stop()` stops the workers and the Ray this object
     started in the background (after the start, if it is still under way);
     `join()` waits for that."""
 
-    def __init__(self, ray_cfg: RayConfig, storage: Storage, n_workers: int | None) -> None:
+    def __init__(
+        self,
+        ray_cfg: RayConfig,
+        storage: Storage,
+        n_workers: int | None,
+        then: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
         self.ray_cfg = ray_cfg
         self.storage = storage
         self.n_workers = n_workers
+        self.then = then
+        self.made: Any = None
         self.started = False
         self.error: BaseException | None = None
         self.phases: dict[str, float] = {}
@@ -113,6 +124,8 @@ class RayStart:
                 Worker.options(**env, max_concurrency=at_once).remote(self.storage)
                 for _ in range(n)
             ]
+            if self.then is not None:
+                self.made = self.then(self._actors)
             ray.get([w.info.remote() for w in self._actors])
             self.phases["workers"] = time.monotonic() - self._t0
             self._ready = self._actors
@@ -134,8 +147,11 @@ class RayStart:
         try:
             import ray
 
-            for a in self._actors:
-                ray.kill(a)
+            if self.made is not None and hasattr(self.made, "close"):
+                self.made.close()  # what `then` started (a watch's tailers) and the workers
+            else:
+                for a in self._actors:
+                    ray.kill(a)
             if self.started:
                 from rlstream.runtime.cluster import disconnect
 
