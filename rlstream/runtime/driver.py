@@ -3,7 +3,9 @@
 `run(...)` is both commands. `analyze` (watch=False) discovers runs; on a Ray it
 starts itself it works while Ray starts (runtime/batch.py), else it has each tailer
 read its runs to the end and finalize every step row. `watch` polls every `poll_seconds`,
-commits every `commit_seconds`, rediscovers runs so that new ones join, maintains
+commits after its first poll and then every `commit_seconds` (on a Ray it starts
+itself, the driver polls and commits while Ray starts, then hands the runs to the
+tailers: runtime/early.py), rediscovers runs so that new ones join, maintains
 OUT's tables every `maintenance.every_seconds` in a thread (runtime/maintenance.py),
 and stops cleanly after a final commit on Ctrl-C (or when `stop()` returns True).
 `analyze` ends with one maintenance pass.
