@@ -42,6 +42,10 @@ from rlstream.sinks.delta import DeltaSink
 log = logging.getLogger("rlstream")
 
 
+RAY_START_DELAY = 0.0
+"""Seconds `analyze` works in the driver before it starts a private Ray: an archive
+done sooner starts none (bench/README.md)."""
+
 WORK_HERE_TOO = False
 """Whether the driver keeps running units once the workers are ready; if so, the
 default pool is one worker fewer than the cluster's CPUs (bench/README.md)."""
@@ -69,7 +73,8 @@ class RayStart:
     start more actors and wait for them; its result is `made`, and `workers()` stays
     None until it returned. `stop()` stops the workers and the Ray this object
     started in the background (after the start, if it is still under way);
-    `join()` waits for that."""
+    `join()` waits for that. With `delay`, Ray is started only once that many
+    seconds passed without a `stop()`: work the driver finishes sooner starts no Ray."""
 
     def __init__(
         self,
@@ -77,8 +82,10 @@ class RayStart:
         storage: Storage,
         n_workers: int | None,
         then: Callable[[list[Any]], Any] | None = None,
+        delay: float = 0.0,
     ) -> None:
         self.ray_cfg = ray_cfg
+        self.delay = delay
         self.storage = storage
         self.n_workers = n_workers
         self.then = then
@@ -98,6 +105,10 @@ class RayStart:
         self._starter.start()
 
     def _run(self) -> None:
+        if self._stopping.wait(self.delay) if self.delay > 0 else False:
+            self.phases["skipped"] = time.monotonic() - self._t0
+            self.settled.set()  # stopped before the delay ran out: no Ray at all
+            return
         self._start()
         self._stopping.wait()
         self._stop()
@@ -287,6 +298,15 @@ def analyze(
     if start.error is not None:
         log.warning("Ray did not start (%r): every unit ran in the driver", start.error)
     ph = start.phases
+    if "skipped" in ph:
+        log.info(
+            "analyzed %d runs in %.1f s: %d units here, no Ray started (done within %.1f s)",
+            len(summaries),
+            time.monotonic() - t0,
+            handover.counts["here"],
+            start.delay,
+        )
+        return sorted(summaries, key=lambda s: s["run_id"])
     log.info(
         "analyzed %d runs in %.1f s: %d units here, %d on %d workers "
         "(Ray up after %.1f s, workers after %.1f s, stopped in %.1f s)",

@@ -94,7 +94,8 @@ def run(
     phases = StartupLog()
     try:
         if urls is not None and batch.wanted(rt.early_start, rt.ray):
-            start = batch.RayStart(rt.ray, storage, rt.workers)  # work begins while it starts
+            # The work begins while Ray starts (after RAY_START_DELAY).
+            start = batch.RayStart(rt.ray, storage, rt.workers, delay=batch.RAY_START_DELAY)
             return batch.analyze(
                 urls, storage, sink, cfg, start, maintainer, hooks_factory, progress, outcome
             )
