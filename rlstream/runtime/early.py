@@ -18,6 +18,8 @@ thread, `EarlyWatch` has the driver:
 
 Told to stop before the handover (`stop()`, Ctrl-C, SIGTERM, `--exit-when-finished`),
 the driver polls once more, commits and returns; Ray is stopped once its start ends.
+Ctrl-C and SIGTERM only set a flag meanwhile, read before each poll: the driver folds
+here, and a fold or commit cut in the middle would leave a half-updated state.
 If Ray or its actors fail to start, what the driver folded is committed and the
 watch stops with the error (`RlstreamError`).
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -124,33 +127,56 @@ class EarlyWatch:
         exit_when_finished: bool = False,
     ) -> bool:
         """Poll and commit here until the fleet is ready and every run is committed
-        (True: `hand_over` next), or until the watch is to stop (False: `finish`)."""
-        group, last_commit = self.group, -math.inf
+        (True: `hand_over` next), or until the watch is to stop (False: `finish`).
+
+        The driver folds here, so Ctrl-C and SIGTERM must not land in the middle of a
+        fold or a commit (the state would be half-updated): meanwhile they only set a
+        flag, seen before the next poll."""
+        told = threading.Event()
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                handlers[sig] = signal.signal(sig, lambda *_: told.set())
         try:
-            while not (stop and stop()):
-                t0, wall = time.monotonic(), time.time()
-                if self._fleet_ready():
-                    group.commit()
-                    if not group.dirty - {REJECTED}:
-                        return True
-                group.poll(self.handover)
-                self.phases.mark("first poll")
-                totals = {"runs": len(group.runs), **group.totals}
-                progress.show(totals, len(group.runs))
+            return self._loop(stop, told, progress, metrics, exit_when_finished)
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            if told.is_set():
+                log.info("interrupted: committing before exit")
+
+    def _loop(
+        self,
+        stop: Callable[[], bool] | None,
+        told: threading.Event,
+        progress: Progress,
+        metrics: Any,
+        exit_when_finished: bool,
+    ) -> bool:
+        group, last_commit = self.group, -math.inf
+        while not told.is_set() and not (stop and stop()):
+            t0, wall = time.monotonic(), time.time()
+            if self._fleet_ready():
+                group.commit()
+                if not group.dirty - {REJECTED}:
+                    return True
+            group.poll(self.handover)
+            self.phases.mark("first poll")
+            totals = {"runs": len(group.runs), **group.totals}
+            progress.show(totals, len(group.runs))
+            if metrics is not None:
+                metrics.on_poll(totals, wall, time.monotonic() - t0)
+            if t0 - last_commit >= self.cfg.commit_seconds:
+                group.commit()
+                last_commit = t0
+                self.phases.mark("first commit")
                 if metrics is not None:
-                    metrics.on_poll(totals, wall, time.monotonic() - t0)
-                if t0 - last_commit >= self.cfg.commit_seconds:
-                    group.commit()
-                    last_commit = t0
-                    self.phases.mark("first commit")
-                    if metrics is not None:
-                        metrics.on_commit(self.summaries(), time.time(), 0, 0, 0)
-                    if exit_when_finished and group.runs and group.all_finished():
-                        return False
-                # Sleep until the next poll, but not past the fleet's readiness.
-                self.start.settled.wait(max(0.0, self.cfg.poll_seconds - (time.monotonic() - t0)))
-        except KeyboardInterrupt:
-            log.info("interrupted: committing before exit")
+                    metrics.on_commit(self.summaries(), time.time(), 0, 0, 0)
+                if exit_when_finished and group.runs and group.all_finished():
+                    return False
+            # Until the next poll, but not past the moment the fleet is ready.
+            pause = max(0.0, self.cfg.poll_seconds - (time.monotonic() - t0))
+            (told if self.start.settled.is_set() else self.start.settled).wait(pause)
         return False
 
     def _fleet_ready(self) -> bool:
