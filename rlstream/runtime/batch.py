@@ -135,6 +135,8 @@ class RayStart:
                 Worker.options(**env, max_concurrency=at_once).remote(self.storage)
                 for _ in range(n)
             ]
+            if self._stopping.is_set():
+                return  # no one will use them: not worth waiting for
             if self.then is not None:
                 self.made = self.then(self._actors)
             ray.get([w.info.remote() for w in self._actors])
