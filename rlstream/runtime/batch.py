@@ -42,9 +42,14 @@ from rlstream.sinks.delta import DeltaSink
 log = logging.getLogger("rlstream")
 
 
-RAY_START_DELAY = 0.0
-"""Seconds `analyze` works in the driver before it starts a private Ray: an archive
-done sooner starts none (bench/README.md)."""
+RAY_START_DELAY = 1.0
+"""Seconds `analyze` works in the driver before it starts a private Ray, unless its
+plan is larger than `START_NOW_TRANSCRIPTS`: an archive done sooner starts none
+(bench/README.md)."""
+
+START_NOW_TRANSCRIPTS = 2000
+"""A plan with more transcripts than this in its first chunk (or more than one
+chunk) starts Ray at once: the driver alone would take longer than the delay."""
 
 WORK_HERE_TOO = False
 """Whether the driver keeps running units once the workers are ready; if so, the
@@ -74,7 +79,8 @@ class RayStart:
     None until it returned. `stop()` stops the workers and the Ray this object
     started in the background (after the start, if it is still under way);
     `join()` waits for that. With `delay`, Ray is started only once that many
-    seconds passed without a `stop()`: work the driver finishes sooner starts no Ray."""
+    seconds passed without a `stop()` (or at `now()`): work the driver finishes
+    sooner starts no Ray."""
 
     def __init__(
         self,
@@ -97,6 +103,7 @@ class RayStart:
         self._ready: list[Any] | None = None
         self._actors: list[Any] = []
         self._stopping = threading.Event()
+        self._go = threading.Event()
         self.settled = threading.Event()
         """Set once the start has ended, ready or failed."""
         # One thread starts Ray, then waits and stops it: Ray's processes die with the
@@ -105,7 +112,9 @@ class RayStart:
         self._starter.start()
 
     def _run(self) -> None:
-        if self._stopping.wait(self.delay) if self.delay > 0 else False:
+        if self.delay > 0:
+            self._go.wait(self.delay)
+        if self._stopping.is_set():
             self.phases["skipped"] = time.monotonic() - self._t0
             self.settled.set()  # stopped before the delay ran out: no Ray at all
             return
@@ -152,8 +161,13 @@ class RayStart:
             raise RlstreamError(f"Ray or its workers did not start: {self.error!r}") from self.error
         return None if self._stopping.is_set() else self._ready
 
+    def now(self) -> None:
+        """Start Ray now, without waiting out the delay."""
+        self._go.set()
+
     def stop(self) -> None:
         self._stopping.set()
+        self._go.set()
 
     def _stop(self) -> None:
         t = time.monotonic()
@@ -193,9 +207,11 @@ class Handover:
         on_result: Callable[[], None] | None = None,
         on_drained: Callable[[], None] | None = None,
         here_too: bool = False,
+        on_first: Callable[[list[Unit]], None] | None = None,
     ) -> None:
         self.storage = storage
         self.here_too = here_too
+        self.on_first = on_first
         self.workers = workers
         self.max_inflight = max(1, max_inflight)
         self.on_result = on_result
@@ -204,6 +220,9 @@ class Handover:
         self.counts = {"here": 0, "ray": 0}
 
     def __call__(self, units: list[Unit]) -> Iterator[UnitResult | UnitFailure]:
+        first, self.on_first = self.on_first, None
+        if first is not None:
+            first(units)
         todo = deque(units)
         inflight: dict[Any, tuple[Unit, int]] = {}
         load: list[int] = []
@@ -281,8 +300,13 @@ def analyze(
             last_show[0] = time.monotonic()
             progress.show(group.totals, len(urls))
 
+    def sized(units: list[Unit]) -> None:
+        listed = sum(len(getattr(u, "names", ())) for u in units)
+        if len(chunks) > 1 or listed > START_NOW_TRANSCRIPTS:
+            start.now()
+
     handover = Handover(
-        storage, start.workers, cfg.max_inflight_units, show, start.stop, WORK_HERE_TOO
+        storage, start.workers, cfg.max_inflight_units, show, start.stop, WORK_HERE_TOO, sized
     )
     t0 = time.monotonic()
     try:
