@@ -42,14 +42,10 @@ from rlstream.sinks.delta import DeltaSink
 log = logging.getLogger("rlstream")
 
 
-RAY_START_DELAY = 1.0
-"""Seconds `analyze` works in the driver before it starts a private Ray, unless its
-plan is larger than `START_NOW_TRANSCRIPTS`: an archive done sooner starts none
-(bench/README.md)."""
-
 START_NOW_TRANSCRIPTS = 2000
 """A plan with more transcripts than this in its first chunk (or more than one
-chunk) starts Ray at once: the driver alone would take longer than the delay."""
+chunk) starts Ray at once: the driver alone would take longer than the delay
+(`RuntimeConfig.start_ray_after`)."""
 
 WORK_HERE_TOO = False
 """Whether the driver keeps running units once the workers are ready; if so, the

@@ -94,8 +94,8 @@ def run(
     phases = StartupLog()
     try:
         if urls is not None and batch.wanted(rt.early_start, rt.ray):
-            # The work begins while Ray starts (after RAY_START_DELAY).
-            start = batch.RayStart(rt.ray, storage, rt.workers, delay=batch.RAY_START_DELAY)
+            # The work begins here; Ray starts beside it (maybe later: `start_ray_after`).
+            start = batch.RayStart(rt.ray, storage, rt.workers, delay=rt.start_ray_after)
             return batch.analyze(
                 urls, storage, sink, cfg, start, maintainer, hooks_factory, progress, outcome
             )

@@ -47,7 +47,12 @@ class RuntimeConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     early_start: bool | None = None
-    """analyze in the driver, working while Ray starts (runtime/batch.py); None: auto."""
+    """Work in the driver while a private Ray starts (runtime/batch.py for analyze,
+    runtime/early.py for watch); None: when this command starts a private Ray."""
+    start_ray_after: float = 1.0
+    """analyze: seconds the driver works alone before it starts a private Ray, unless
+    its plan is larger (`batch.START_NOW_TRANSCRIPTS`); an archive done sooner starts
+    none. On 2 cores a private Ray's start costs several CPU seconds (bench/README.md)."""
 
 
 def default_tailers(workers: int, watch: bool) -> int:

@@ -250,30 +250,17 @@ def test_batch_path_keeps_a_cohort_in_one_chunk_like_in_process(tmp_path):
 
 
 def test_archive_done_within_the_delay_starts_no_ray(tmp_path):
-    """With `RAY_START_DELAY` longer than the work, `analyze` on a private Ray starts
+    """With `--start-ray-after` longer than the work, `analyze` on a private Ray starts
     none: no temp folder is made, no Ray process runs, the tables are in-process's."""
     simulate(tmp_path / "runs", SimConfig(runs=1, steps=4, seed=3))
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
-    code = textwrap.dedent(
-        f"""
-        import logging, sys
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-        from rlstream.config import PipelineConfig
-        from rlstream.runtime import batch
-        from rlstream.runtime.driver import RuntimeConfig, run
-
-        batch.RAY_START_DELAY = 120.0
-        run([{str(tmp_path / "runs")!r}], {str(tmp_path / "ray")!r}, PipelineConfig(),
-            RuntimeConfig())
-        """
-    )
+    cmd = [sys.executable, "-m", "rlstream.cli", "analyze", str(tmp_path / "runs")]
+    cmd += ["--out", str(tmp_path / "ray"), "--start-ray-after", "120"]
     parent = tempfile.mkdtemp(prefix="rld", dir="/tmp")
     try:
         env = {**os.environ, TEMP_PARENT_ENV: parent}
         env.pop("RAY_ADDRESS", None)
-        res = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=100
-        )
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=100)
         assert res.returncode == 0, res.stderr[-3000:]
         assert "no Ray started (done within 120.0 s)" in res.stderr
         assert os.listdir(parent) == []  # no Ray temp folder was ever made
