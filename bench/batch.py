@@ -312,16 +312,18 @@ def worker_scaling(root: Path, work: Path, tokens: float, reps: int) -> dict:
 
 
 def memory_growth(work: Path, size: BatchSize) -> dict:
-    """Peak RSS of `rlstream analyze` on an archive and on one 10 times larger."""
+    """Peak RSS of `rlstream analyze` on an archive and on one 10 times larger, both
+    on a private Ray started at once."""
     env = ray_env()
     out = {}
     for factor in (1, 10):
         root = work / f"mem-x{factor}"
         big = BatchSize(size.runs * factor, size.steps, size.groups, size.group_size, size.tokens)
         st = simulate_root(root, big, seed=11)
-        t = run_measured(
-            [*rlstream_cmd(), "analyze", str(root), "--out", str(work / f"mo{factor}")], env
-        )
+        # Ray at once for both sizes: the small one would otherwise start none, and the
+        # growth would compare a driver alone with a driver and its Ray.
+        cmd = [*rlstream_cmd(), "analyze", str(root), "--out", str(work / f"mo{factor}")]
+        t = run_measured([*cmd, "--start-ray-after", "0"], env)
         out[factor] = {
             "bytes": st["all_bytes"],
             "tokens": st["tokens"],
