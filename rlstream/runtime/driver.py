@@ -110,6 +110,7 @@ def run(
             fleet = early.start.made
             fleet.carried.update(early.group.totals)  # progress and metrics keep counting
             fleet.adopt(early.hand_over(outcome))
+            fleet.discover()  # runs that appeared while Ray started
             log.info(phases.line())
         else:
             t_start = time.monotonic()

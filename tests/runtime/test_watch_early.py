@@ -54,7 +54,10 @@ def test_driver_commits_first_then_hands_over_exactly_once(ray_session, tmp_path
     cfg_sim = SimConfig(runs=3, steps=16, scenarios=("healthy", "low_ess", "healthy"), seed=21)
     writer = threading.Thread(target=simulate_live, args=(root, cfg_sim, 0.15))
     writer.start()
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 180
+    while len(list(root.glob("*/run.json"))) < 3:  # the driver finds them at its start
+        assert time.monotonic() < deadline and writer.is_alive()
+        time.sleep(0.02)
     seen: dict[str, int] = {}
 
     def stop() -> bool:
