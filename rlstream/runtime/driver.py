@@ -177,7 +177,7 @@ def _watch_loop(
     last_commit = time.monotonic() if early is not None else -math.inf
     last_discover = time.monotonic()
     commit_times: list[float] = []
-    work = [0, 0]  # run commits and step rows since the last log line; rows at it
+    work = [0, fleet.carried.get("rows", 0)]  # run commits, step rows at the last log line
     try:
         while not (stop and stop()):
             t0, wall = time.monotonic(), time.time()
