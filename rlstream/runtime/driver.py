@@ -18,7 +18,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
@@ -28,12 +28,26 @@ from rlstream.pipeline.outcome import Outcome
 from rlstream.runtime import batch
 from rlstream.runtime.cluster import connect, disconnect, private_ray
 from rlstream.runtime.early import EarlyWatch, StartupLog
-from rlstream.runtime.fleet import Fleet, RuntimeConfig, default_tailers
 from rlstream.runtime.maintenance import Maintainer
 from rlstream.runtime.progress import Progress
+from rlstream.runtime.sizes import RuntimeConfig, default_tailers
 from rlstream.sinks.delta import DeltaSink
 
-__all__ = ["COMMIT_LOG", "Fleet", "RuntimeConfig", "default_tailers", "run"]
+if TYPE_CHECKING:
+    from rlstream.runtime.fleet import Fleet
+
+__all__ = ["COMMIT_LOG", "RuntimeConfig", "default_tailers", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    # `Fleet` imports Ray: only when a command needs it (an analyze the driver
+    # finishes alone never does).
+    if name == "Fleet":
+        from rlstream.runtime.fleet import Fleet
+
+        return Fleet
+    raise AttributeError(name)
+
 
 log = logging.getLogger("rlstream")
 
@@ -113,6 +127,8 @@ def run(
             fleet.discover()  # runs that appeared while Ray started
             log.info(phases.line())
         else:
+            from rlstream.runtime.fleet import Fleet
+
             t_start = time.monotonic()
             started = connect(rt.ray)
             t_ray = time.monotonic()
@@ -244,7 +260,9 @@ def _early_watch(
     norm = [normalize_root(r) for r in roots]
     storage = input_storage(norm, cfg.storage_options, cfg.read_inflight_bytes)
 
-    def make_fleet(workers: list[Any], fleet_cfg: PipelineConfig) -> Fleet:
+    def make_fleet(workers: list[Any], fleet_cfg: PipelineConfig) -> Any:
+        from rlstream.runtime.fleet import Fleet
+
         fleet = Fleet(roots, out, fleet_cfg, rt, hooks_factory, watch=True, workers=workers)
         fleet.ready()
         return fleet
