@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             from bench import batch
 
             only = tuple(a.contenders.split(",")) if a.contenders else ()
-            parts = tuple(a.part.split(",")) if a.part else batch.PARTS
+            parts = tuple(a.part.split(",")) if a.part else None
             results["batch"] = batch.main(
                 a.quick, a.reps, work, a.scale, a.archive, a.baseline, only, parts
             )

@@ -366,18 +366,19 @@ def main(
     archive: bool = False,
     baseline: str | None = None,
     contenders: tuple[str, ...] = (),
-    parts: tuple[str, ...] = ("compare", "scaling", "memory"),
+    parts: tuple[str, ...] | None = None,
 ) -> dict:
-    """The three `parts` (`PARTS`); with `scale` > 1, only the contenders, on an archive
+    """The `parts` (default `PARTS`); with `scale` > 1, only the contenders, on an archive
     of `scale` times as many runs (fixed costs weigh less as the archive grows); with
     `archive`, on `ARCHIVE` (issue 16's shape) instead of `FULL`; with `baseline`,
     also the rlstream of that folder (`batch_compare`); with `contenders`, only
-    those (the first is the reference of the agreement check), and only this part."""
+    those (the first is the reference of the agreement check), and unless `parts`
+    says otherwise only this part."""
+    if parts is None:  # by default --scale and --contenders measure the contenders alone
+        parts = ("compare",) if scale > 1 or contenders else PARTS
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise SystemExit(f"bench batch --part: unknown {sorted(unknown)}; choose from {PARTS}")
-    if scale > 1 or contenders:
-        parts = ("compare",)
     size = QUICK if quick else ARCHIVE if archive else FULL
     if scale > 1:
         size = replace(size, runs=size.runs * scale)
