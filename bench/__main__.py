@@ -1,6 +1,6 @@
 """Speed benchmarks of rlstream, one entry point.
 
-    python -m bench batch [--quick] [--reps N] [--work DIR] [--json FILE]
+    python -m bench batch [--quick] [--reps N] [--work DIR] [--json FILE] [--part P,...]
     python -m bench live  [--quick] [--work DIR] [--json FILE]
     python -m bench long  [--quick] [--runs N] [--steps N] [--interval S]
     python -m bench report [--quick] [--runs N] [--reps N] [--steps N] [--work DIR]
@@ -65,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         help="batch: only these contenders, comma-separated (rlstream, joined, duckdb, "
         "plain, before), and only the comparison part",
     )
+    p.add_argument(
+        "--part",
+        help="batch: only these parts, comma-separated (compare, scaling, memory; "
+        "default all three)",
+    )
     p.add_argument("--runs", type=int, help="long: runs (default 20); report: (default 6)")
     p.add_argument(
         "--steps",
@@ -90,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             from bench import batch
 
             only = tuple(a.contenders.split(",")) if a.contenders else ()
+            parts = tuple(a.part.split(",")) if a.part else None
             results["batch"] = batch.main(
-                a.quick, a.reps, work, a.scale, a.archive, a.baseline, only
+                a.quick, a.reps, work, a.scale, a.archive, a.baseline, only, parts
             )
         if a.what in ("live", "all"):
             from bench import live

@@ -51,6 +51,8 @@ QUICK = BatchSize(runs=2, steps=8, groups=4, group_size=4, tokens=256)
 ARCHIVE = BatchSize(runs=16, steps=50, groups=5, group_size=8, tokens=512)
 """Issue 16's archive, about 1 GB: 16 runs x 50 steps, 50 transcripts a step (40 attempts
 and the simulator's extra ones) of about 900 tokens."""
+PARTS = ("compare", "scaling", "memory")
+"""What `main` measures: the contenders, worker scaling, memory against archive size."""
 MEM_FULL = BatchSize(runs=2, steps=10, groups=4, group_size=8, tokens=256)
 MEM_QUICK = BatchSize(runs=1, steps=6, groups=2, group_size=4, tokens=128)
 
@@ -310,16 +312,18 @@ def worker_scaling(root: Path, work: Path, tokens: float, reps: int) -> dict:
 
 
 def memory_growth(work: Path, size: BatchSize) -> dict:
-    """Peak RSS of `rlstream analyze` on an archive and on one 10 times larger."""
+    """Peak RSS of `rlstream analyze` on an archive and on one 10 times larger, both
+    on a private Ray started at once."""
     env = ray_env()
     out = {}
     for factor in (1, 10):
         root = work / f"mem-x{factor}"
         big = BatchSize(size.runs * factor, size.steps, size.groups, size.group_size, size.tokens)
         st = simulate_root(root, big, seed=11)
-        t = run_measured(
-            [*rlstream_cmd(), "analyze", str(root), "--out", str(work / f"mo{factor}")], env
-        )
+        # Ray at once for both sizes: the small one would otherwise start none, and the
+        # growth would compare a driver alone with a driver and its Ray.
+        cmd = [*rlstream_cmd(), "analyze", str(root), "--out", str(work / f"mo{factor}")]
+        t = run_measured([*cmd, "--start-ray-after", "0"], env)
         out[factor] = {
             "bytes": st["all_bytes"],
             "tokens": st["tokens"],
@@ -362,33 +366,42 @@ def main(
     archive: bool = False,
     baseline: str | None = None,
     contenders: tuple[str, ...] = (),
+    parts: tuple[str, ...] | None = None,
 ) -> dict:
-    """The three parts; with `scale` > 1, only the contenders, on an archive of
-    `scale` times as many runs (fixed costs weigh less as the archive grows); with
+    """The `parts` (default `PARTS`); with `scale` > 1, only the contenders, on an archive
+    of `scale` times as many runs (fixed costs weigh less as the archive grows); with
     `archive`, on `ARCHIVE` (issue 16's shape) instead of `FULL`; with `baseline`,
     also the rlstream of that folder (`batch_compare`); with `contenders`, only
-    those (the first is the reference of the agreement check), and only this part."""
+    those (the first is the reference of the agreement check), and unless `parts`
+    says otherwise only this part."""
+    if parts is None:  # by default --scale and --contenders measure the contenders alone
+        parts = ("compare",) if scale > 1 or contenders else PARTS
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise SystemExit(f"bench batch --part: unknown {sorted(unknown)}; choose from {PARTS}")
     size = QUICK if quick else ARCHIVE if archive else FULL
     if scale > 1:
         size = replace(size, runs=size.runs * scale)
     reps = reps or (1 if quick else 3)
     root = work / "batch"
-    st = _simulated(root, size)
-    print(
-        f"  {st['transcript_files']:,} transcripts, {st['tokens']:,} tokens, "
-        f"{st['transcript_bytes'] / 1e6:.1f} MB of transcripts "
-        f"({st['all_bytes'] / 1e6:.1f} MB with steps/rollouts)",
-        flush=True,
-    )
-    print("batch: contenders (timed rounds, order rotated; then agreement)", flush=True)
-    result = {"size": size.__dict__, "data": st}
-    result["compare"] = batch_compare(root, work, st, reps, baseline, contenders)
-    if scale > 1 or contenders:
-        shutil.rmtree(root, ignore_errors=True)
-        return result
-    print("batch: worker-stage scaling, 1 vs 2 workers", flush=True)
-    result["scaling"] = worker_scaling(root, work, st["tokens"], max(1, reps))
+    result: dict = {"size": size.__dict__}
+    if "compare" in parts or "scaling" in parts:
+        st = _simulated(root, size)
+        result["data"] = st
+        print(
+            f"  {st['transcript_files']:,} transcripts, {st['tokens']:,} tokens, "
+            f"{st['transcript_bytes'] / 1e6:.1f} MB of transcripts "
+            f"({st['all_bytes'] / 1e6:.1f} MB with steps/rollouts)",
+            flush=True,
+        )
+    if "compare" in parts:
+        print("batch: contenders (timed rounds, order rotated; then agreement)", flush=True)
+        result["compare"] = batch_compare(root, work, st, reps, baseline, contenders)
+    if "scaling" in parts:
+        print("batch: worker-stage scaling, 1 vs 2 workers", flush=True)
+        result["scaling"] = worker_scaling(root, work, st["tokens"], max(1, reps))
     shutil.rmtree(root, ignore_errors=True)
-    print("batch: peak memory against archive size", flush=True)
-    result["memory"] = memory_growth(work, MEM_QUICK if quick else MEM_FULL)
+    if "memory" in parts:
+        print("batch: peak memory against archive size", flush=True)
+        result["memory"] = memory_growth(work, MEM_QUICK if quick else MEM_FULL)
     return result

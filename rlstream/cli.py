@@ -247,6 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run in this process, one core, without Ray (small archives, debugging)",
     )
+    a.add_argument(
+        "--start-ray-after",
+        type=float,
+        metavar="SEC",
+        help="seconds the command works alone before it starts its private Ray, unless "
+        "the archive is clearly larger (default 1; 0: at once); done sooner, it starts none",
+    )
     a.set_defaults(func=cmd_analyze)
 
     w = sub.add_parser("watch", help="tail runs live and keep the tables current until Ctrl-C")

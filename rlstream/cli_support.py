@@ -119,7 +119,11 @@ def runtime_config(args: argparse.Namespace):
     from rlstream.runtime.cluster import RayConfig
     from rlstream.runtime.driver import RuntimeConfig
 
+    after = getattr(args, "start_ray_after", None)
+    if after is not None and after < 0:
+        raise ConfigError(f"--start-ray-after must be >= 0 seconds (got {after:g})")
     return RuntimeConfig(
+        **({} if after is None else {"start_ray_after": after}),
         workers=args.workers,
         tailers=args.tailers,
         ray=RayConfig(address=args.ray_address),

@@ -81,6 +81,14 @@ def test_unreadable_root(tmp_path, capsys, no_ray):
         root.chmod(0o755)
 
 
+def test_negative_start_ray_after(tmp_path, capsys, no_ray):
+    root = tmp_path / "runs"
+    root.mkdir()
+    argv = ["analyze", str(root), "--out", str(tmp_path / "o"), "--start-ray-after", "-1"]
+    assert main(argv) == EXIT_USAGE
+    assert "--start-ray-after must be >= 0 seconds (got -1)" in _error(capsys)
+
+
 def test_out_that_is_a_file(tmp_path, capsys, no_ray):
     root = tmp_path / "runs"
     root.mkdir()

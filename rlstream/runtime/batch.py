@@ -42,6 +42,11 @@ from rlstream.sinks.delta import DeltaSink
 log = logging.getLogger("rlstream")
 
 
+START_NOW_TRANSCRIPTS = 2000
+"""A plan with more transcripts than this in its first chunk (or more than one
+chunk) starts Ray at once: the driver alone would take longer than the delay
+(`RuntimeConfig.start_ray_after`)."""
+
 WORK_HERE_TOO = False
 """Whether the driver keeps running units once the workers are ready; if so, the
 default pool is one worker fewer than the cluster's CPUs (bench/README.md)."""
@@ -64,14 +69,29 @@ class RayStart:
     `WORK_HERE_TOO`) in a thread.
 
     `workers()`: the ready workers, or None (still starting, or stopping); raises
-    `RlstreamError` if the start failed. `stop()` stops them and the Ray this object
+    `RlstreamError` if the start failed. `then`, if given, is called in the thread
+    with the worker handles as soon as they are asked for (not yet ready), and may
+    start more actors and wait for them; its result is `made`, and `workers()` stays
+    None until it returned. `stop()` stops the workers and the Ray this object
     started in the background (after the start, if it is still under way);
-    `join()` waits for that."""
+    `join()` waits for that. With `delay`, Ray is started only once that many
+    seconds passed without a `stop()` (or at `now()`): work the driver finishes
+    sooner starts no Ray."""
 
-    def __init__(self, ray_cfg: RayConfig, storage: Storage, n_workers: int | None) -> None:
+    def __init__(
+        self,
+        ray_cfg: RayConfig,
+        storage: Storage,
+        n_workers: int | None,
+        then: Callable[[list[Any]], Any] | None = None,
+        delay: float = 0.0,
+    ) -> None:
         self.ray_cfg = ray_cfg
+        self.delay = delay
         self.storage = storage
         self.n_workers = n_workers
+        self.then = then
+        self.made: Any = None
         self.started = False
         self.error: BaseException | None = None
         self.phases: dict[str, float] = {}
@@ -79,6 +99,7 @@ class RayStart:
         self._ready: list[Any] | None = None
         self._actors: list[Any] = []
         self._stopping = threading.Event()
+        self._go = threading.Event()
         self.settled = threading.Event()
         """Set once the start has ended, ready or failed."""
         # One thread starts Ray, then waits and stops it: Ray's processes die with the
@@ -87,6 +108,12 @@ class RayStart:
         self._starter.start()
 
     def _run(self) -> None:
+        if self.delay > 0:
+            self._go.wait(self.delay)
+        if self._stopping.is_set():
+            self.phases["skipped"] = time.monotonic() - self._t0
+            self.settled.set()  # stopped before the delay ran out: no Ray at all
+            return
         self._start()
         self._stopping.wait()
         self._stop()
@@ -113,6 +140,10 @@ class RayStart:
                 Worker.options(**env, max_concurrency=at_once).remote(self.storage)
                 for _ in range(n)
             ]
+            if self._stopping.is_set():
+                return  # no one will use them: not worth waiting for
+            if self.then is not None:
+                self.made = self.then(self._actors)
             ray.get([w.info.remote() for w in self._actors])
             self.phases["workers"] = time.monotonic() - self._t0
             self._ready = self._actors
@@ -126,16 +157,24 @@ class RayStart:
             raise RlstreamError(f"Ray or its workers did not start: {self.error!r}") from self.error
         return None if self._stopping.is_set() else self._ready
 
+    def now(self) -> None:
+        """Start Ray now, without waiting out the delay."""
+        self._go.set()
+
     def stop(self) -> None:
         self._stopping.set()
+        self._go.set()
 
     def _stop(self) -> None:
         t = time.monotonic()
         try:
             import ray
 
-            for a in self._actors:
-                ray.kill(a)
+            if self.made is not None and hasattr(self.made, "close"):
+                self.made.close()  # what `then` started (a watch's tailers) and the workers
+            else:
+                for a in self._actors:
+                    ray.kill(a)
             if self.started:
                 from rlstream.runtime.cluster import disconnect
 
@@ -164,9 +203,11 @@ class Handover:
         on_result: Callable[[], None] | None = None,
         on_drained: Callable[[], None] | None = None,
         here_too: bool = False,
+        on_first: Callable[[list[Unit]], None] | None = None,
     ) -> None:
         self.storage = storage
         self.here_too = here_too
+        self.on_first = on_first
         self.workers = workers
         self.max_inflight = max(1, max_inflight)
         self.on_result = on_result
@@ -175,6 +216,9 @@ class Handover:
         self.counts = {"here": 0, "ray": 0}
 
     def __call__(self, units: list[Unit]) -> Iterator[UnitResult | UnitFailure]:
+        first, self.on_first = self.on_first, None
+        if first is not None:
+            first(units)
         todo = deque(units)
         inflight: dict[Any, tuple[Unit, int]] = {}
         load: list[int] = []
@@ -252,8 +296,13 @@ def analyze(
             last_show[0] = time.monotonic()
             progress.show(group.totals, len(urls))
 
+    def sized(units: list[Unit]) -> None:
+        listed = sum(len(getattr(u, "names", ())) for u in units)
+        if len(chunks) > 1 or listed > START_NOW_TRANSCRIPTS:
+            start.now()
+
     handover = Handover(
-        storage, start.workers, cfg.max_inflight_units, show, start.stop, WORK_HERE_TOO
+        storage, start.workers, cfg.max_inflight_units, show, start.stop, WORK_HERE_TOO, sized
     )
     t0 = time.monotonic()
     try:
@@ -271,6 +320,15 @@ def analyze(
     if start.error is not None:
         log.warning("Ray did not start (%r): every unit ran in the driver", start.error)
     ph = start.phases
+    if "skipped" in ph:
+        log.info(
+            "analyzed %d runs in %.1f s: %d units here, no Ray started (done within %.1f s)",
+            len(summaries),
+            time.monotonic() - t0,
+            handover.counts["here"],
+            start.delay,
+        )
+        return sorted(summaries, key=lambda s: s["run_id"])
     log.info(
         "analyzed %d runs in %.1f s: %d units here, %d on %d workers "
         "(Ray up after %.1f s, workers after %.1f s, stopped in %.1f s)",

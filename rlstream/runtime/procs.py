@@ -86,3 +86,16 @@ def kill_tree(roots: Iterable[int], timeout: float = 5.0) -> list[int]:
                 time.sleep(0.01)
         left += alive
     return left
+
+
+def process_age(pid: int | None = None) -> float:
+    """Seconds since process `pid` (default: this one) began, its interpreter's start
+    and imports included; 0.0 where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid or 'self'}/stat", "rb") as f:
+            start_ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))

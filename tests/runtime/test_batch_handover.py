@@ -247,3 +247,25 @@ def test_batch_path_keeps_a_cohort_in_one_chunk_like_in_process(tmp_path):
     local, here = bands("local"), bands("b")
     assert {n for _, _, n, _ in local} == {4}  # every step banded over the whole cohort
     assert here == local  # one band row per (step, figure), the same values
+
+
+def test_archive_done_within_the_delay_starts_no_ray(tmp_path):
+    """With `--start-ray-after` longer than the work, `analyze` on a private Ray starts
+    none: no temp folder is made, no Ray process runs, the tables are in-process's."""
+    simulate(tmp_path / "runs", SimConfig(runs=1, steps=4, seed=3))
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
+    cmd = [sys.executable, "-m", "rlstream.cli", "analyze", str(tmp_path / "runs")]
+    cmd += ["--out", str(tmp_path / "ray"), "--start-ray-after", "120"]
+    parent = tempfile.mkdtemp(prefix="rld", dir="/tmp")
+    try:
+        env = {**os.environ, TEMP_PARENT_ENV: parent}
+        env.pop("RAY_ADDRESS", None)
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=100)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert "no Ray started (done within 120.0 s)" in res.stderr
+        assert os.listdir(parent) == []  # no Ray temp folder was ever made
+        left = subprocess.run(["pgrep", "-f", parent], capture_output=True, text=True)
+        assert left.stdout.split() == []
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+    assert_same_rows(read_steps(tmp_path / "local"), read_steps(tmp_path / "ray"))

@@ -1,0 +1,42 @@
+"""`RuntimeConfig`: the sizes of a Ray run's actor pools and how its start behaves.
+
+Kept apart from the actors (`runtime/fleet.py`) so that reading a configuration, or
+an `analyze` that finishes before it needs Ray, never imports Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlstream.runtime.cluster import RayConfig
+from rlstream.sinks.maintain import MaintenanceConfig
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Sizes of the actor pools and how discovery repeats."""
+
+    workers: int | None = None
+    """Worker actors; default: the cluster's CPUs."""
+    tailers: int | None = None
+    """Tailer actors; default (`default_tailers`): for watch as many as workers, at
+    most 4 (polls and commits of different shards then run in parallel); for analyze
+    one per 8 workers, at most 4."""
+    discover_every_seconds: float = 10.0
+    ray: RayConfig = field(default_factory=RayConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    early_start: bool | None = None
+    """Work in the driver while a private Ray starts (runtime/batch.py for analyze,
+    runtime/early.py for watch); None: when this command starts a private Ray."""
+    start_ray_after: float = 1.0
+    """analyze: seconds the driver works alone before it starts a private Ray, unless
+    its plan is larger (`batch.START_NOW_TRANSCRIPTS`); an archive done sooner starts
+    none. On 2 cores a private Ray's start costs several CPU seconds (bench/README.md)."""
+
+
+def default_tailers(workers: int, watch: bool) -> int:
+    """Tailers when none are asked for. A watch polls every run every poll, so its
+    shards are polled in parallel. In batch work a tailer only hands out units and
+    folds their results, about a tenth of a worker's CPU (bench/README.md): one feeds
+    8 workers, and on 2 cores a second one only takes CPU from the workers."""
+    return min(4, workers if watch else -(-workers // 8))
