@@ -51,6 +51,9 @@ class LatencyProxy:
         self.peak_inflight = 0
         """Most requests received and not yet answered at once (all connections)."""
         self._reads = 0
+        self.upstream_s: list[float] = []
+        """Seconds from forwarding each request to the upstream's first response byte:
+        the upstream's own answer time (moto's), the added delay excluded."""
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
@@ -119,7 +122,8 @@ class LatencyProxy:
             cwriter.close()
             return
         # True once the upstream has answered: the client's next bytes are a new request.
-        answered = [True]
+        # answered[1]: when the request being answered was forwarded.
+        answered: list = [True, 0.0]
         up = asyncio.ensure_future(self._requests(creader, cwriter, uwriter, answered))
         down = asyncio.ensure_future(self._responses(ureader, cwriter, answered))
         try:
@@ -136,7 +140,7 @@ class LatencyProxy:
         creader: asyncio.StreamReader,
         cwriter: asyncio.StreamWriter,
         uwriter: asyncio.StreamWriter,
-        answered: list[bool],
+        answered: list,
     ) -> None:
         buf = b""
         while True:
@@ -177,12 +181,12 @@ class LatencyProxy:
                     )
                     await cwriter.drain()
                     continue
-                answered[0] = False
+                answered[0], answered[1] = False, self._loop.time()
                 uwriter.write(head)
             await uwriter.drain()
 
     async def _responses(
-        self, ureader: asyncio.StreamReader, cwriter: asyncio.StreamWriter, answered: list[bool]
+        self, ureader: asyncio.StreamReader, cwriter: asyncio.StreamWriter, answered: list
     ) -> None:
         while True:
             chunk = await ureader.read(65536)
@@ -192,6 +196,7 @@ class LatencyProxy:
                 answered[0] = True
                 with self._lock:
                     self.inflight -= 1
+                    self.upstream_s.append(self._loop.time() - answered[1])
             cwriter.write(chunk)
             await cwriter.drain()
 
@@ -199,8 +204,8 @@ class LatencyProxy:
 def _serve(upstream_port: int, delay: float, conn: Any) -> None:
     with LatencyProxy(upstream_port, delay) as px:
         conn.send(px.port)
-        while conn.recv() != "stop":
-            conn.send(dict(px.snapshot()))
+        while (msg := conn.recv()) != "stop":
+            conn.send(list(px.upstream_s) if msg == "upstream" else dict(px.snapshot()))
 
 
 class ProxyProcess:
@@ -239,6 +244,11 @@ class ProxyProcess:
 
     def requests(self) -> int:
         return sum(self.snapshot().values())
+
+    def upstream_times(self) -> list[float]:
+        """`LatencyProxy.upstream_s` of the proxy in the other process."""
+        self._conn.send("upstream")
+        return self._conn.recv()
 
     def stop(self) -> None:
         if self._proc is None:

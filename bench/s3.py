@@ -222,7 +222,7 @@ mirror and the watch share (bench/README.md); freshness is read up to this much 
 class Mirror:
     """Uploads a local runs folder to S3 as a writer on object storage would: new
     transcripts once (before the lines that name them: steps.jsonl and rollouts.jsonl
-    are read first and uploaded last), a changed JSONL or run.json whole. Notes when
+    are read first and uploaded last), a changed JSONL whole, then a changed run.json. Notes when
     each step line was first uploaded."""
 
     def __init__(self, root: Path, fs, prefix: str) -> None:
@@ -259,8 +259,13 @@ class Mirror:
                         puts[f"{self.prefix}/{key}"] = Path(e.path).read_bytes()
         if puts:
             self.fs.pipe(puts)
-        if last:
-            self.fs.pipe(last)
+        # The JSONL files, then run.json: a finished run's run.json (`finished_at`) must
+        # not land before its last lines (uploaded together, either could land first,
+        # and the watch would take the last lines as late).
+        jsonl = {k: v for k, v in last.items() if not k.endswith("/run.json")}
+        for batch in (jsonl, {k: v for k, v in last.items() if k not in jsonl}):
+            if batch:
+                self.fs.pipe(batch)
         now = time.time()
         for run, data in steps.items():
             rid = json.loads(self.sent[self.root / run / "run.json"])["run_id"]
@@ -325,6 +330,7 @@ def live(runs: int, steps: int, delay: float, work: Path, interval: float = 1.0)
             bound = 2 * POLL + COMMIT + delay
             _wait(lambda: all(mon.last.get(r, -1) >= s for r, s in last.items()), 60, proc)
             requests = dict(px.snapshot())
+            upstream = sorted(px.upstream_times())
         finally:
             mon.stop()
             _stop(proc)
@@ -345,12 +351,19 @@ def live(runs: int, steps: int, delay: float, work: Path, interval: float = 1.0)
         "ready": ready,
         **freshness(fresh, missing, bound),
         "requests": requests,
+        "moto_answer_ms": {
+            f"p{q}": round(1000 * upstream[min(len(upstream) - 1, len(upstream) * q // 100)], 1)
+            for q in (50, 90, 99)
+        }
+        if upstream
+        else {},
     }
     print(
         f"  watch s3 +{delay * 1000:.0f} ms, {runs} live runs: freshness p50 {res['p50']:.2f} s, "
         f"p99 {res['p99']:.2f} s, max {res['max']:.2f} s over {len(fresh)} step lines "
         f"(bound {bound:.2f} s = 2 polls + 1 commit + 1 round trip; {early} lines uploaded "
-        f"before every run had its first row left out); missing {missing}; requests {requests}",
+        f"before every run had its first row left out); missing {missing}; requests {requests}; "
+        f"moto's own answer time (ms, at the proxy) {res['moto_answer_ms']}",
         flush=True,
     )
     return res
