@@ -75,7 +75,7 @@ class StepsTable:
         self._ranges: dict[str, tuple[int, int]] = {}
         if sink.exists("steps"):
             dt = DeltaTable(sink.uri("steps"), storage_options=sink.options)
-            self.dataset = dt.to_pyarrow_dataset()
+            self.dataset = sink.dataset(dt)
 
     def _scan(self, have: list[str]) -> pa.Table:
         if self._all is None or not set(have) <= set(self._cols):
@@ -178,7 +178,7 @@ def read_table(
         }
         empty = schemas[table].empty_table() if table in schemas else pa.table({})
         return empty.select(columns) if columns and empty.num_columns else empty
-    ds = DeltaTable(sink.uri(table), storage_options=sink.options).to_pyarrow_dataset()
+    ds = sink.dataset(DeltaTable(sink.uri(table), storage_options=sink.options))
     flt = None if where is None else pc.field(where[0]) == where[1]
     return ds.to_table(columns=columns, filter=flt)
 
@@ -233,7 +233,7 @@ def read_bands(
     sink = out_sink(out, storage_options)
     if not sink.exists("cohorts"):
         return {}
-    ds = DeltaTable(sink.uri("cohorts"), storage_options=sink.options).to_pyarrow_dataset()
+    ds = sink.dataset(DeltaTable(sink.uri("cohorts"), storage_options=sink.options))
     flt = None if cohorts is None else pc.field("cohort").isin(sorted(set(cohorts)))
     cols = ["cohort", "figure", "step", "n", "p10", "p50", "p90", "median", "mad", "as_of"]
     t = newest_bands(ds.to_table(columns=[*cols, "commit_seq"], filter=flt))

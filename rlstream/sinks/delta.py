@@ -180,6 +180,18 @@ class DeltaSink:
             return os.path.abspath(url)
         return url.removeprefix("file://")
 
+    def dataset(self, table: Any) -> Any:
+        """A pyarrow dataset of a `DeltaTable` of OUT. On local disk it reads through
+        pyarrow's own filesystem: with delta-rs's default (a Python file handler), an
+        Arrow I/O thread could release a Python file object while the interpreter
+        exits, and the process aborted after its work was done."""
+        uri = table.table_uri.removeprefix("file://")
+        if "://" in uri:
+            return table.to_pyarrow_dataset()
+        from pyarrow import fs
+
+        return table.to_pyarrow_dataset(filesystem=fs.SubTreeFileSystem(uri, fs.LocalFileSystem()))
+
     def exists(self, table: str) -> bool:
         from deltalake import DeltaTable
 

@@ -145,12 +145,12 @@ def read_latest_rows(sink: DeltaSink, health: Any = None) -> pa.Table:
     cut = None
     if sink.exists("run_latest"):
         latest = DeltaTable(sink.uri("run_latest"), storage_options=opts)
-        lt = latest.to_pyarrow_dataset().to_table()
+        lt = sink.dataset(latest).to_table()
         if lt.num_rows:
             parts.append(lt)
             newest = pc.max(lt.column("as_of")).as_py()
             cut = pa.scalar(newest.timestamp() - LATEST_SLACK_SECONDS, pa.float64())
-    ds = health.to_pyarrow_dataset()
+    ds = sink.dataset(health)
     if cut is not None:
         stamp = pa.scalar(int(cut.as_py() * 1_000_000), pa.int64()).cast(
             ds.schema.field("as_of").type
