@@ -15,7 +15,9 @@ runs the health hooks with every run in one cohort (bands and `unlike_peers`).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -66,6 +68,27 @@ def main(src: str, root: str, out: str, stages: str, *opts: str) -> None:
     assert group is not None
     group.poll(local_executor(group.storage), now=2000.0, final=True)
     group.commit(now=2000.0)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_staged(
+    src: Path,
+    root: Path,
+    out: Path,
+    failpoint: str | None = None,
+    max_rows: int = 128,
+    stages: int = 4,
+    cohorts: bool = False,
+) -> int:
+    """This module as a subprocess (dying at `failpoint`, if given); its exit code."""
+    env = {k: v for k, v in os.environ.items() if k != "RLSTREAM_FAILPOINT"}
+    if failpoint:
+        env["RLSTREAM_FAILPOINT"] = failpoint
+    cmd = [sys.executable, "-m", "tests.pipeline.staged", str(src), str(root), str(out)]
+    cmd += [str(stages), str(max_rows), *(["cohorts"] if cohorts else [])]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=300).returncode
 
 
 if __name__ == "__main__":

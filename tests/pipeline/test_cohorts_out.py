@@ -5,9 +5,6 @@ exactly the bands and alerts of an uninterrupted run (nothing lost, nothing twic
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +19,7 @@ from rlstream.pipeline.verdicts import health_hooks
 from rlstream.simulate import SimConfig, simulate
 from rlstream.sinks.cohorts import newest_bands
 from tests.outputs import out_sql
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.pipeline.staged import run_staged
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +66,7 @@ def test_bands_are_the_quantiles_of_the_cohorts_step_rows(analyzed):
 def _staged(
     src: Path, root: Path, out: Path, failpoint: str | None = None, max_rows: int = 128
 ) -> int:
-    env = {k: v for k, v in os.environ.items() if k != "RLSTREAM_FAILPOINT"}
-    if failpoint:
-        env["RLSTREAM_FAILPOINT"] = failpoint
-    cmd = [sys.executable, "-m", "tests.pipeline.staged", str(src), str(root), str(out), "4"]
-    cmd += ["cohorts", str(max_rows)]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=300).returncode
+    return run_staged(src, root, out, failpoint, max_rows, cohorts=True)
 
 
 def _tables(out: Path) -> dict[str, list[tuple]]:

@@ -7,29 +7,13 @@ latest health per run."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rlstream.simulate import SimConfig, simulate
 from tests.outputs import out_sql
-
-STAGES = "4"
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _staged(
-    src: Path, root: Path, out: Path, failpoint: str | None = None, max_rows: int = 128
-) -> int:
-    env = {k: v for k, v in os.environ.items() if k != "RLSTREAM_FAILPOINT"}
-    if failpoint:
-        env["RLSTREAM_FAILPOINT"] = failpoint
-    cmd = [sys.executable, "-m", "tests.pipeline.staged", str(src), str(root), str(out), STAGES]
-    cmd.append(str(max_rows))
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=300).returncode
+from tests.pipeline.staged import run_staged as _staged
 
 
 def _tables(out: Path) -> dict[str, list[tuple]]:
