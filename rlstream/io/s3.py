@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -57,28 +58,31 @@ def open_s3(protocol: str, options: dict[str, Any]) -> Any:
     return fs
 
 
-def list_after(fs: Any, path: str, start_after: str) -> list[str]:
-    """Sorted base names of the objects directly under `path` that sort after
-    `start_after` (one ListObjectsV2 request per 1,000 names)."""
+def _objects(fs: Any, path: str, **extra: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(base name, listing entry) of the objects directly under `path`, in key order,
+    a ListObjectsV2 page at a time (`extra`: StartAfter, MaxKeys)."""
     from fsspec.asyn import sync
 
     bucket, _, prefix = path.partition("/")
     prefix = f"{prefix}/" if prefix else ""
-    names: list[str] = []
-    kwargs: dict[str, Any] = {
-        "Bucket": bucket,
-        "Prefix": prefix,
-        "Delimiter": "/",
-        "StartAfter": prefix + start_after,
-    }
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/", **extra}
+    if "StartAfter" in kwargs:
+        kwargs["StartAfter"] = prefix + kwargs["StartAfter"]
     while True:
         resp = sync(fs.loop, fs._call_s3, "list_objects_v2", **kwargs)
-        names.extend(o["Key"][len(prefix) :] for o in resp.get("Contents", []))
+        for o in resp.get("Contents", []):
+            yield o["Key"][len(prefix) :], o
         token = resp.get("NextContinuationToken")
         if not resp.get("IsTruncated") or not token:
-            break
-        kwargs = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/", "ContinuationToken": token}
-    return sorted(names)
+            return
+        kwargs = {**kwargs, "ContinuationToken": token}
+        kwargs.pop("StartAfter", None)
+
+
+def list_after(fs: Any, path: str, start_after: str) -> list[str]:
+    """Sorted base names of the objects directly under `path` that sort after
+    `start_after` (one ListObjectsV2 request per 1,000 names)."""
+    return sorted(name for name, _ in _objects(fs, path, StartAfter=start_after))
 
 
 def list_stats(
@@ -87,22 +91,12 @@ def list_stats(
     """(size, ETag) of each of `names` found directly under `path`, from one
     ListObjectsV2 request (more only when over `page` objects sort before the last
     name): a listing shows the same size and ETag as a HEAD of each object."""
-    from fsspec.asyn import sync
-
-    bucket, _, prefix = path.partition("/")
-    prefix = f"{prefix}/" if prefix else ""
-    wanted, last = set(names), prefix + max(names)
+    wanted, last = set(names), max(names)
     got: dict[str, tuple[int, str | None]] = {}
-    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/", "MaxKeys": page}
-    while True:
-        resp = sync(fs.loop, fs._call_s3, "list_objects_v2", **kwargs)
-        for o in resp.get("Contents", []):
-            name = o["Key"][len(prefix) :]
-            if name in wanted:
-                etag = o.get("ETag")
-                got[name] = (int(o["Size"]), str(etag).strip('"') if etag else None)
-        keys = [o["Key"] for o in resp.get("Contents", [])]
-        token = resp.get("NextContinuationToken")
-        if not resp.get("IsTruncated") or not token or (keys and keys[-1] >= last):
-            return got
-        kwargs = {**kwargs, "ContinuationToken": token}
+    for name, o in _objects(fs, path, MaxKeys=page):
+        if name in wanted:
+            etag = o.get("ETag")
+            got[name] = (int(o["Size"]), str(etag).strip('"') if etag else None)
+        if name >= last:
+            break
+    return got
