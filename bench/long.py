@@ -14,9 +14,10 @@ reads it) reaches 10 % of the steps, and again at the end, it records:
 - files under OUT (data, logs and resume state together);
 - commit time at equal work: the watch logs, every 10 commits, their mean time and
   the run commits and step rows they carried. The 30 commits after the 10 % point
-  and the 30 after the 90 % point are taken: both while every writer is active, so
-  both carry the same steps per commit (printed), and the figures are the mean
-  commit time and the commit time per committed step row (90 % over 10 %);
+  and the last 30 logged before the first writer wrote its last step are taken:
+  both while every writer is active, so both carry about the same steps per commit
+  (printed), and the figures are the mean commit time and the commit time per
+  committed step row (late window over 10 %);
 - RSS of the watch's process tree (driver, tailers, workers, Ray) and of the driver;
 - `status` and `report` time: `read_latest` and `render_report` in this process,
   median of 3.
@@ -28,6 +29,7 @@ them as ratios of the 100 % point to the 10 % point (bench/README.md).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import statistics
@@ -69,24 +71,52 @@ def _timed(fn, reps: int = 3) -> float:
 
 
 COMMIT_LINE = re.compile(
-    r"commits: mean ([0-9.]+) s, max [0-9.]+ s over the last (\d+) "
-    r"\((\d+) run commits, (\d+) step rows\)"
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*?commits: mean ([0-9.]+) s, max [0-9.]+ s over the last (\d+) "
+    r"\((\d+) run commits, (\d+) step rows\)",
+    re.M,
 )
 WINDOW_LINES = 3
 """Log lines (of 10 commits each) per commit-time window."""
 
 
-def _commit_lines(log: Path) -> list[tuple[float, int, int, int]]:
-    """(mean s, commits, run commits, step rows) of each of the watch's commit lines."""
+Line = tuple[float, int, int, int, float]
+
+
+def _commit_lines(log: Path) -> list[Line]:
+    """(mean s, commits, run commits, step rows, wall time logged) of each of the
+    watch's commit lines (the log's times are local time, as `time.mktime` reads)."""
     text = log.read_text("utf-8", "replace")
-    return [(float(m), int(n), int(r), int(s)) for m, n, r, s in COMMIT_LINE.findall(text)]
+    return [
+        (
+            float(m),
+            int(n),
+            int(r),
+            int(s),
+            time.mktime(time.strptime(t, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000,
+        )
+        for t, ms, m, n, r, s in COMMIT_LINE.findall(text)
+    ]
 
 
-def commit_window(lines: list[tuple[float, int, int, int]]) -> dict:
+def last_before(lines: list[Line], first: int, until: float) -> list[Line]:
+    """The last WINDOW_LINES lines from index `first` on logged at or before `until`."""
+    return [x for x in lines[first:] if x[4] <= until][-WINDOW_LINES:]
+
+
+def _first_writer_done(root: Path) -> float:
+    """The earliest time at which a run wrote its last steps.jsonl line."""
+    done = []
+    for f in root.glob("*/steps.jsonl"):
+        last = f.read_bytes().rstrip().rsplit(b"\n", 1)[-1]
+        done.append(json.loads(last)["time"])
+    return min(done)
+
+
+def commit_window(lines: list[Line]) -> dict:
     """Mean commit time, step rows per commit and commit time per step row."""
-    commits = sum(n for _, n, _, _ in lines)
-    seconds = sum(m * n for m, n, _, _ in lines)
-    rows = sum(s for *_, s in lines)
+    commits = sum(x[1] for x in lines)
+    seconds = sum(x[0] * x[1] for x in lines)
+    rows = sum(x[3] for x in lines)
     return {
         "commits": commits,
         "commit_s_mean": round(seconds / commits, 4) if commits else None,
@@ -152,25 +182,22 @@ def main(quick: bool, work: Path, runs: int = 20, steps: int = 2000, interval: f
         _wait(lambda: len(_commit_lines(log)) >= first + WINDOW_LINES, 600, proc)
         res["at_10"].update(commit_window(_commit_lines(log)[first : first + WINDOW_LINES]))
         print(f"long: at 10 %: {res['at_10']}", flush=True)
-        # The second window: the 30 commits after every run reached 90 % of its steps,
-        # while every writer still writes, so it carries the work of the first window
-        # (the writers do not all stop at once: commits after the first stops carry less).
-        _wait(lambda: reached(0.9), 3600, proc)
-        first90, active = len(_commit_lines(log)), writer.is_alive()
-        if active:
-            _wait(lambda: len(_commit_lines(log)) >= first90 + WINDOW_LINES, 600, proc)
-        late = _commit_lines(log)[first90 : first90 + WINDOW_LINES]
-        res["at_90"] = commit_window(late) if active and late else {}
-        print(f"long: commits after 90 %: {res['at_90']}", flush=True)
-        if not res["at_90"]:
-            print(
-                "long: the watch reached 90 % only after the writers stopped (it was "
-                "behind them), so commit time at equal work is not measured (use fewer "
-                "--runs or a longer --interval on a loaded machine)",
-                flush=True,
-            )
         writer.join()
         _wait(lambda: reached(1.0), 3600, proc)
+        # The second window: the last 30 commits logged before the first writer wrote its
+        # last step, so every writer still wrote and it carries the work of the first
+        # window (the writers do not all stop at once: later commits carry less).
+        later = first + WINDOW_LINES
+        late = last_before(_commit_lines(log), later, _first_writer_done(root))
+        res["at_90"] = commit_window(late) if len(late) == WINDOW_LINES else {}
+        print(f"long: the last commits while every writer wrote: {res['at_90']}", flush=True)
+        if not res["at_90"]:
+            print(
+                "long: fewer than 30 commits after the first window were logged while "
+                "every writer wrote, so commit time at equal work is not measured (use "
+                "more --steps)",
+                flush=True,
+            )
         time.sleep(35)  # one more commit-time log line and a maintenance pass
         res["at_100"] = snapshot(out, proc)
         print(f"long: at 100 %: {res['at_100']}", flush=True)

@@ -22,6 +22,7 @@ the run; without a readable state it lists the run's transcripts folder.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
@@ -238,12 +239,20 @@ def read_bands(
     cols = ["cohort", "figure", "step", "n", "p10", "p50", "p90", "median", "mad", "as_of"]
     t = newest_bands(ds.to_table(columns=[*cols, "commit_seq"], filter=flt))
     out_: dict[str, dict[str, dict[str, list[Any]]]] = {}
-    for row in t.select(cols[:-1]).to_pylist():
-        per = out_.setdefault(row["cohort"], {}).setdefault(
-            row["figure"], {k: [] for k in cols[2:-1]}
-        )
-        for k in cols[2:-1]:
-            per[k].append(row[k])
+    if t.num_rows == 0:
+        return out_
+    # Rows come sorted by (cohort, figure, step): each (cohort, figure) is one slice,
+    # and a column converts to Python objects once, not a dict per row.
+    keys = [t.column(c).to_numpy(zero_copy_only=False) for c in ("cohort", "figure")]
+    change = np.zeros(t.num_rows, dtype=bool)
+    change[0] = True
+    for k in keys:
+        change[1:] |= k[1:] != k[:-1]
+    starts = [*np.flatnonzero(change).tolist(), t.num_rows]
+    values = {k: t.column(k).to_pylist() for k in cols[2:-1]}
+    for a, b in itertools.pairwise(starts):
+        per = out_.setdefault(keys[0][a], {})
+        per[keys[1][a]] = {k: v[a:b] for k, v in values.items()}
     return out_
 
 

@@ -78,23 +78,40 @@ def test_bench_live_quick_runs_and_prints(tmp_path: Path) -> None:
 
 
 def test_bench_long_reads_the_watch_commit_log_lines(tmp_path: Path) -> None:
-    """bench long's commit-time windows parse the driver's own log line."""
+    """bench long's commit-time windows parse the driver's own log line, with its time."""
+    import time
+
     sys.path.insert(0, str(ROOT))
-    from bench.long import _commit_lines, commit_window
+    from bench.long import _commit_lines, commit_window, last_before
     from rlstream.runtime.driver import COMMIT_LOG
 
     log = tmp_path / "watch.log"
     lines = [
         COMMIT_LOG % (0.5, 0.9, 10, 40, 200, 0.4, 0.6, 20),
         COMMIT_LOG % (0.25, 0.3, 10, 40, 50, 0.3, 0.5, 20),
+        COMMIT_LOG % (0.1, 0.2, 10, 40, 10, 0.3, 0.5, 20),
     ]
-    log.write_text("noise\n" + "\n".join(f"INFO {x}" for x in lines) + "\n")
+    stamps = ["2026-12-01 10:00:00,250", "2026-12-01 10:00:20,500", "2026-12-01 10:00:40,000"]
+    log.write_text(
+        "noise\n"
+        + "\n".join(f"{t} INFO rlstream: {x}" for t, x in zip(stamps, lines, strict=True))
+        + "\n"
+    )
     got = _commit_lines(log)
-    assert got == [(0.5, 10, 40, 200), (0.25, 10, 40, 50)]
-    w = commit_window(got)
+    t0 = time.mktime(time.strptime("2026-12-01 10:00:00", "%Y-%m-%d %H:%M:%S"))
+    assert got == [
+        (0.5, 10, 40, 200, t0 + 0.25),
+        (0.25, 10, 40, 50, t0 + 20.5),
+        (0.1, 10, 40, 10, t0 + 40.0),
+    ]
+    w = commit_window(got[:2])
     assert w == {
         "commits": 20,
         "commit_s_mean": 0.375,
         "step_rows_per_commit": 12.5,
         "commit_ms_per_step_row": 30.0,
     }
+    # The late window: lines from index 1 on logged no later than the first writer's end.
+    assert last_before(got, 1, t0 + 30) == [got[1]]
+    assert last_before(got, 0, t0 + 40) == got
+    assert last_before(got, 0, t0) == []
