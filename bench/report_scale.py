@@ -11,7 +11,7 @@ of each and their ratio (long / short), in wall time and in CPU time (all thread
 the process). Both OUTs are timed in the same process and
 run, so the ratio holds however loaded the machine is. With `--work`, OUTs already
 there are reused. With `--steps N`, a third OUT is timed too: the 2,000-step OUT with
-its steps table extended to N steps per run (`extend`).
+its steps and cohort bands extended to N steps (`extend`).
 """
 
 from __future__ import annotations
@@ -42,24 +42,30 @@ def build(work: Path, runs: int, steps: int) -> Path:
 
 def extend(work: Path, src: Path, steps: int) -> Path:
     """A copy of OUT `src` whose `steps` table holds `steps` steps per run: each run's
-    rows repeated with their steps shifted, in run and step order (reused when there).
-    Only the steps table is longer: the health rows, findings and transcripts are
-    `src`'s. It stands for a history longer than is quick to simulate."""
+        rows repeated with their steps shifted, in run and step order (reused when there).
+        Only the steps table is longer: the health rows, findings and transcripts are
+        `src`'s. It stands for a history longer than is quick to simulate. A maintenance
+    pass follows, as in a watch."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from deltalake import DeltaTable, write_deltalake
+
+    from rlstream.fleet.read import out_sink
+    from rlstream.sinks.maintain import maintain
 
     out = work / f"report-out-{steps}-extended"
     if (out / "steps" / "_delta_log").exists():
         return out
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(src, out)
-    t = DeltaTable(str(out / "steps")).to_pyarrow_table()
-    n = pc.max(t["step"]).as_py() + 1
-    i = t.schema.get_field_index("step")
-    parts = [t.set_column(i, "step", pc.add(t["step"], k * n)) for k in range(-(-steps // n))]
-    full = pa.concat_tables(parts).sort_by([("run_id", "ascending"), ("step", "ascending")])
-    write_deltalake(str(out / "steps"), full, mode="overwrite")
+    for table, key in (("steps", "run_id"), ("cohorts", "cohort")):
+        t = DeltaTable(str(out / table)).to_pyarrow_table()
+        n = pc.max(t["step"]).as_py() + 1
+        i = t.schema.get_field_index("step")
+        parts = [t.set_column(i, "step", pc.add(t["step"], k * n)) for k in range(-(-steps // n))]
+        full = pa.concat_tables(parts).sort_by([(key, "ascending"), ("step", "ascending")])
+        write_deltalake(str(out / table), full, mode="overwrite")
+    maintain(out_sink(str(out)))  # as a watch's pass would: the step digest takes them in
     return out
 
 

@@ -1,10 +1,11 @@
 """The per-run charts of the HTML report: which step columns, which series, which axes.
 
-`run_charts(cols, findings)` turns a run's step rows (`fleet.read.StepsTable.arrays`,
-Arrow arrays, or `read_steps`'s lists, with `STEP_COLUMNS`) and its findings into
-`svg.Chart`s. Columns become numpy arrays (map columns are split per key with
-numpy), so a chart costs no Python per step: each finding is a marker on the
-chart of the figure it judges (`CHART_OF`). Axes fit the quantity: shares (ESS,
+`run_charts(digest, findings)` turns a run's step series (`fleet.read.read_digests`:
+per bin of steps, the points a chart draws; the series themselves for a run of up to
+`metrics.digest.MAX_BINS` steps) and its findings into `svg.Chart`s, the same size
+after 100 steps or 100,000: each finding is a marker on the chart of the figure it
+judges (`CHART_OF`). Discards are drawn per reason, the `MAX_DISCARD_SERIES` reasons
+with the largest totals over the run. Axes fit the quantity: shares (ESS,
 truncation) stay within 0-1, counts, lengths, lags and entropy never go below 0.
 Steps where a chart's main series has no value (for example a step with no trained
 attempt has no reward, KL or ESS) are shaded, and the legend says why. With the run's
@@ -16,37 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from rlstream.fleet.svg import Band, Chart, Marker, Series, as_floats
-
-STEP_COLUMNS = [
-    "reward_mean",
-    "reward_mean_with_unusable",
-    "reward_group_std_mean",
-    "reported_reward_mean",
-    "discards",
-    "groups_no_variance",
-    "groups_group_too_small",
-    "mismatch_kl",
-    "reported_mismatch_kl",
-    "mismatch_ess",
-    "mismatch_ess_seq",
-    "reported_mismatch_ess",
-    "entropy_estimate",
-    "reported_entropy_estimate",
-    "repetition",
-    "distinct_completions",
-    "completion_len_mean",
-    "completion_len_p95",
-    "truncated_frac",
-    "lag_mean",
-    "lag_p90",
-    "reported_lag_mean",
-    "rollout_metadata",
-]
+from rlstream.fleet.svg import Band, Chart, Marker, Series
+from rlstream.metrics.digest import RunDigest
 
 # Which chart a finding is marked on; codes not listed go on the reward chart.
 CHART_OF = {
@@ -75,47 +47,21 @@ BAND_OF = {
 """Chart -> the figure whose cohort band it draws."""
 
 
-def _map_series(maps: Any) -> dict[str, np.ndarray]:
-    """Per-key series of a map column (an Arrow map array, or a list of (key, value)
-    pairs per row): the `MAX_DISCARD_SERIES` keys with the largest totals; a key
-    missing at a step counts 0 (a discard reason that did not occur)."""
-    if not isinstance(maps, pa.Array):
-        maps = pa.array(maps, pa.map_(pa.string(), pa.float64()))
-    n = len(maps)
-    if not n or not pa.types.is_map(maps.type):
-        return {}
-    offsets = maps.offsets.to_numpy()
-    keys = maps.keys.slice(offsets[0], offsets[-1] - offsets[0])
-    vals = as_floats(maps.items.slice(offsets[0], offsets[-1] - offsets[0]))
-    vals = np.nan_to_num(vals, nan=0.0)
-    row = np.repeat(np.arange(n), np.diff(offsets))
-    enc = pc.dictionary_encode(keys)  # hashing in C: no Python string per entry
-    names = np.asarray(enc.dictionary.to_pylist(), dtype=str)
-    code = enc.indices.to_numpy(zero_copy_only=False)
-    totals = np.bincount(code, weights=vals, minlength=len(names))
-    order = sorted(range(len(names)), key=lambda i: (-totals[i], names[i]))[:MAX_DISCARD_SERIES]
-    out = {}
-    for i in order:
-        mask = code == i
-        out[str(names[i])] = np.bincount(row[mask], weights=vals[mask], minlength=n)
-    return out
-
-
 NO_TRAINED = "no trained attempt at these steps"
 NO_TOKENS = "no trained tokens with both logprobs at these steps"
 NO_SAMPLES = "no full-trace transcript at these steps"
 
 
 def run_charts(
-    cols: dict[str, list[Any]],
+    digest: RunDigest,
     findings: list[dict[str, Any]],
     bands: dict[str, dict[str, list[Any]]] | None = None,
 ) -> list[Chart]:
     """The run's charts; `bands`: figure -> {step, p10, p90, n} of its cohort."""
-    steps = np.asarray(as_floats(cols["step"]), dtype=np.int64)
+    width = digest.width
 
-    def s(col: str, label: str, dashed: bool = False) -> Series:
-        return Series(label, steps, as_floats(cols[col]), dashed)
+    def s(col: str, label: str, dashed: bool = False, key: str = "") -> Series:
+        return Series(label, *digest.points(col, key), dashed, width)
 
     # key: (title, series, axis options); y_min/y_max bound the axis, gap_note
     # explains the shaded steps where the first series has no value.
@@ -134,7 +80,7 @@ def run_charts(
         "discards": (
             "discards by reason (attempts) and no-variance groups",
             [
-                *(Series(k, steps, v) for k, v in _map_series(cols["discards"]).items()),
+                *(s("discards", k, key=k) for k in digest.keys("discards")[:MAX_DISCARD_SERIES]),
                 s("groups_no_variance", "groups: no_variance", True),
             ],
             {"y_min": 0.0},
@@ -207,5 +153,5 @@ def run_charts(
                 **opts,
                 "band": Band(f"cohort p10-p90 ({n} runs)", b["step"], b["p10"], b["p90"]),
             }
-        out.append(Chart(title, series, markers[key], **opts))
+        out.append(Chart(title, series, markers[key], steps=digest.steps_range(), **opts))
     return out

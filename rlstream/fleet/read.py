@@ -8,9 +8,15 @@ one log replay per table (a checkpoint and at most 10 JSON commits) and the data
 files the file statistics cannot rule out (after compaction, a handful), so a refresh
 costs the same after 10 steps or 10,000, on local disk or S3.
 
-`read_bands(out, cohorts)` returns the newest band per (cohort, step, figure) of the
-`cohorts` table (rlstream.sinks.cohorts), as {cohort: {figure: {column: values}}} in
-step order.
+`read_digests(out)` returns each run's step series as chart points
+(rlstream.metrics.digest): OUT's `step_digest` table plus the steps rows committed
+since it was last written (rlstream.sinks.digest), what the report draws.
+
+`read_bands(out, cohorts)` returns the bands the report draws: the newest band of the
+first step of each bin of steps, per (cohort, figure) (OUT's `band_digest` and the
+`cohorts` rows committed since, rlstream.sinks.band_digest; every step's newest band
+while a cohort spans at most `metrics.digest.MAX_BINS` steps), as {cohort: {figure:
+{column: values}}} in step order.
 
 `example_completions(run_uri, since_step)` is the one read outside OUT: a few
 completion texts from the newest transcripts of a run, for the report's
@@ -32,8 +38,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlstream.io.storage import Storage
+from rlstream.metrics.digest import RunDigest
 from rlstream.pipeline.discover import normalize_root
+from rlstream.sinks.band_digest import current_bands
 from rlstream.sinks.delta import DeltaSink
+from rlstream.sinks.digest import current_digest
 from rlstream.sinks.maintain import newest_per_run, read_latest_rows
 
 log = logging.getLogger("rlstream")
@@ -150,6 +159,11 @@ def read_steps(
     return StepsTable(out, storage_options).run(run_id, columns)
 
 
+def read_digests(out: str, storage_options: dict[str, Any] | None = None) -> dict[str, RunDigest]:
+    """{run_id: RunDigest} of every run with step rows (see the module docstring)."""
+    return current_digest(out_sink(out, storage_options))[0]
+
+
 def read_table(
     out: str,
     table: str,
@@ -227,17 +241,8 @@ def read_bands(
 ) -> dict[str, dict[str, dict[str, list[Any]]]]:
     """Bands of these cohorts (all if None): {cohort: {figure: {step, n, p10, p50, p90,
     median, mad}}}, each list in step order; {} before the first band is written."""
-    from deltalake import DeltaTable
-
-    from rlstream.sinks.cohorts import newest_bands
-
-    sink = out_sink(out, storage_options)
-    if not sink.exists("cohorts"):
-        return {}
-    ds = sink.dataset(DeltaTable(sink.uri("cohorts"), storage_options=sink.options))
-    flt = None if cohorts is None else pc.field("cohort").isin(sorted(set(cohorts)))
+    t = current_bands(out_sink(out, storage_options), cohorts)[0]
     cols = ["cohort", "figure", "step", "n", "p10", "p50", "p90", "median", "mad", "as_of"]
-    t = newest_bands(ds.to_table(columns=[*cols, "commit_seq"], filter=flt))
     out_: dict[str, dict[str, dict[str, list[Any]]]] = {}
     if t.num_rows == 0:
         return out_

@@ -23,19 +23,17 @@ import base64
 import datetime as dt
 import hashlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
-from rlstream.fleet.charts import STEP_COLUMNS, run_charts
+from rlstream.fleet.charts import run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
 from rlstream.fleet.read import (
-    StepsTable,
     example_completions,
     newest_names,
     read_bands,
+    read_digests,
     read_latest,
 )
 from rlstream.fleet.status import (
@@ -48,9 +46,10 @@ from rlstream.fleet.status import (
     trend_arrow,
 )
 from rlstream.fleet.svg import Chart, line_chart
+from rlstream.metrics.digest import RunDigest
 from rlstream.pipeline.outcome import plural
 
-__all__ = ["STEP_COLUMNS", "render_report", "run_charts", "write_report"]
+__all__ = ["render_report", "run_charts", "write_report"]
 
 log = logging.getLogger("rlstream")
 
@@ -216,22 +215,8 @@ def _examples(run: dict[str, Any], out: str, storage_options: dict[str, Any] | N
     return head + body
 
 
-def _last_map(maps: Any) -> dict[str, Any] | None:
-    """The last non-empty entry of a map column (Arrow map array or list of pairs)."""
-    if isinstance(maps, pa.Array) and pa.types.is_map(maps.type):
-        filled = (np.diff(maps.offsets.to_numpy()) > 0) & maps.is_valid().to_numpy(
-            zero_copy_only=False
-        )
-        idx = np.flatnonzero(filled)
-        return dict(maps[int(idx[-1])].as_py()) if idx.size else None
-    if isinstance(maps, pa.Array):
-        maps = maps.to_pylist()
-    filled_rows = [m for m in maps or [] if m]
-    return dict(filled_rows[-1]) if filled_rows else None
-
-
-def _metadata(cols: dict[str, Any]) -> str:
-    last = _last_map(cols.get("rollout_metadata"))
+def _metadata(digest: RunDigest) -> str:
+    last = digest.metadata
     if not last:
         return ""
     cells = "".join(
@@ -248,14 +233,13 @@ def run_section(
     i: int,
     row: dict[str, Any],
     latest: dict[str, Any],
-    steps: StepsTable,
+    digest: RunDigest,
     out: str,
     storage_options: dict[str, Any] | None,
     bands: dict[str, dict[str, list[Any]]] | None = None,
 ) -> str:
     findings = list(latest.get("findings") or [])
-    cols = steps.arrays(row["run_id"], STEP_COLUMNS)
-    charts = run_charts(cols, findings, bands)
+    charts = run_charts(digest, findings, bands)
     unplaced = [f for f in findings if f.get("since_step") is None]
     extra = "".join(
         f"<li class='msg'><b>{_e(f.get('code'))}</b> [{_e(f.get('severity'))}, "
@@ -267,12 +251,12 @@ def run_section(
         f'<div class="sub">{_e(row.get("run_uri"))} · {_e(row.get("format") or "loops")} format · '
         f"cohort {_e(row.get('cohort') or '-')} · "
         f"last step {_e(row.get('last_step'))} · "
-        f"{plural(len(cols['step']), 'final step')} · {plural(len(findings), 'finding')}</div>"
+        f"{plural(digest.rows, 'final step')} · {plural(len(findings), 'finding')}</div>"
         + _not_evaluable(row)
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
         + _examples(latest, out, storage_options)
-        + _metadata(cols)
+        + _metadata(digest)
         + "</section>"
     )
 
@@ -309,16 +293,26 @@ def render_report(
     now: float | None = None,
 ) -> str:
     """The whole report as one HTML document."""
-    latest = read_latest(out, storage_options)
+    # The three reads of OUT are independent (each a log replay, then its files):
+    # on object storage their round trips overlap.
+    with ThreadPoolExecutor(3, thread_name_prefix="rlstream-report") as pool:
+        got_latest = pool.submit(read_latest, out, storage_options)
+        got_digests = pool.submit(read_digests, out, storage_options)
+        got_bands = pool.submit(read_bands, out, None, storage_options)
+        latest, digests, bands = got_latest.result(), got_digests.result(), got_bands.result()
     rejected = read_rejected(out, storage_options, [r["run_uri"] for r in latest])
     by_id = {r["run_id"]: r for r in latest}
     rows = status_rows(latest, now)
     now_dt = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
-    steps = StepsTable(out, storage_options)
-    bands = read_bands(out, [r["cohort"] for r in rows if r.get("cohort")], storage_options)
     sections = "".join(
         run_section(
-            i, r, by_id[r["run_id"]], steps, out, storage_options, bands.get(r.get("cohort"))
+            i,
+            r,
+            by_id[r["run_id"]],
+            digests.get(r["run_id"]) or RunDigest(),
+            out,
+            storage_options,
+            bands.get(r.get("cohort")),
         )
         for i, r in enumerate(rows)
     )

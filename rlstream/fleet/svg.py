@@ -45,6 +45,9 @@ class Series:
     steps: Sequence[int] | np.ndarray
     values: Sequence[float | None] | np.ndarray
     dashed: bool = False
+    resolution: int = 1
+    """Steps a point stands for: the bin width of a digest's points (metrics.digest),
+    so missing points that far apart are one gap."""
 
 
 def as_floats(values: Any) -> np.ndarray:
@@ -99,6 +102,8 @@ class Chart:
     """Legend text for the shaded steps where the first series has no value."""
     band: Band | None = None
     """The run's cohort band of the chart's main figure, drawn under the series."""
+    steps: tuple[int, int] | None = None
+    """The run's first and last step (the x axis; the series' own extent if None)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,7 @@ def gap_bands(chart: Chart, within: int = 1) -> list[tuple[int, int]]:
     if not chart.series:
         return []
     steps, vals = _points(chart.series[0])
+    within = max(within, chart.series[0].resolution)
     ok = ~np.isnan(vals)
     if chart.log_y:
         ok &= np.where(ok, vals, 0.0) > 0
@@ -155,6 +161,21 @@ def gap_bands(chart: Chart, within: int = 1) -> list[tuple[int, int]]:
     first = np.concatenate([[0], cut + 1])
     last = np.concatenate([cut, [bad.size - 1]])
     return list(zip(bad[first].tolist(), bad[last].tolist(), strict=True))
+
+
+def _drawn(steps: np.ndarray, vals: np.ndarray, resolution: int) -> tuple[np.ndarray, np.ndarray]:
+    """The points to draw of a series whose points stand for bins of `resolution`
+    steps: a missing point breaks the line only where its bin has no value (as a
+    missing step narrower than a pixel column does not break a thinned line)."""
+    miss = np.isnan(vals)
+    if resolution <= 1 or not miss.any():
+        return steps, vals
+    bins = steps // resolution  # increasing: membership by binary search
+    have = bins[~miss]
+    at = np.minimum(np.searchsorted(have, bins), max(have.size - 1, 0))
+    has_value = have[at] == bins if have.size else np.zeros(bins.size, dtype=bool)
+    keep = ~(miss & has_value)
+    return steps[keep], vals[keep]
 
 
 def thin(ser: Series, columns: int) -> Series:
@@ -231,9 +252,12 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     columns = pw // THIN_PIXELS
     full = [_points(s) for s in chart.series]
     xs = [x for x, _ in full if x.size]
-    x0 = x1 = 0
+    x0 = x1 = lo_s = hi_s = 0
     if xs:
         x0, x1 = min(int(x.min()) for x in xs), max(int(x.max()) for x in xs)
+        if chart.steps is not None:
+            x0, x1 = chart.steps
+        lo_s, hi_s = x0, x1
         for m in chart.markers:
             x0, x1 = min(x0, m.step), max(x1, m.step)
         if x1 == x0:
@@ -244,7 +268,12 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     bands = gap_bands(chart, -(-(x1 - x0) // columns) if thinned else 1)
     if chart.log_y:  # what a log axis cannot draw is missing, also for thinning
         full = [(st, np.where(np.nan_to_num(v) > 0, v, np.nan)) for st, v in full]
-    pts = thin_together(full, columns, (x0, x1))
+    full = [_drawn(st, v, ser.resolution) for (st, v), ser in zip(full, chart.series, strict=True)]
+    # A digest's points (resolution > 1) are already about two per pixel column.
+    raw = [i for i, ser in enumerate(chart.series) if ser.resolution <= 1]
+    pts = list(full)
+    for i, p in zip(raw, thin_together([full[i] for i in raw], columns, (x0, x1)), strict=True):
+        pts[i] = p
     drawn = [
         ~np.isnan(v) & (np.where(np.isnan(v), 0.0, v) > 0 if chart.log_y else True) for _, v in pts
     ]
@@ -252,7 +281,6 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     band, band_label = None, chart.band.label if chart.band is not None else ""
     if chart.band is not None and xs:
         # The band is drawn over the run's own steps only, and widens the axis to fit.
-        lo_s, hi_s = min(int(x.min()) for x in xs), max(int(x.max()) for x in xs)
         band = _band_points(chart.band, lo_s, hi_s, columns, chart.log_y, (x0, x1))
         edges = np.concatenate([band[1], band[2]])
         ys = np.concatenate([ys, edges[~np.isnan(edges)]])

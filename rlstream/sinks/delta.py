@@ -8,6 +8,7 @@ Layout (docs/schema.md):
     OUT/alerts/_delta_log/...       finding transitions
     OUT/quarantine/_delta_log/...   rejected records
     OUT/cohorts/_delta_log/...      peer bands per cohort, step and figure (sinks/cohorts.py)
+    OUT/step_digest/_delta_log/...  the runs' step series as chart points (sinks/digest.py)
     OUT/_resume/run_id=<id>.state   each run's resume state (rlstream.pipeline.resume)
 
 `DeltaSink` appends one Arrow table to one Delta table per call, recording one
@@ -36,6 +37,7 @@ from rlstream.formats.quarantine import QuarantineRow
 from rlstream.io.storage import Storage
 
 TABLES = ("steps", "run_health", "run_latest", "alerts", "quarantine", "cohorts")
+DIGEST_TABLE = "step_digest"
 STATE_DIR = "_resume"
 
 QUARANTINE_SCHEMA = pa.schema(
@@ -293,6 +295,13 @@ class DeltaSink:
         rows deleted. A band row names the run that wrote it, but it is its cohort's:
         its peers no longer hold the older steps to write it again, and readers keep the
         newest, largest band of a step. Appends running at the same time may fail once
-        and are retried."""
+        and are retried. The step digest is emptied before and after
+        (rlstream.sinks.digest): the next maintenance pass folds every steps row left
+        again."""
+        from rlstream.sinks.digest import empty_digest  # it builds on this module
+
         quoted = run_id.replace("'", "''")
-        return sum(self.delete_where(t, f"run_id = '{quoted}'") for t in TABLES if t != "cohorts")
+        empty_digest(self)
+        n = sum(self.delete_where(t, f"run_id = '{quoted}'") for t in TABLES if t != "cohorts")
+        empty_digest(self)  # again: a pass may have read the steps before the delete
+        return n

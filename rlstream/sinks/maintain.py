@@ -6,7 +6,10 @@ One pass, per table: `optimize.compact()` bin-packs the files below `target_file
 (the commits' small files since the last pass, and the compacted file still growing)
 into files of up to that size; a file already that large is left alone, so a pass
 rewrites at most `target_file_mb` plus what arrived since the last one;
-then, for `run_health`, `run_latest` is rebuilt (below); then a full `vacuum` of the
+then, for `run_health`, `run_latest` is rebuilt (below), and for `steps` the step
+digest and for `cohorts` the band digest take in the rows committed since the last
+pass (rlstream.sinks.digest, rlstream.sinks.band_digest);
+then a full `vacuum` of the
 files the table no longer references, once older than `sink.retention_seconds` (a
 table property set when the table is created; a pass that finds another value sets
 it, which may make one concurrent append fail and be retried), a log checkpoint and
@@ -34,7 +37,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rlstream.sinks.delta import TABLES, DeltaSink, table_config
+from rlstream.sinks.band_digest import BAND_TABLE, refresh_bands
+from rlstream.sinks.delta import DIGEST_TABLE, TABLES, DeltaSink, table_config
+from rlstream.sinks.digest import refresh_digest
 
 log = logging.getLogger("rlstream")
 
@@ -96,6 +101,19 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
         except Exception as e:  # maintenance is retried next pass; never stops the watch
             log.warning("maintenance of %s failed: %s", name, e)
             report[name] = {"error": str(e)}
+    # After the compaction: each digest covers its table's new files.
+    for table, digest, refresh in (
+        ("steps", DIGEST_TABLE, refresh_digest),
+        ("cohorts", BAND_TABLE, refresh_bands),
+    ):
+        if not sink.exists(table):
+            continue
+        try:
+            report[digest] = {"rows": refresh(sink)}
+            _tidy(DeltaTable(sink.uri(digest), storage_options=sink.options))
+        except Exception as e:  # retried next pass, as for the tables above
+            log.warning("maintenance of %s failed: %s", digest, e)
+            report[digest] = {"error": str(e)}
     return report
 
 

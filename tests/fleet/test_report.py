@@ -58,12 +58,11 @@ def test_findings_marked_on_their_chart_at_since_step(fleet_out):
     run = latest[fleet_out.run_ids["mismatch_kl_rising"]]
     findings = run["findings"]
     kl = next(f for f in findings if f["code"] == "mismatch_kl_rising")
-    from rlstream.fleet.read import read_steps
-    from rlstream.fleet.report import STEP_COLUMNS
+    from rlstream.fleet.read import read_digests
 
-    cols = read_steps(str(fleet_out.out), run["run_id"], STEP_COLUMNS)
-    assert cols["step"] == list(range(40))
-    charts = {c.title.split(" ")[0]: c for c in run_charts(cols, findings)}
+    digest = read_digests(str(fleet_out.out))[run["run_id"]]
+    assert (digest.rows, digest.steps_range(), digest.width) == (40, (0, 39), 1)
+    charts = {c.title.split(" ")[0]: c for c in run_charts(digest, findings)}
     marker = next(m for m in charts["sampler/trainer"].markers if m.code == "mismatch_kl_rising")
     assert marker.step == kl["since_step"] and marker.message == kl["message"]
     svg = line_chart(charts["sampler/trainer"])
@@ -253,23 +252,32 @@ def test_long_series_are_thinned_keeping_extremes_and_gaps():
     assert svg.count(",") < 4 * 490  # points drawn, not 100,000
 
 
-def test_charts_from_arrow_columns_equal_charts_from_lists(fleet_out):
-    """The report builds charts from Arrow columns (no Python object per step); they
-    must draw exactly what the same rows as Python lists draw."""
-    from rlstream.fleet.read import StepsTable
-    from rlstream.fleet.report import STEP_COLUMNS, _metadata
+def test_charts_of_a_short_run_draw_its_step_rows(fleet_out):
+    """A run of at most MAX_BINS steps is charted from its digest at width 1: every
+    series is the steps column itself (NaN where null), discards are one series per
+    reason (the six largest totals), and the metadata is the last non-empty map, all
+    recomputed here from the rows as Python lists."""
+    from rlstream.fleet.read import StepsTable, read_digests
+    from rlstream.fleet.report import _metadata
 
     table = StepsTable(str(fleet_out.out))
+    digests = read_digests(str(fleet_out.out))
     seen = 0
     for run in read_latest(str(fleet_out.out)):
-        arrays = table.arrays(run["run_id"], STEP_COLUMNS)
-        lists = table.run(run["run_id"], STEP_COLUMNS)
-        assert len(arrays["step"]) == len(lists["step"]) == 40
-        got = [line_chart(c) for c in run_charts(arrays, run["findings"])]
-        want = [line_chart(c) for c in run_charts(lists, run["findings"])]
-        assert got == want
-        assert _metadata(arrays) == _metadata(lists) != ""
-        # discards: one series per reason, recomputed here from the rows
+        digest = digests[run["run_id"]]
+        lists = table.run(run["run_id"], ["reward_mean", "mismatch_kl", "discards"])
+        lists.update(table.run(run["run_id"], ["rollout_metadata"]))
+        assert lists["step"] == list(range(40)) and digest.rows == 40
+        charts = {c.title.split(" ")[0]: c for c in run_charts(digest, run["findings"])}
+        reward = charts["reward"].series[0]
+        assert list(reward.steps) == lists["step"]
+        want = [float("nan") if v is None else v for v in lists["reward_mean"]]
+        assert [repr(v) for v in reward.values.tolist()] == [repr(v) for v in want]
+        kl = charts["sampler/trainer"].series[0]  # log axis: <= 0 is no value
+        want = [v if v is not None and v > 0 else float("nan") for v in lists["mismatch_kl"]]
+        assert [repr(v) for v in kl.values.tolist()] == [repr(v) for v in want]
+        filled = [dict(m) for m in lists["rollout_metadata"] if m]
+        assert digest.metadata == filled[-1] and _metadata(digest) != ""
         totals: dict[str, float] = {}
         for m in lists["discards"]:
             for k, v in m or []:
@@ -278,8 +286,9 @@ def test_charts_from_arrow_columns_equal_charts_from_lists(fleet_out):
         want_series = {
             k: [float(dict(m or []).get(k) or 0) for m in lists["discards"]] for k in top
         }
-        chart = next(c for c in run_charts(arrays, []) if c.title.startswith("discards"))
-        got_series = {s.label: [float(v) for v in s.values] for s in chart.series if not s.dashed}
+        got_series = {
+            s.label: [float(v) for v in s.values] for s in charts["discards"].series if not s.dashed
+        }
         assert got_series == want_series
         seen = max(seen, len(want_series))
     assert seen >= 2  # some run has several discard reasons

@@ -92,10 +92,12 @@ def test_s3_listing_after_a_name_is_incremental(s3_server, bucket):
 
 
 def test_readers_cost_the_same_requests_after_a_longer_history(s3_server, s3_requests, bucket):
-    """`status` and `report` reads (read_latest, steps of one run) on S3 cost a handful
-    of requests per table after maintenance, however many commits came before."""
-    from rlstream.fleet.read import StepsTable, out_sink, read_latest
+    """`status` and `report` reads (read_latest, steps of one run, the step digest) on
+    S3 cost a handful of requests per table after maintenance, however many commits
+    came before."""
+    from rlstream.fleet.read import StepsTable, out_sink, read_digests, read_latest
     from rlstream.pipeline.rows import steps_table
+    from rlstream.sinks.digest import read_digest, uncovered_rows
     from rlstream.sinks.health import run_health_table
     from rlstream.sinks.maintain import MaintenanceConfig, maintain
 
@@ -116,12 +118,17 @@ def test_readers_cost_the_same_requests_after_a_longer_history(s3_server, s3_req
         before = len(s3_requests())
         assert read_latest(out, opts)[0]["commit_seq"] == step - 1
         assert StepsTable(out, opts).run("r", ["time"])["step"] == list(range(step))
+        digest = read_digests(out, opts)["r"]
+        assert (digest.rows, digest.last_step) == (step, step - 1)
         return len(s3_requests()) - before
 
     commits(4)
     maintain(sink, MaintenanceConfig())
+    # The digest covers every steps file after the pass: a reader folds no row.
+    rows, files = uncovered_rows(sink, read_digest(sink)[1])
+    assert rows.num_rows == 0 and len(files) >= 1
     short = reads()
     commits(16)
     maintain(sink, MaintenanceConfig())
     long = reads()
-    assert long == short and short <= 40, (short, long)
+    assert long == short and short <= 30, (short, long)

@@ -1,0 +1,202 @@
+"""`OUT/step_digest`: the runs' step series as chart points (rlstream.metrics.digest),
+so that the report reads a bounded table, not every step row of every run.
+
+Only maintenance writes it, by overwrite (`refresh_digest`): it reads the `steps`
+data files the digest does not cover yet, folds their rows above each run's
+`last_step` into the run's digest, and records every file of that `steps` snapshot
+as covered. A reader (`read_digest` + `uncovered_rows`) does the same in memory with
+the files committed since: the digest plus a handful of small files, whatever the
+history. Rows at or below a run's `last_step` are in the digest already: a steps
+row is written once, in step order per run, so a file that compaction rewrote
+(covered rows under a new name) adds nothing twice.
+
+`--reset-run` empties the digest before and after it deletes the run's rows
+(`DeltaSink.delete_run`): the next maintenance pass folds every steps row again, and
+until then a reader does. A pass overwrites the digest only at the version it read
+(`rewrite`), so it cannot write over the first emptying, and the second clears what a
+pass that read the steps before the delete wrote; a crash leaves an empty digest.
+
+Rows: one per (run_id, series, key) with the run's `width`, `last_step` and `rows`,
+the series' `total` (map keys) and its points as two lists (`steps`, `values`); the
+last `rollout_metadata` map as rows of series `rollout_metadata` (one point each);
+and the covered files as rows of series `_covered` with an empty run_id and the
+file's name as `key`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rlstream.metrics.digest import COLUMNS, LAST_MAP, RunDigest, fold_runs
+from rlstream.sinks.delta import DIGEST_TABLE, DeltaSink, table_config
+
+COVERED = "_covered"
+DIGEST_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("series", pa.string(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("width", pa.int64()),
+        pa.field("last_step", pa.int64()),
+        pa.field("rows", pa.int64()),
+        pa.field("total", pa.float64()),
+        pa.field("steps", pa.list_(pa.int64())),
+        pa.field("values", pa.list_(pa.float64())),
+    ],
+    metadata={"rlstream.schema_version": "1", "rlstream.table": DIGEST_TABLE},
+)
+
+
+def to_table(digests: dict[str, RunDigest], covered: list[str]) -> pa.Table:
+    """The digest table's rows for these runs and covered steps files."""
+    cols: dict[str, list[Any]] = {f.name: [] for f in DIGEST_SCHEMA}
+
+    def add(rid: str, series: str, key: str, d: RunDigest | None, pts: Any, total: Any) -> None:
+        for name, v in zip(
+            DIGEST_SCHEMA.names,
+            (rid, series, key, d and d.width, d and d.last_step, d and d.rows, total, *pts),
+            strict=True,
+        ):
+            cols[name].append(v)
+
+    for rid in sorted(digests):
+        d = digests[rid]
+        for (series, key), (st, vals) in sorted(d.series.items()):
+            add(rid, series, key, d, (st.tolist(), vals.tolist()), d.totals.get((series, key)))
+        for key, v in sorted((d.metadata or {}).items()):
+            add(rid, LAST_MAP, key, d, ([d.metadata_step], [v]), None)
+    for name in sorted(covered):
+        add("", COVERED, name, None, (None, None), None)
+    return pa.table(cols, schema=DIGEST_SCHEMA)
+
+
+def from_table(t: pa.Table) -> tuple[dict[str, RunDigest], set[str]]:
+    """(digest per run, covered steps file names) from the table's rows."""
+    if not t.num_rows:
+        return {}, set()
+    py = {c: t.column(c).to_pylist() for c in ("run_id", "series", "key", "width", "last_step")}
+    py.update({c: t.column(c).to_pylist() for c in ("rows", "total")})
+    lists = {}
+    for c in ("steps", "values"):
+        arr = t.column(c).combine_chunks()
+        lists[c] = (arr.offsets.to_numpy(), arr.values.to_numpy(zero_copy_only=False))
+    digests: dict[str, RunDigest] = {}
+    covered: set[str] = set()
+    for i, (rid, series, key) in enumerate(zip(py["run_id"], py["series"], py["key"], strict=True)):
+        if series == COVERED:
+            covered.add(key)
+            continue
+        d = digests.get(rid)
+        if d is None:
+            d = digests[rid] = RunDigest(py["width"][i], py["last_step"][i], py["rows"][i])
+        (so, sv), (vo, vv) = lists["steps"], lists["values"]
+        st, vals = sv[so[i] : so[i + 1]].astype(np.int64), vv[vo[i] : vo[i + 1]].astype(np.float64)
+        if series == LAST_MAP:
+            d.metadata = {**(d.metadata or {}), key: float(vals[0])}
+            d.metadata_step = int(st[0])
+            continue
+        d.series[(series, key)] = (st, vals)
+        if py["total"][i] is not None:
+            d.totals[(series, key)] = py["total"][i]
+    return digests, covered
+
+
+def read_digest(sink: DeltaSink, dt: Any = None) -> tuple[dict[str, RunDigest], set[str]]:
+    """The digest of OUT as stored ({} and no covered file before the first pass);
+    `dt`: the digest table as already opened."""
+    from deltalake import DeltaTable
+
+    if dt is None:
+        if not sink.exists(DIGEST_TABLE):
+            return {}, set()
+        dt = DeltaTable(sink.uri(DIGEST_TABLE), storage_options=sink.options)
+    return from_table(sink.dataset(dt).to_table())
+
+
+def uncovered_rows(
+    sink: DeltaSink, covered: set[str], table: str = "steps", columns: tuple[str, ...] = COLUMNS
+) -> tuple[pa.Table, list[str]]:
+    """(`columns` (those the table has) of the rows of `table` in data files not in
+    `covered`, the names of every data file of the snapshot read); the table's key
+    column (`run_id`, `cohort`) first."""
+    import pyarrow.dataset as pds
+    from deltalake import DeltaTable
+
+    key = "run_id" if table == "steps" else "cohort"
+    if not sink.exists(table):
+        return pa.table({key: pa.array([], pa.string())}), []
+    dt = DeltaTable(sink.uri(table), storage_options=sink.options)
+    ds = sink.dataset(dt)
+    frags = list(ds.get_fragments())
+    names = [_name(f.path) for f in frags]
+    new = [f for f, n in zip(frags, names, strict=True) if n not in covered]
+    cols = [key, *(c for c in columns if c in ds.schema.names and c != key)]
+    part = pds.FileSystemDataset(new, ds.schema, ds.format, ds.filesystem)
+    return part.to_table(columns=cols, memory_pool=pa.system_memory_pool()), names
+
+
+def _name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def current_digest(sink: DeltaSink, dt: Any = None) -> tuple[dict[str, RunDigest], list[str]]:
+    """The stored digest (`dt`: as already opened) with the steps rows committed since
+    folded in, and the steps files it now covers."""
+    digests, covered = read_digest(sink, dt)
+    rows, files = uncovered_rows(sink, covered)
+    return fold_runs(digests, rows), files
+
+
+def rewrite(sink: DeltaSink, name: str, build: Callable[[Any], pa.Table], tries: int = 3) -> int:
+    """Overwrite digest table `name` with `build(dt)`, `dt` the table as read (None
+    before it exists); returns the rows written. The overwrite commits against the
+    version read, so if another writer changed the table meanwhile (`--reset-run`
+    emptying it, a concurrent pass) it fails, and the digest is built again from the
+    new version: a digest is never written over a reset."""
+    from deltalake import DeltaTable, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    for attempt in range(tries):
+        dt = DeltaTable(sink.uri(name), storage_options=sink.options) if sink.exists(name) else None
+        table = build(dt)
+        try:
+            write_deltalake(
+                dt if dt is not None else sink.uri(name),
+                table,
+                mode="overwrite" if dt is not None else "error",
+                schema_mode="overwrite" if dt is not None else None,
+                storage_options=sink.options,
+                configuration=table_config(sink.retention_seconds),
+            )
+            return table.num_rows
+        except (CommitFailedError, DeltaError):
+            if attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def refresh_digest(sink: DeltaSink) -> int:
+    """Fold the steps rows committed since the last pass into OUT's digest and write
+    it (`rewrite`); returns its rows."""
+    return rewrite(sink, DIGEST_TABLE, lambda dt: to_table(*current_digest(sink, dt)))
+
+
+def empty_digest(sink: DeltaSink) -> None:
+    """Delete every row of the digest (`--reset-run`), creating it empty if it does
+    not exist, so that a pass that read the steps before the reset cannot write."""
+    if sink.exists(DIGEST_TABLE):
+        sink.delete_where(DIGEST_TABLE, "true")
+        return
+    from deltalake import write_deltalake
+
+    write_deltalake(
+        sink.uri(DIGEST_TABLE),
+        DIGEST_SCHEMA.empty_table(),
+        mode="overwrite",
+        storage_options=sink.options,
+        configuration=table_config(sink.retention_seconds),
+    )

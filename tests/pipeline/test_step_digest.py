@@ -1,0 +1,159 @@
+"""OUT's step digest: maintenance keeps it, readers add the commits since, and it
+always equals the digest of every steps row folded at once.
+
+The reference is `fold` over the whole steps table read back with a plain reader:
+after maintenance passes, after commits that no pass has seen, after a compaction
+the digest did not follow (a pass that stopped half way), and after `--reset-run`.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from rlstream.fleet.read import out_sink, read_digests, read_table
+from rlstream.metrics.digest import MAX_BINS, RunDigest, fold_runs
+from rlstream.pipeline.rows import steps_table
+from rlstream.sinks.delta import DIGEST_TABLE
+from rlstream.sinks.digest import current_digest, read_digest, rewrite, to_table
+from rlstream.sinks.health import run_health_table
+from rlstream.sinks.maintain import MaintenanceConfig, maintain
+
+RUNS = ("r0", "r1", "r'2")
+
+
+def commit(sink, steps: range, rng: random.Random) -> None:
+    rows = [
+        {
+            "run_id": r,
+            "step": s,
+            "reward_mean": None if rng.random() < 0.1 else rng.random(),
+            "mismatch_kl": rng.choice([0.0, rng.random()]),
+            "discards": [("no_variance", float(rng.randint(0, 2)))],
+            "rollout_metadata": [("turns", float(s))],
+        }
+        for r in RUNS
+        for s in steps
+    ]
+    sink.append("steps", steps_table(rows), {f"t:{steps.start}": 1})
+
+
+def reference(out: str) -> dict[str, RunDigest]:
+    return fold_runs({}, read_table(out, "steps"))
+
+
+def assert_same(got: dict[str, RunDigest], want: dict[str, RunDigest]) -> None:
+    assert got.keys() == want.keys()
+    for rid, w in want.items():
+        g = got[rid]
+        assert (g.width, g.rows, g.last_step, g.metadata) == (
+            w.width,
+            w.rows,
+            w.last_step,
+            w.metadata,
+        ), rid
+        assert g.series.keys() == w.series.keys()
+        for name, (st, vals) in w.series.items():
+            assert g.series[name][0].tolist() == st.tolist(), (rid, name)
+            assert g.series[name][1].tobytes() == vals.tobytes(), (rid, name)
+
+
+def test_digest_follows_commits_passes_compactions_and_resets(tmp_path):
+    out = str(tmp_path / "out")
+    sink = out_sink(out, retention_seconds=0)
+    rng = random.Random(3)
+    for a in range(0, 600, 50):
+        commit(sink, range(a, a + 50), rng)
+    assert read_digest(sink) == ({}, set())
+    assert_same(read_digests(out), reference(out))  # no pass yet: all rows are read
+    maintain(sink, MaintenanceConfig())
+    digests, covered = read_digest(sink)
+    steps = DeltaTable(sink.uri("steps"))
+    assert covered == {f.rsplit("/", 1)[-1] for f in steps.file_uris()}
+    assert {d.rows for d in digests.values()} == {600}
+    assert_same(digests, reference(out))
+    # Commits no pass has seen: read from their own files, the digest not rewritten.
+    version = DeltaTable(sink.uri(DIGEST_TABLE)).version()
+    for a in range(600, 3000, 200):
+        commit(sink, range(a, a + 200), rng)
+    got = read_digests(out)
+    assert DeltaTable(sink.uri(DIGEST_TABLE)).version() == version
+    assert {d.rows for d in got.values()} == {3000}
+    assert_same(got, reference(out))
+    for d in got.values():  # bounded: at most four points a bin
+        assert d.width == 16 and all(st.size <= 4 * MAX_BINS for st, _ in d.series.values())
+    # A compaction the digest did not follow: covered rows under new file names.
+    DeltaTable(sink.uri("steps")).optimize.compact()
+    assert_same(read_digests(out), reference(out))
+    maintain(sink, MaintenanceConfig())
+    assert_same(read_digest(sink)[0], reference(out))
+    # --reset-run: the digest is emptied first; readers and the next pass rebuild it.
+    sink.delete_run("r1")
+    assert read_digest(sink)[0] == {}
+    want = reference(out)
+    assert set(want) == {"r0", "r'2"}
+    assert_same(read_digests(out), want)
+    commit(sink, range(3000, 3010), rng)
+    maintain(sink, MaintenanceConfig())
+    assert_same(read_digest(sink)[0], reference(out))
+    assert read_digest(sink)[0]["r1"].rows == 10
+
+
+def test_a_report_reads_the_digest_not_every_step_row(tmp_path, monkeypatch):
+    """After a pass, the report folds only the rows of files committed since."""
+    import rlstream.sinks.digest as digest_mod
+    from rlstream.fleet.report import render_report
+
+    out = str(tmp_path / "out")
+    sink = out_sink(out, retention_seconds=0)
+    rng = random.Random(5)
+    for a in range(0, 2000, 500):
+        commit(sink, range(a, a + 500), rng)
+    health = [
+        {"run_id": r, "run_uri": f"/x/{r}", "as_of": 1.8e9, "commit_seq": 1, "status": "healthy"}
+        for r in RUNS
+    ]
+    sink.append("run_health", run_health_table(health), {"h": 1})
+    maintain(sink, MaintenanceConfig())
+    commit(sink, range(2000, 2005), rng)
+    folded: list[int] = []
+    real = digest_mod.fold_runs
+
+    def counting(digests, rows: pa.Table):
+        folded.append(rows.num_rows)
+        return real(digests, rows)
+
+    monkeypatch.setattr(digest_mod, "fold_runs", counting)
+    html = render_report(out)
+    assert folded == [5 * len(RUNS)]
+    assert html.count("2005 final steps") == len(RUNS)
+    assert read_digests(out)["r0"].last_step == 2004
+
+
+@pytest.mark.parametrize("first_pass", [True, False])
+def test_a_pass_never_writes_over_a_reset(tmp_path, first_pass):
+    """A `--reset-run` that lands while a pass builds the digest (from steps rows read
+    before the delete) makes the pass's write fail; it builds again from the new
+    version, so the digest never shows the deleted rows."""
+    out = str(tmp_path / "out")
+    sink = out_sink(out, retention_seconds=0)
+    rng = random.Random(9)
+    commit(sink, range(0, 400), rng)
+    if not first_pass:
+        maintain(sink, MaintenanceConfig())
+    builds: list[set[str]] = []
+
+    def build(dt):
+        digests, files = current_digest(sink, dt)
+        builds.append(set(digests))
+        if len(builds) == 1:
+            sink.delete_run("r1")  # the reset lands between the read and the write
+        return to_table(digests, files)
+
+    rewrite(sink, DIGEST_TABLE, build)
+    assert builds == [set(RUNS), {"r0", "r'2"}]
+    assert_same(read_digest(sink)[0], reference(out))
+    assert "r1" not in read_digests(out)
