@@ -16,6 +16,9 @@ is numpy.
 `thin_together(series, columns, x_range)` applies it to a chart's series, those over
 the same steps in one pass.
 
+`bin_drawn(steps, values, resolution)` drops the missing points of a digest's series
+(rlstream.metrics.digest) whose bin has a value: only a bin with none breaks a line.
+
 `coords_text(xs, ys)` writes points as "x,y x,y ...", each number exactly as Python's
 `"%.1f"` writes it (the same bytes), with numpy: the text of a series costs no Python
 per point. It returns the text and where each point's text ends, so that the runs
@@ -98,6 +101,38 @@ def thin_together(
         for j, keep in zip(same, keeps, strict=True):
             out[j] = (st[keep], full[j][1][keep]) if st.size else full[j]
     return [p for p in out if p is not None]
+
+
+def bin_drawn(
+    steps: np.ndarray, vals: np.ndarray, resolution: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The points to draw of a series whose points stand for bins of `resolution`
+    steps: a missing point breaks the line only where its bin has no value (as a
+    missing step narrower than a pixel column does not break a thinned line)."""
+    miss = np.isnan(vals)
+    if resolution <= 1 or not miss.any():
+        return steps, vals
+    bins = steps // resolution  # increasing: membership by binary search
+    have = bins[~miss]
+    at = np.minimum(np.searchsorted(have, bins), max(have.size - 1, 0))
+    has_value = have[at] == bins if have.size else np.zeros(bins.size, dtype=bool)
+    keep = ~(miss & has_value)
+    return steps[keep], vals[keep]
+
+
+def thin_points(
+    all_steps: np.ndarray, vals: np.ndarray, columns: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`column_extremes` of one series, as its (steps, values)."""
+    if len(all_steps) <= 2 * columns:
+        return all_steps, vals
+    keep = column_extremes(all_steps, vals, columns)
+    return all_steps[keep], vals[keep]
+
+
+def values_list(vals: np.ndarray) -> list[float | None]:
+    """Floats as a list, None where NaN."""
+    return [None if v != v else v for v in vals.tolist()]
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

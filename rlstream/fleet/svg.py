@@ -3,14 +3,12 @@
 `line_chart(chart)` draws series of (step, value) points, with gaps where a value is
 missing (the first series' gaps shaded and named in the legend), thinned to the
 plot's pixel columns when longer than it is wide (`points.column_extremes`: the
-lowest and highest value of each 2-pixel column, so a chart costs about the same
-after 1,000 steps or 100,000; the series of a chart are thinned together and the text
-of their points written at once, with numpy, not point by point), axes with a few
-ticks that stay within the quantity's bounds (`Chart.y_min`/`y_max`), a legend, and
-vertical markers at findings' `since_step` carrying the finding's message as a
-tooltip. Every text that may come from run data (series labels, marker codes and
-messages) is escaped here.
-"""
+lowest and highest value of each 2-pixel column; a digest's series, `resolution` > 1,
+is about two points a column already and is drawn as it is; the text of a chart's
+points is written at once, with numpy), axes with a few ticks that stay within the
+quantity's bounds (`Chart.y_min`/`y_max`), a legend, and vertical markers at
+findings' `since_step` carrying the finding's message as a tooltip. Every text that
+may come from run data (series labels, marker codes and messages) is escaped here."""
 
 from __future__ import annotations
 
@@ -24,9 +22,12 @@ import numpy as np
 import pyarrow as pa
 
 from rlstream.fleet.points import (
+    bin_drawn,
     column_extremes,
     coords_text,
+    thin_points,
     thin_together,
+    values_list,
 )
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
@@ -163,42 +164,14 @@ def gap_bands(chart: Chart, within: int = 1) -> list[tuple[int, int]]:
     return list(zip(bad[first].tolist(), bad[last].tolist(), strict=True))
 
 
-def _drawn(steps: np.ndarray, vals: np.ndarray, resolution: int) -> tuple[np.ndarray, np.ndarray]:
-    """The points to draw of a series whose points stand for bins of `resolution`
-    steps: a missing point breaks the line only where its bin has no value (as a
-    missing step narrower than a pixel column does not break a thinned line)."""
-    miss = np.isnan(vals)
-    if resolution <= 1 or not miss.any():
-        return steps, vals
-    bins = steps // resolution  # increasing: membership by binary search
-    have = bins[~miss]
-    at = np.minimum(np.searchsorted(have, bins), max(have.size - 1, 0))
-    has_value = have[at] == bins if have.size else np.zeros(bins.size, dtype=bool)
-    keep = ~(miss & has_value)
-    return steps[keep], vals[keep]
-
-
 def thin(ser: Series, columns: int) -> Series:
     """The points of `ser` a plot `columns` pixel columns wide draws
     (`points.column_extremes`): at most 3 * `columns`, whatever its length."""
     n = len(ser.steps)
     if n <= 2 * columns and isinstance(ser.steps, list) and isinstance(ser.values, list):
         return ser
-    steps, vals = _thin_points(*_points(ser), columns)
-    return Series(ser.label, steps.tolist(), _values(vals), ser.dashed)
-
-
-def _thin_points(
-    all_steps: np.ndarray, vals: np.ndarray, columns: int
-) -> tuple[np.ndarray, np.ndarray]:
-    if len(all_steps) <= 2 * columns:
-        return all_steps, vals
-    keep = column_extremes(all_steps, vals, columns)
-    return all_steps[keep], vals[keep]
-
-
-def _values(vals: np.ndarray) -> list[float | None]:
-    return [None if v != v else v for v in vals.tolist()]
+    steps, vals = thin_points(*_points(ser), columns)
+    return Series(ser.label, steps.tolist(), values_list(vals), ser.dashed)
 
 
 BAND_COLOR = "#d6e4f0"
@@ -268,7 +241,9 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     bands = gap_bands(chart, -(-(x1 - x0) // columns) if thinned else 1)
     if chart.log_y:  # what a log axis cannot draw is missing, also for thinning
         full = [(st, np.where(np.nan_to_num(v) > 0, v, np.nan)) for st, v in full]
-    full = [_drawn(st, v, ser.resolution) for (st, v), ser in zip(full, chart.series, strict=True)]
+    full = [
+        bin_drawn(st, v, ser.resolution) for (st, v), ser in zip(full, chart.series, strict=True)
+    ]
     # A digest's points (resolution > 1) are already about two per pixel column.
     raw = [i for i, ser in enumerate(chart.series) if ser.resolution <= 1]
     pts = list(full)
