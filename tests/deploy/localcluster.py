@@ -28,10 +28,18 @@ BIN = Path(sys.executable).parent
 a job's entrypoint finds the same Python and the installed rlstream."""
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_port(host: str, taken: set[int] | None = None) -> int:
+    """A port free on `host` now and not in `taken` (which it joins). The kernel may
+    hand a just-closed port out again, and Ray refuses two components on one port
+    number, so a cluster's ports are drawn against the set it already holds."""
+    taken = set() if taken is None else taken
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            taken.add(port)
+            return port
 
 
 def _proc_table() -> dict[int, tuple[int, float, str]]:
@@ -82,14 +90,15 @@ class LocalCluster:
     object_store_bytes: int = 200_000_000
     nodes: list[Node] = field(default_factory=list)
     seen: dict[int, float] = field(default_factory=dict)
+    ports: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         # A loopback address pair of our own: nothing leaves the machine, and the GCS
         # address is a string no other cluster here has (it finds our processes).
         net = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}"
         self.head_ip = f"{net}.2"
-        self.gcs_port = free_port(self.head_ip)
-        self.dashboard_port = free_port(self.head_ip)
+        self.gcs_port = free_port(self.head_ip, self.ports)
+        self.dashboard_port = free_port(self.head_ip, self.ports)
         self.gcs_address = f"{self.head_ip}:{self.gcs_port}"
         self.dashboard_url = f"http://{self.head_ip}:{self.dashboard_port}"
         self.env = {
@@ -112,12 +121,12 @@ class LocalCluster:
     # -- starting ------------------------------------------------------------------
     def _node_args(self, node: Node) -> list[str]:
         ports = {
-            "--node-manager-port": free_port(node.ip),
-            "--object-manager-port": free_port(node.ip),
-            "--dashboard-agent-listen-port": free_port(node.ip),
-            "--dashboard-agent-grpc-port": free_port(node.ip),
-            "--runtime-env-agent-port": free_port(node.ip),
-            "--metrics-export-port": free_port(node.ip),
+            "--node-manager-port": free_port(node.ip, self.ports),
+            "--object-manager-port": free_port(node.ip, self.ports),
+            "--dashboard-agent-listen-port": free_port(node.ip, self.ports),
+            "--dashboard-agent-grpc-port": free_port(node.ip, self.ports),
+            "--runtime-env-agent-port": free_port(node.ip, self.ports),
+            "--metrics-export-port": free_port(node.ip, self.ports),
         }
         return [
             f"--node-ip-address={node.ip}",
@@ -150,7 +159,7 @@ class LocalCluster:
                 "--include-dashboard=true",
                 f"--dashboard-host={head.ip}",
                 f"--dashboard-port={self.dashboard_port}",
-                f"--ray-client-server-port={free_port(head.ip)}",
+                f"--ray-client-server-port={free_port(head.ip, self.ports)}",
                 *self._node_args(head),
             ],
             ["start", f"--address={self.gcs_address}", *self._node_args(worker)],
