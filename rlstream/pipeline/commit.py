@@ -202,7 +202,7 @@ def commit_runs(
         st.seq += 1
     spills: dict[int, dict[str, pa.Table]] = {}
     for st, new in zip(states, _new_rows(states, now), strict=True):
-        spilled = take_spill(new, max_rows)
+        spilled = take_spill(new, max_rows, st.unconfirmed)
         if spilled:
             spills[id(st)] = spilled
         _prepare(st, new)

@@ -11,6 +11,11 @@ out of the outbox. The outbox, so the resume state, holds at most `max_rows` row
 each of those tables. (Keeping the backlog's steps pending instead, not final, would
 cost more: a step's partial aggregates take several times the bytes of its row.)
 
+A table whose rows of the previous commit are carried (their append did not land) is
+not spilled in that commit: the carried rows and the new ones land in one append, so
+a run's steps rows reach the table in step order (the step digest relies on it,
+rlstream.sinks.digest), at the cost of one larger outbox after a failed append.
+
 Orphans. If the run's state is then not written (the write fails, or the process
 dies first), the spilled rows are in the table while the resume state still describes
 the previous commit, and the run will produce them again. Before a run commits for
@@ -50,12 +55,19 @@ def spill_id(run_id: str) -> str:
     return f"rlstream:{run_id}:spill"
 
 
-def take_spill(new: dict[str, pa.Table], max_rows: int | None) -> dict[str, pa.Table]:
+def take_spill(
+    new: dict[str, pa.Table], max_rows: int | None, carried: set[str] | frozenset[str] = frozenset()
+) -> dict[str, pa.Table]:
     """Remove from a run's new rows (table -> rows) the tables that have more than
-    `max_rows` rows, and return them (none when `max_rows` is None)."""
+    `max_rows` rows, and return them (none when `max_rows` is None); tables in
+    `carried` (rows of the previous commit still to land) are never spilled."""
     if max_rows is None:
         return {}
-    out = {t: new[t] for t in SPILL_TABLES if t in new and new[t].num_rows > max_rows}
+    out = {
+        t: new[t]
+        for t in SPILL_TABLES
+        if t in new and t not in carried and new[t].num_rows > max_rows
+    }
     for t in out:
         del new[t]
     return out

@@ -100,3 +100,57 @@ def test_cohort_band_rows_spill_too(tmp_path):
     assert out_sql(tmp_path / "out", f"select count(*) from steps where run_id = '{run_id}'") == [
         (0,)
     ]
+
+
+def test_rows_carried_from_a_failed_append_land_before_a_later_backlog(tmp_path):
+    """A steps append that did not land is carried into the next commit; if that
+    commit also has a backlog to spill, the backlog must not land first: a run's steps
+    rows reach the table in step order (the step digest skips rows at or below a
+    run's last step), each once."""
+    import shutil
+
+    full = write_run(tmp_path / "full", steps=8, groups=1, group_size=2)
+    run = tmp_path / "runs" / full.name
+    (run / "transcripts").mkdir(parents=True)
+    shutil.copy(full / "run.json", run / "run.json")
+    lines = {
+        f: (full / f).read_text().splitlines(keepends=True)
+        for f in ("steps.jsonl", "rollouts.jsonl")
+    }
+    names = sorted(p.name for p in (full / "transcripts").iterdir())
+
+    def grow(upto: int) -> None:  # the run's files up to step `upto` - 1
+        (run / "steps.jsonl").write_text("".join(lines["steps.jsonl"][:upto]))
+        (run / "rollouts.jsonl").write_text("".join(lines["rollouts.jsonl"][: 2 * upto]))
+        for name in names[: 2 * upto]:
+            shutil.copy(full / "transcripts" / name, run / "transcripts" / name)
+
+    grow(2)
+    group = build_group(
+        [str(tmp_path / "runs")], str(tmp_path / "out"), PipelineConfig(commit_max_rows=3)
+    )
+    landed: list[list[int]] = []
+    real = group.sink.append
+
+    def append(table, data, txns):
+        if table == "steps" and not append.failed:
+            append.failed = True
+            raise OSError("connection reset")  # did not land
+        real(table, data, txns)
+        if table == "steps":
+            landed.append(data.column("step").to_pylist())
+
+    append.failed = False
+    group.sink.append = append
+    group.poll(local_executor(group.storage), final=True)
+    group.commit()
+    state = next(iter(group.states()))
+    assert state.unconfirmed == {"steps"} and landed == []
+    grow(8)
+    group.poll(local_executor(group.storage), final=True)
+    group.commit()
+    assert [sorted(steps) for steps in landed] == landed  # each append in step order
+    flat = [s for steps in landed for s in steps]
+    assert flat == list(range(8)) and not state.unconfirmed
+    steps = "select step from steps order by step"
+    assert out_sql(tmp_path / "out", steps) == [(s,) for s in range(8)]
