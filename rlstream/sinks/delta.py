@@ -9,6 +9,7 @@ Layout (docs/schema.md):
     OUT/quarantine/_delta_log/...   rejected records
     OUT/cohorts/_delta_log/...      peer bands per cohort, step and figure (sinks/cohorts.py)
     OUT/step_digest/_delta_log/...  the runs' step series as chart points (sinks/digest.py)
+    OUT/band_digest/_delta_log/...  the cohort bands, one step per bin (sinks/band_digest.py)
     OUT/_resume/run_id=<id>.state   each run's resume state (rlstream.pipeline.resume)
 
 `DeltaSink` appends one Arrow table to one Delta table per call, recording one
@@ -295,13 +296,11 @@ class DeltaSink:
         rows deleted. A band row names the run that wrote it, but it is its cohort's:
         its peers no longer hold the older steps to write it again, and readers keep the
         newest, largest band of a step. Appends running at the same time may fail once
-        and are retried. The step digest is emptied before and after
-        (rlstream.sinks.digest): the next maintenance pass folds every steps row left
-        again."""
-        from rlstream.sinks.digest import empty_digest  # it builds on this module
+        and are retried. Then the run is dropped from the step digest
+        (rlstream.sinks.digest.drop_run); the other runs' digests stay."""
+        from rlstream.sinks.digest import drop_run  # it builds on this module
 
         quoted = run_id.replace("'", "''")
-        empty_digest(self)
         n = sum(self.delete_where(t, f"run_id = '{quoted}'") for t in TABLES if t != "cohorts")
-        empty_digest(self)  # again: a pass may have read the steps before the delete
+        drop_run(self, run_id)
         return n

@@ -10,17 +10,22 @@ history. Rows at or below a run's `last_step` are in the digest already: a steps
 row is written once, in step order per run, so a file that compaction rewrote
 (covered rows under a new name) adds nothing twice.
 
-`--reset-run` empties the digest before and after it deletes the run's rows
-(`DeltaSink.delete_run`): the next maintenance pass folds every steps row again, and
-until then a reader does. A pass overwrites the digest only at the version it read
-(`rewrite`), so it cannot write over the first emptying, and the second clears what a
-pass that read the steps before the delete wrote; a crash leaves an empty digest.
+`--reset-run` drops the run from the digest after it deletes the run's steps rows
+(`DeltaSink.delete_run`, `drop_run`); the other runs' digests stay. Every write of the
+digest is an overwrite at the version it read (`rewrite`), and every version holds a
+`_pass` row, so two writes that read the same version both remove its files and the
+second fails and builds again: a pass that read the steps before the delete cannot
+write after the drop, and a pass that wrote before it has the run dropped by it. The
+files the delete rewrote are not covered, and their other rows are at or below their
+runs' `last_step`. A crash between the delete and the drop leaves the run's digest
+in place until `--reset-run` runs again (its rows are written again above
+`last_step` only once the run passes it): rerun it.
 
 Rows: one per (run_id, series, key) with the run's `width`, `last_step` and `rows`,
 the series' `total` (map keys) and its points as two lists (`steps`, `values`); the
 last `rollout_metadata` map as rows of series `rollout_metadata` (one point each);
-and the covered files as rows of series `_covered` with an empty run_id and the
-file's name as `key`.
+the covered files as rows of series `_covered` with an empty run_id and the file's
+name as `key`; and one row of series `_pass`.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ from rlstream.metrics.digest import COLUMNS, LAST_MAP, RunDigest, fold_runs
 from rlstream.sinks.delta import DIGEST_TABLE, DeltaSink, table_config
 
 COVERED = "_covered"
+PASS = "_pass"
+"""A row every version of the digest has, so that two overwrites of one version
+always remove a file in common: the second fails (delta-rs's conflict check)."""
 DIGEST_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
@@ -71,6 +79,7 @@ def to_table(digests: dict[str, RunDigest], covered: list[str]) -> pa.Table:
             add(rid, LAST_MAP, key, d, ([d.metadata_step], [v]), None)
     for name in sorted(covered):
         add("", COVERED, name, None, (None, None), None)
+    add("", PASS, "", None, (None, None), None)
     return pa.table(cols, schema=DIGEST_SCHEMA)
 
 
@@ -89,6 +98,8 @@ def from_table(t: pa.Table) -> tuple[dict[str, RunDigest], set[str]]:
     for i, (rid, series, key) in enumerate(zip(py["run_id"], py["series"], py["key"], strict=True)):
         if series == COVERED:
             covered.add(key)
+            continue
+        if series == PASS:
             continue
         d = digests.get(rid)
         if d is None:
@@ -185,18 +196,16 @@ def refresh_digest(sink: DeltaSink) -> int:
     return rewrite(sink, DIGEST_TABLE, lambda dt: to_table(*current_digest(sink, dt)))
 
 
-def empty_digest(sink: DeltaSink) -> None:
-    """Delete every row of the digest (`--reset-run`), creating it empty if it does
-    not exist, so that a pass that read the steps before the reset cannot write."""
-    if sink.exists(DIGEST_TABLE):
-        sink.delete_where(DIGEST_TABLE, "true")
-        return
-    from deltalake import write_deltalake
+def drop_run(sink: DeltaSink, run_id: str) -> None:
+    """Remove one run from the digest (`--reset-run`, after its steps rows are
+    deleted), creating the digest empty if it does not exist yet, so that a first pass
+    that read the steps before the delete cannot create it (module docstring)."""
 
-    write_deltalake(
-        sink.uri(DIGEST_TABLE),
-        DIGEST_SCHEMA.empty_table(),
-        mode="overwrite",
-        storage_options=sink.options,
-        configuration=table_config(sink.retention_seconds),
-    )
+    def build(dt: Any) -> pa.Table:
+        if dt is None:
+            return to_table({}, [])
+        digests, covered = read_digest(sink, dt)
+        digests.pop(run_id, None)
+        return to_table(digests, sorted(covered))
+
+    rewrite(sink, DIGEST_TABLE, build)

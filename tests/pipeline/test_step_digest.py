@@ -90,11 +90,12 @@ def test_digest_follows_commits_passes_compactions_and_resets(tmp_path):
     assert_same(read_digests(out), reference(out))
     maintain(sink, MaintenanceConfig())
     assert_same(read_digest(sink)[0], reference(out))
-    # --reset-run: the digest is emptied first; readers and the next pass rebuild it.
+    # --reset-run: the run leaves the digest, the others' stay as they were.
+    before = read_digest(sink)[0]
     sink.delete_run("r1")
-    assert read_digest(sink)[0] == {}
     want = reference(out)
     assert set(want) == {"r0", "r'2"}
+    assert_same(read_digest(sink)[0], {r: before[r] for r in want})
     assert_same(read_digests(out), want)
     commit(sink, range(3000, 3010), rng)
     maintain(sink, MaintenanceConfig())
@@ -133,17 +134,20 @@ def test_a_report_reads_the_digest_not_every_step_row(tmp_path, monkeypatch):
     assert read_digests(out)["r0"].last_step == 2004
 
 
-@pytest.mark.parametrize("first_pass", [True, False])
-def test_a_pass_never_writes_over_a_reset(tmp_path, first_pass):
+@pytest.mark.parametrize("before", ["nothing", "a pass", "a pass and a reset"])
+def test_a_pass_never_writes_over_a_reset(tmp_path, before):
     """A `--reset-run` that lands while a pass builds the digest (from steps rows read
     before the delete) makes the pass's write fail; it builds again from the new
-    version, so the digest never shows the deleted rows."""
+    version, so the digest never shows the deleted rows: on the first pass, on a later
+    one, and when an earlier reset already dropped another run."""
     out = str(tmp_path / "out")
     sink = out_sink(out, retention_seconds=0)
     rng = random.Random(9)
     commit(sink, range(0, 400), rng)
-    if not first_pass:
+    if before != "nothing":
         maintain(sink, MaintenanceConfig())
+    if before == "a pass and a reset":
+        sink.delete_run("r'2")
     builds: list[set[str]] = []
 
     def build(dt):
@@ -154,6 +158,7 @@ def test_a_pass_never_writes_over_a_reset(tmp_path, first_pass):
         return to_table(digests, files)
 
     rewrite(sink, DIGEST_TABLE, build)
-    assert builds == [set(RUNS), {"r0", "r'2"}]
+    left = set(RUNS) - ({"r'2"} if before == "a pass and a reset" else set())
+    assert builds == [left, left - {"r1"}]
     assert_same(read_digest(sink)[0], reference(out))
-    assert "r1" not in read_digests(out)
+    assert set(read_digests(out)) == left - {"r1"}
