@@ -9,8 +9,10 @@ n, then newest `as_of`, then `commit_seq`: `sinks.cohorts.newest_bands`). With w
 
 `fold_bands(digest, rows)` is exact for any order of arrival: the newest version of
 each step wins whatever came first, a band for an earlier step of a bin becomes its
-step, a later step of a bin is dropped, and doubling the width keeps the first of two
-bins' steps. A row seen twice (a file compaction rewrote) changes nothing.
+step, a later step of a bin is dropped, doubling the width keeps the first of two
+bins' steps, and the width follows the highest banded step seen (`last_step`, kept
+even when its band is not). A row seen twice (a file compaction rewrote) changes
+nothing.
 
 As for the step digest (rlstream.sinks.digest), only maintenance writes it, by
 overwrite, with the `cohorts` files it covers (rows of figure `_covered`, the file's
@@ -46,6 +48,7 @@ BAND_SCHEMA = pa.schema(
     [
         *_ROWS,
         pa.field("width", pa.int64()),
+        pa.field("last_step", pa.int64()),
         pa.field("file", pa.string()),
     ],
     metadata={"rlstream.schema_version": "1", "rlstream.table": BAND_TABLE},
@@ -53,27 +56,53 @@ BAND_SCHEMA = pa.schema(
 
 
 def fold_bands(digest: pa.Table | None, rows: pa.Table) -> pa.Table:
-    """The digest rows (`_ORDER` columns and `width`) of `digest`'s bands with band
-    `rows` (`_ORDER` columns, any order) added, sorted by (cohort, figure, step)."""
+    """The digest rows (`_ORDER` columns, `width` and `last_step`) of `digest`'s bands
+    with band `rows` (`_ORDER` columns, any order) added, sorted by (cohort, figure,
+    step). `last_step` is the highest banded step of the (cohort, figure), kept or not:
+    the width is that of the steps the rows hold, whatever the order they came in."""
     parts = [rows.select(list(_ORDER)).cast(_ROWS)]
+    lasts = [rows.select(["cohort", "figure", "step"])]
     if digest is not None and digest.num_rows:
         parts.append(digest.select(list(_ORDER)).cast(_ROWS))
+        last = "last_step" if "last_step" in digest.column_names else "step"
+        lasts.append(
+            pa.table(
+                {c: digest.column(c) for c in ("cohort", "figure")}
+                | {"step": digest.column(last).cast(pa.int64())}
+            )
+        )
     t = newest_bands(pa.concat_tables(parts))
     if not t.num_rows:
-        return t.append_column("width", pa.array([], pa.int64()))
+        return t.append_column("width", pa.array([], pa.int64())).append_column(
+            "last_step", pa.array([], pa.int64())
+        )
+    high = (
+        pa.concat_tables([x.cast(lasts[0].schema) for x in lasts])
+        .group_by(["cohort", "figure"])
+        .aggregate([("step", "max")])
+    )
+    top = dict(
+        zip(
+            zip(high.column("cohort").to_pylist(), high.column("figure").to_pylist(), strict=True),
+            high.column("step_max").to_pylist(),
+            strict=True,
+        )
+    )
     keys = [t.column(c).to_numpy(zero_copy_only=False) for c in ("cohort", "figure")]
     steps = t.column("step").to_numpy()
     group = np.ones(t.num_rows, dtype=bool)
     group[1:] = (keys[0][1:] != keys[0][:-1]) | (keys[1][1:] != keys[1][:-1])
     starts = np.flatnonzero(group)
-    ends = np.append(starts[1:], t.num_rows) - 1
-    widths = [bin_width(int(steps[a]), int(steps[b])) for a, b in zip(starts, ends, strict=True)]
-    width = np.repeat(np.asarray(widths, dtype=np.int64), np.diff(np.append(starts, t.num_rows)))
+    ends = [top[(keys[0][a], keys[1][a])] for a in starts.tolist()]
+    widths = [bin_width(int(steps[a]), int(b)) for a, b in zip(starts, ends, strict=True)]
+    sizes = np.diff(np.append(starts, t.num_rows))
+    width = np.repeat(np.asarray(widths, dtype=np.int64), sizes)
     bins = steps // width
     first = group.copy()
     first[1:] |= bins[1:] != bins[:-1]
     keep = pa.array(np.flatnonzero(first))
-    return t.take(keep).append_column("width", pa.array(width).take(keep))
+    t = t.take(keep).append_column("width", pa.array(width).take(keep))
+    return t.append_column("last_step", pa.array(np.repeat(ends, sizes)).take(keep))
 
 
 def read_band_digest(

@@ -103,3 +103,20 @@ def test_band_digest_follows_rewrites_passes_and_compactions(tmp_path):
     assert read_bands(out, ["b"]) == {"b": got["b"]}
     maintain(sink, MaintenanceConfig())
     assert read_bands(out) == reference(out)
+
+
+def test_the_width_follows_the_highest_step_not_the_kept_ones(tmp_path):
+    """Steps 1, 2 and 4-257 need width 2 (257 // 2 - 1 // 2 + 1 = 129 bins); the last
+    kept step is 256, which alone would need width 1. A band for step 3 arriving after
+    a pass must not be kept at the narrower width."""
+    out = str(tmp_path / "out")
+    sink = out_sink(out, retention_seconds=0)
+    rng = random.Random(2)
+    commit(sink, rng, 1, [1, 2, *range(4, 258)])
+    maintain(sink, MaintenanceConfig())
+    commit(sink, rng, 2, [3])
+    got = read_bands(out)
+    assert got == reference(out)
+    assert 3 not in got["a"]["reward_mean"]["step"] and 2 in got["a"]["reward_mean"]["step"]
+    maintain(sink, MaintenanceConfig())
+    assert read_bands(out) == reference(out)
