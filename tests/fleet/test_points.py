@@ -98,3 +98,36 @@ def test_a_series_with_no_value_draws_nothing_beside_one_that_has_values():
     chart = Chart("t", [Series("a", [0, 1, 2], [1.0, 2.0, 3.0]), Series("b", [0, 1, 2], [nan] * 3)])
     svg = line_chart(chart, width=WIDTH)
     assert svg.count("<polyline") == 1 and 'class="lg">b</text>' in svg
+
+
+def test_a_digest_series_breaks_only_where_a_whole_bin_has_no_value():
+    """A run of 5,000 steps is drawn from bins of 32 steps: a one-step spike is drawn
+    at its own step and value, and a stretch of missing steps breaks the line only at
+    the bins it covers whole (1024-1087 of 1000-1100), not at the two it shares with
+    values. Checked against the definition, written out here per bin."""
+    import pyarrow as pa
+
+    from rlstream.fleet.charts import run_charts
+    from rlstream.fleet.points import bin_drawn
+    from rlstream.metrics.digest import fold
+
+    n = 5000
+    reward = np.full(n, 0.5)
+    reward[3001] = 0.99
+    reward[1000:1101] = np.nan
+    rows = pa.table({"step": np.arange(n), "reward_mean": reward})
+    digest = fold(None, rows)
+    assert digest.width == 32
+    series = next(c for c in run_charts(digest, []) if c.title == "reward").series[0]
+    assert series.resolution == 32
+    steps, vals = np.asarray(series.steps), np.asarray(series.values, dtype=float)
+    assert vals[steps == 3001].tolist() == [0.99]
+    drawn_steps, drawn = bin_drawn(steps, vals, series.resolution)
+    has_value = {b for b in range(n // 32 + 1) if not np.isnan(reward[b * 32 : b * 32 + 32]).all()}
+    want = [
+        s
+        for s, v in zip(steps.tolist(), vals.tolist(), strict=True)
+        if v == v or s // 32 not in has_value
+    ]
+    assert drawn_steps.tolist() == want
+    assert sorted({s // 32 for s, v in zip(drawn_steps, drawn, strict=True) if v != v}) == [32, 33]
