@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from rlstream.metrics.digest import bin_width
 from rlstream.sinks.cohorts import COHORTS_SCHEMA, newest_bands
 from rlstream.sinks.delta import DeltaSink
-from rlstream.sinks.digest import COVERED, rewrite, uncovered_rows
+from rlstream.sinks.digest import COVERED, Compact, rewrite, uncovered_rows
 
 BAND_TABLE = "band_digest"
 BAND_COLUMNS = ("cohort", "figure", "step", "n", "p10", "p50", "p90", "median", "mad", "as_of")
@@ -126,12 +126,16 @@ def read_band_digest(
 
 
 def current_bands(
-    sink: DeltaSink, cohorts: list[str] | None = None, dt: Any = None
+    sink: DeltaSink,
+    cohorts: list[str] | None = None,
+    dt: Any = None,
+    compact: Compact | None = None,
 ) -> tuple[pa.Table, list[str]]:
     """The stored digest (`dt`: as already opened) with the band rows committed since
-    folded in (these cohorts, all if None), and the `cohorts` files it then covers."""
+    folded in (these cohorts, all if None), and the `cohorts` files it then covers
+    (`compact`: `sinks.digest.uncovered_rows`)."""
     digest, covered = read_band_digest(sink, cohorts, dt)
-    rows, files = uncovered_rows(sink, covered, "cohorts", _ORDER)
+    rows, files = uncovered_rows(sink, covered, "cohorts", _ORDER, compact)
     if cohorts is not None and rows.num_rows:
         rows = rows.filter(pc.field("cohort").isin(sorted(set(cohorts))))
     if not rows.num_rows:  # stored sorted, but a dataset may list its files in any order
@@ -139,10 +143,11 @@ def current_bands(
     return fold_bands(digest, rows), files
 
 
-def refresh_bands(sink: DeltaSink) -> int:
+def refresh_bands(sink: DeltaSink, compact: Compact | None = None) -> int:
     """Fold the band rows committed since the last pass into OUT's band digest and
-    write it (`sinks.digest.rewrite`); returns its rows, covered files included."""
-    return rewrite(sink, BAND_TABLE, lambda dt: to_table(*current_bands(sink, None, dt)))
+    write it (`sinks.digest.rewrite`; `compact`: `uncovered_rows`); returns its rows,
+    covered files included."""
+    return rewrite(sink, BAND_TABLE, lambda dt: to_table(*current_bands(sink, None, dt, compact)))
 
 
 def to_table(bands: pa.Table, files: list[str]) -> pa.Table:

@@ -4,7 +4,8 @@ so that the report reads a bounded table, not every step row of every run.
 Only maintenance writes it, by overwrite (`refresh_digest`): it reads the `steps`
 data files the digest does not cover yet, folds their rows above each run's
 `last_step` into the run's digest, and records every file of that `steps` snapshot
-as covered. A reader (`read_digest` + `uncovered_rows`) does the same in memory with
+as covered (after the pass compacted that snapshot, the files the compaction wrote in
+place of those it removed: `Compact`). A reader (`read_digest` + `uncovered_rows`) does the same in memory with
 the files committed since: the digest plus a handful of small files, whatever the
 history. Rows at or below a run's `last_step` are in the digest already: a steps
 row is written once, in step order per run, so a file that compaction rewrote
@@ -128,12 +129,24 @@ def read_digest(sink: DeltaSink, dt: Any = None) -> tuple[dict[str, RunDigest], 
     return from_table(sink.dataset(dt).to_table())
 
 
+Compact = Callable[[Any, list[str]], list[str]]
+"""Compacts a table at the snapshot read (its `DeltaTable`) and returns the data files
+a digest of that snapshot then covers, given the snapshot's (the maintenance pass's
+`sinks.maintain.compact_covered`): the files compaction wrote hold only rows of the
+snapshot, so no pass reads them again."""
+
+
 def uncovered_rows(
-    sink: DeltaSink, covered: set[str], table: str = "steps", columns: tuple[str, ...] = COLUMNS
+    sink: DeltaSink,
+    covered: set[str],
+    table: str = "steps",
+    columns: tuple[str, ...] = COLUMNS,
+    compact: Compact | None = None,
 ) -> tuple[pa.Table, list[str]]:
     """(`columns` (those the table has) of the rows of `table` in data files not in
-    `covered`, the names of every data file of the snapshot read); the table's key
-    column (`run_id`, `cohort`) first."""
+    `covered`, the names of every data file of the snapshot read, or with `compact`
+    of the files covered after it compacted that snapshot); the table's key column
+    (`run_id`, `cohort`) first."""
     import pyarrow.dataset as pds
     from deltalake import DeltaTable
 
@@ -147,18 +160,21 @@ def uncovered_rows(
     new = [f for f, n in zip(frags, names, strict=True) if n not in covered]
     cols = [key, *(c for c in columns if c in ds.schema.names and c != key)]
     part = pds.FileSystemDataset(new, ds.schema, ds.format, ds.filesystem)
-    return part.to_table(columns=cols, memory_pool=pa.system_memory_pool()), names
+    rows = part.to_table(columns=cols, memory_pool=pa.system_memory_pool())
+    return rows, names if compact is None else compact(dt, names)
 
 
 def _name(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def current_digest(sink: DeltaSink, dt: Any = None) -> tuple[dict[str, RunDigest], list[str]]:
+def current_digest(
+    sink: DeltaSink, dt: Any = None, compact: Compact | None = None
+) -> tuple[dict[str, RunDigest], list[str]]:
     """The stored digest (`dt`: as already opened) with the steps rows committed since
-    folded in, and the steps files it now covers."""
+    folded in, and the steps files it now covers (`compact`: `uncovered_rows`)."""
     digests, covered = read_digest(sink, dt)
-    rows, files = uncovered_rows(sink, covered)
+    rows, files = uncovered_rows(sink, covered, compact=compact)
     return fold_runs(digests, rows), files
 
 
@@ -190,10 +206,10 @@ def rewrite(sink: DeltaSink, name: str, build: Callable[[Any], pa.Table], tries:
     raise AssertionError("unreachable")
 
 
-def refresh_digest(sink: DeltaSink) -> int:
+def refresh_digest(sink: DeltaSink, compact: Compact | None = None) -> int:
     """Fold the steps rows committed since the last pass into OUT's digest and write
-    it (`rewrite`); returns its rows."""
-    return rewrite(sink, DIGEST_TABLE, lambda dt: to_table(*current_digest(sink, dt)))
+    it (`rewrite`; `compact`: `uncovered_rows`); returns its rows."""
+    return rewrite(sink, DIGEST_TABLE, lambda dt: to_table(*current_digest(sink, dt, compact)))
 
 
 def drop_run(sink: DeltaSink, run_id: str) -> None:

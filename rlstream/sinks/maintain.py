@@ -6,10 +6,13 @@ One pass, per table: `optimize.compact()` bin-packs the files below `target_file
 (the commits' small files since the last pass, and the compacted file still growing)
 into files of up to that size; a file already that large is left alone, so a pass
 rewrites at most `target_file_mb` plus what arrived since the last one;
-then, for `run_health`, `run_latest` is rebuilt (below), and for `steps` the step
-digest and for `cohorts` the band digest take in the rows committed since the last
-pass (rlstream.sinks.digest, rlstream.sinks.band_digest);
-then a full `vacuum` of the
+then, for `run_health`, `run_latest` is rebuilt (below). For `steps` and `cohorts`
+the step and band digests (rlstream.sinks.digest, rlstream.sinks.band_digest) first
+fold the rows of the files committed since the last pass, then the snapshot they read
+is compacted and the digest is written covering the files the compaction wrote (read
+from its commit's log entry; their rows are in it already): a pass reads each row
+once, and its cost follows what arrived since the last pass, not the history.
+Then a full `vacuum` of the
 files the table no longer references, once older than `sink.retention_seconds` (a
 table property set when the table is created; a pass that finds another value sets
 it, which may make one concurrent append fail and be retried), a log checkpoint and
@@ -33,10 +36,13 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
+from rlstream.io.storage import Storage
 from rlstream.sinks.band_digest import BAND_TABLE, refresh_bands
 from rlstream.sinks.delta import DIGEST_TABLE, TABLES, DeltaSink, table_config
 from rlstream.sinks.digest import refresh_digest
@@ -89,32 +95,81 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
             conf = dt.metadata().configuration
             if any(conf.get(k) != v for k, v in want.items()):
                 dt.alter.set_table_properties(want)
-            m = dt.optimize.compact(target_size=cfg.target_file_mb << 20)
+            removed = (
+                _compact_and_digest(sink, cfg, name, report)
+                if name in DIGESTS
+                else _compact(dt, cfg)[0]
+            )
             if name == "run_health":
                 report["run_latest"] = rebuild_latest(sink)
             dt = DeltaTable(sink.uri(name), storage_options=sink.options)
             _tidy(dt)
-            report[name] = {
-                "compacted": m.get("numFilesRemoved", 0),
-                "seconds": round(time.monotonic() - t0, 3),
-            }
+            report[name] = {"compacted": removed, "seconds": round(time.monotonic() - t0, 3)}
         except Exception as e:  # maintenance is retried next pass; never stops the watch
             log.warning("maintenance of %s failed: %s", name, e)
             report[name] = {"error": str(e)}
-    # After the compaction: each digest covers its table's new files.
-    for table, digest, refresh in (
-        ("steps", DIGEST_TABLE, refresh_digest),
-        ("cohorts", BAND_TABLE, refresh_bands),
-    ):
-        if not sink.exists(table):
-            continue
-        try:
-            report[digest] = {"rows": refresh(sink)}
-            _tidy(DeltaTable(sink.uri(digest), storage_options=sink.options))
-        except Exception as e:  # retried next pass, as for the tables above
-            log.warning("maintenance of %s failed: %s", digest, e)
-            report[digest] = {"error": str(e)}
     return report
+
+
+DIGESTS = {"steps": (DIGEST_TABLE, refresh_digest), "cohorts": (BAND_TABLE, refresh_bands)}
+"""Tables with a digest: compacted inside the digest's refresh (`_compact_and_digest`)."""
+
+
+def _compact(dt: Any, cfg: MaintenanceConfig) -> tuple[int, int | None]:
+    """Compact `dt` at the snapshot it holds; (files removed, version of the
+    compaction's commit or None when there was nothing to compact)."""
+    m = dt.optimize.compact(target_size=cfg.target_file_mb << 20)
+    removed = int(m.get("numFilesRemoved", 0))
+    return removed, dt.version() if removed else None
+
+
+def compact_covered(
+    sink: DeltaSink, table: str, files: list[str], version: int | None
+) -> list[str]:
+    """The data files a digest of `files` (a snapshot) covers once the compaction of
+    that snapshot committed `version`: its removed files leave, the files it wrote
+    join (they hold only rows of the snapshot), from the commit's own log entry. A
+    commit that removed a file outside the snapshot leaves `files` as they are."""
+    if version is None:
+        return files
+    entry = sink.storage.read(Storage.join(sink.out, table, "_delta_log", f"{version:020d}.json"))
+    added, removed = set(), set()
+    for line in entry.splitlines():
+        action = orjson.loads(line) if line.strip() else {}
+        for kind, into in (("add", added), ("remove", removed)):
+            if kind in action:
+                into.add(unquote(action[kind]["path"]).rsplit("/", 1)[-1])
+    have = set(files)
+    return sorted((have - removed) | added) if removed <= have else files
+
+
+def _compact_and_digest(
+    sink: DeltaSink, cfg: MaintenanceConfig, name: str, report: dict[str, Any]
+) -> int:
+    """Fold table `name`'s new rows into its digest, compact the snapshot it read, and
+    write the digest covering the files compaction wrote, so no later pass or reader
+    reads those rows again; returns the files compaction removed. If the digest
+    fails, the table is compacted alone (the digest catches up next pass)."""
+    from deltalake import DeltaTable
+
+    digest, refresh = DIGESTS[name]
+    removed = 0
+
+    def compact(dt: Any, files: list[str]) -> list[str]:
+        nonlocal removed
+        n, version = _compact(dt, cfg)
+        removed += n
+        return compact_covered(sink, name, files, version)
+
+    try:
+        report[digest] = {"rows": refresh(sink, compact)}
+        _tidy(DeltaTable(sink.uri(digest), storage_options=sink.options))
+    except Exception as e:  # retried next pass, as for the tables
+        log.warning("maintenance of %s failed: %s", digest, e)
+        report[digest] = {"error": str(e)}
+        if not removed:
+            removed = _compact(DeltaTable(sink.uri(name), storage_options=sink.options), cfg)[0]
+    return removed
 
 
 def _tidy(dt: Any) -> None:

@@ -162,3 +162,47 @@ def test_a_pass_never_writes_over_a_reset(tmp_path, before):
     assert builds == [left, left - {"r1"}]
     assert_same(read_digest(sink)[0], reference(out))
     assert set(read_digests(out)) == left - {"r1"}
+
+
+def test_a_pass_reads_only_new_rows_and_covers_what_its_compaction_wrote(tmp_path, monkeypatch):
+    """A pass folds the files committed since the last one, then compacts the snapshot
+    it read and covers the files the compaction wrote (from the commit's log entry):
+    the compacted rows are never read again, by a pass or by a reader. A commit that
+    lands during the pass (after the snapshot) stays uncovered and is read next time."""
+    import rlstream.sinks.digest as digest_mod
+    import rlstream.sinks.maintain as maintain_mod
+
+    out = str(tmp_path / "out")
+    sink = out_sink(out, retention_seconds=0)
+    rng = random.Random(4)
+    for a in range(0, 600, 50):
+        commit(sink, range(a, a + 50), rng)
+    maintain(sink, MaintenanceConfig())
+    folded: list[int] = []
+    real_fold, real_compact = digest_mod.fold_runs, maintain_mod._compact
+
+    def counting(digests, rows: pa.Table):
+        folded.append(rows.num_rows)
+        return real_fold(digests, rows)
+
+    def compact_during_a_commit(dt, cfg):
+        commit(sink, range(700, 705), rng)  # a tailer's append lands meanwhile
+        return real_compact(dt, cfg)
+
+    monkeypatch.setattr(digest_mod, "fold_runs", counting)
+    for a in range(600, 700, 10):
+        commit(sink, range(a, a + 10), rng)
+    monkeypatch.setattr(maintain_mod, "_compact", compact_during_a_commit)
+    got = maintain(sink, MaintenanceConfig())
+    assert got["steps"]["compacted"] == 11  # the compacted file and ten new ones
+    assert folded == [100 * len(RUNS)]  # the new rows only, not the compacted ones
+    covered = read_digest(sink)[1]
+    files = {f.rsplit("/", 1)[-1] for f in DeltaTable(sink.uri("steps")).file_uris()}
+    assert len(files) == 2 and len(files - covered) == 1  # the commit during the pass
+    assert_same(read_digests(out), reference(out))
+    monkeypatch.setattr(maintain_mod, "_compact", real_compact)
+    folded.clear()
+    maintain(sink, MaintenanceConfig())
+    assert folded == [5 * len(RUNS)]
+    assert_same(read_digest(sink)[0], reference(out))
+    assert read_digest(sink)[0]["r0"].rows == 705
