@@ -29,11 +29,14 @@ from rlstream.cli_support import (
     default_report_path,
     finish,
     maintenance_config,
+    new_dir,
     pipeline_config,
+    positive_int,
     retention,
     retention_kw,
     rules_hooks,
     runtime_config,
+    seconds,
     storage_options,
 )
 from rlstream.errors import EXIT_FAILURE, ConfigError, RlstreamError, exit_code
@@ -330,11 +333,18 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser(
         "demo", help="simulate live runs, watch them on a local Ray, write the HTML report"
     )
-    d.add_argument("--dir", help="folder for the simulated runs and the tables (default: temp)")
-    d.add_argument("--runs", type=int, default=12, help="live runs to simulate (default 12)")
-    d.add_argument("--steps", type=int, default=50, help="steps per run (default 50)")
     d.add_argument(
-        "--interval", type=float, default=0.6, help="seconds per simulated step (default 0.6)"
+        "--dir",
+        type=new_dir,
+        help="new or empty folder for the simulated runs, the tables and the report "
+        "(default: a temp folder)",
+    )
+    d.add_argument(
+        "--runs", type=positive_int, default=12, help="live runs to simulate (default 12)"
+    )
+    d.add_argument("--steps", type=positive_int, default=50, help="steps per run (default 50)")
+    d.add_argument(
+        "--interval", type=seconds, default=0.6, help="seconds per simulated step (default 0.6)"
     )
     d.set_defaults(func=cmd_demo)
     return p

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 import tempfile
 import threading
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlstream.errors import RlstreamError
+from rlstream.errors import ConfigError, RlstreamError
 
 DEMO_SCENARIOS = (
     "healthy",
@@ -107,6 +108,24 @@ class _LiveTable:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    """The demo in `args.dir` (made if missing; the parser refused one holding files)
+    or in a new temp folder, which a failure or Ctrl-C removes."""
+    if args.dir:
+        base = Path(args.dir).resolve()
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cannot make --dir {args.dir}: {e.strerror}") from e
+        return _demo(args, base)
+    base = Path(tempfile.mkdtemp(prefix="rlstream-demo-")).resolve()
+    try:
+        return _demo(args, base)
+    except BaseException:  # a failure or Ctrl-C: the temp folder holds nothing to keep
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+
+
+def _demo(args: argparse.Namespace, base: Path) -> int:
     from rlstream.config import PipelineConfig
     from rlstream.fleet.read import read_latest
     from rlstream.fleet.report import write_report
@@ -116,7 +135,6 @@ def run_demo(args: argparse.Namespace) -> int:
     from rlstream.runtime.driver import RuntimeConfig, run
     from rlstream.simulate import SimConfig
 
-    base = Path(args.dir or tempfile.mkdtemp(prefix="rlstream-demo-")).resolve()
     runs, out = base / "runs", base / "out"
     scen = tuple(DEMO_SCENARIOS[i % len(DEMO_SCENARIOS)] for i in range(args.runs))
     config = SimConfig(runs=args.runs, steps=args.steps, scenarios=scen, seed=1)

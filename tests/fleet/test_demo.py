@@ -58,3 +58,98 @@ def test_demo_leaves_no_ray_temp_folder_and_says_where_its_data_is(tmp_path):
         assert f"rm -rf {base}" in res.stdout
     finally:
         shutil.rmtree(parent, ignore_errors=True)
+
+
+# -- refused before anything starts; a failed demo leaves no temp folder ----------------
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Fail the test if the demo starts or joins Ray."""
+    import rlstream.runtime.cluster as cluster
+
+    def refuse(*a, **k):
+        raise AssertionError("the demo started Ray")
+
+    monkeypatch.setattr(cluster, "connect", refuse)
+
+
+def _usage(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing announced, nothing started
+    return captured.err.strip().splitlines()[-1]
+
+
+def test_demo_refuses_a_dir_that_holds_files(tmp_path, capsys, no_ray):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    line = _usage(capsys, ["demo", "--dir", str(mine), "--runs", "1", "--steps", "2"])
+    assert line == (
+        f"rlstream demo: error: argument --dir: {mine} already holds files; "
+        "give an empty or new folder"
+    )
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_demo_refuses_a_dir_that_is_a_file(tmp_path, capsys, no_ray):
+    f = tmp_path / "f.txt"
+    f.write_text("x")
+    line = _usage(capsys, ["demo", "--dir", str(f)])
+    assert (
+        line == f"rlstream demo: error: argument --dir: {f} is a file; give an empty or new folder"
+    )
+    assert f.read_text() == "x"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--runs", "0", "must be >= 1 (got 0)"),
+        ("--steps", "0", "must be >= 1 (got 0)"),
+        ("--steps", "2.5", "'2.5' is not a whole number"),
+        ("--interval", "0", "must be > 0 (got 0)"),
+        ("--interval", "-1", "must be > 0 (got -1)"),
+        ("--interval", "nan", "must be > 0 (got nan)"),
+    ],
+)
+def test_demo_refuses_bad_numbers(option, value, says, tmp_path, capsys, no_ray, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    line = _usage(capsys, ["demo", option, value])
+    assert line == f"rlstream demo: error: argument {option}: {says}"
+    assert list(tmp_path.iterdir()) == []  # no temp folder made
+
+
+def test_a_failed_demo_removes_its_temp_folder(tmp_path, capsys, monkeypatch):
+    import rlstream.runtime.cluster as cluster
+    from rlstream.errors import RlstreamError
+
+    def fail(*a, **k):
+        raise RlstreamError("Ray did not start")
+
+    monkeypatch.setattr(cluster, "connect", fail)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["demo", "--runs", "1", "--steps", "2"]) == 1
+    assert "rlstream: error: Ray did not start" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_new_dir_is_made_and_an_empty_one_taken(tmp_path, capsys, monkeypatch):
+    """The demo works in a --dir it makes, or in an empty one given; a failure leaves
+    the --dir (the user named it) but removes no file of anyone else's."""
+    import rlstream.runtime.cluster as cluster
+    from rlstream.errors import RlstreamError
+
+    def fail(*a, **k):
+        raise RlstreamError("Ray did not start")
+
+    monkeypatch.setattr(cluster, "connect", fail)
+    new, empty = tmp_path / "a" / "new", tmp_path / "empty"
+    empty.mkdir()
+    for d in (new, empty):
+        assert main(["demo", "--dir", str(d), "--runs", "1", "--steps", "2"]) == 1
+        assert d.is_dir()
+        assert f"under {d / 'runs'}" in capsys.readouterr().out
