@@ -9,8 +9,8 @@ rlstream compact OUT                compact OUT's tables, checkpoint logs, vacuu
 rlstream demo                       simulate live runs, watch them, write the report
 
 Exit status: 0 done; 1 nothing to work on (no runs) or a failure; 2 usage (a bad
-option, or a ROOT/OUT that does not exist, cannot be read or is not an rlstream
-output; nothing is started); 3 analyze/watch wrote their tables but rejected runs
+option, a ROOT/OUT that does not exist, cannot be read or is not an rlstream output,
+a Ray cluster address that cannot be reached; nothing is started); 3 analyze/watch wrote their tables but rejected runs
 whose run.json could not be read (listed at the end, and in `status`).
 """
 
@@ -90,6 +90,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     cfg = pipeline_config(args)
     check_inputs(args, cfg)
     hooks = rules_hooks(args)
+    rt = runtime_config(args)
     from rlstream.runtime.driver import run
 
     metrics = None
@@ -111,7 +112,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             args.roots,
             args.out,
             cfg,
-            runtime_config(args),
+            rt,
             watch=True,
             progress_out=sys.stderr,
             exit_when_finished=args.exit_when_finished,

@@ -183,17 +183,21 @@ def retention(p: argparse.ArgumentParser) -> None:
 
 
 def runtime_config(args: argparse.Namespace):
-    from rlstream.runtime.cluster import RayConfig
+    """The runtime's config; a cluster address (`--ray-address`, RAY_ADDRESS) must
+    accept a connection within a few seconds (`ClusterError` otherwise, exit 2)."""
+    from rlstream.runtime.cluster import RayConfig, check_reachable
     from rlstream.runtime.driver import RuntimeConfig
 
     after = getattr(args, "start_ray_after", None)
     if after is not None and after < 0:
         raise ConfigError(f"--start-ray-after must be >= 0 seconds (got {after:g})")
+    ray = RayConfig(address=args.ray_address)
+    check_reachable(ray)
     return RuntimeConfig(
         **({} if after is None else {"start_ray_after": after}),
         workers=args.workers,
         tailers=args.tailers,
-        ray=RayConfig(address=args.ray_address),
+        ray=ray,
         maintenance=maintenance_config(args),
     )
 

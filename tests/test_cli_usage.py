@@ -1,0 +1,104 @@
+"""Usage errors at the edge: a bad number, port, path or cluster address is one line
+and exit 2 before anything starts (no Ray, nothing written). Ray-free."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from rlstream.cli import main
+from rlstream.errors import EXIT_USAGE
+from rlstream.runtime.cluster import RayConfig, check_reachable
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Fail the test if anything tries to start or join Ray."""
+    import rlstream.runtime.cluster as cluster
+    import rlstream.runtime.driver as driver
+
+    def refuse(*a, **k):
+        raise AssertionError("Ray was started before the options were checked")
+
+    monkeypatch.setattr(cluster, "connect", refuse)
+    monkeypatch.setattr(driver, "connect", refuse)
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    r = tmp_path / "runs"
+    r.mkdir()
+    return r
+
+
+def _error(capsys) -> str:
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("rlstream: error: ")
+    return line
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 where nothing listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- a cluster address where nothing listens -------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["analyze", "watch"])
+def test_unreachable_ray_address_fails_fast(command, root, tmp_path, capsys, no_ray, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    address = f"127.0.0.1:{_closed_port()}"
+    out = tmp_path / "out"
+    argv = [command, str(root), "--out", str(out), "--ray-address", address]
+    assert main(argv) == EXIT_USAGE
+    line = _error(capsys)
+    assert line.startswith(f"rlstream: error: cannot reach a Ray cluster at {address} ")
+    assert "(from --ray-address): Connection refused; start it" in line
+    assert "fix --ray-address, or unset it to run on a private local Ray" in line
+    assert not out.exists()
+
+
+def test_unreachable_ray_address_from_the_environment(root, tmp_path, capsys, no_ray, monkeypatch):
+    address = f"127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    assert main(["watch", str(root), "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    line = _error(capsys)
+    assert f"cannot reach a Ray cluster at {address} (from RAY_ADDRESS)" in line
+    assert "fix RAY_ADDRESS" in line
+
+
+def test_a_listening_address_passes_and_others_are_left_to_ray(monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        check_reachable(RayConfig(address=f"127.0.0.1:{s.getsockname()[1]}"))
+        check_reachable(RayConfig(address=f"ray://127.0.0.1:{s.getsockname()[1]}"))
+
+    def no_socket(*a, **k):
+        raise AssertionError("connected")
+
+    monkeypatch.setattr(socket, "create_connection", no_socket)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for address in (None, "auto", "local"):
+        check_reachable(RayConfig(address=address))
+
+
+def test_join_failure_is_an_error_not_a_traceback(monkeypatch):
+    """`ray.init` refusing an address (`auto` with no cluster) is a `ClusterError`."""
+    import ray
+
+    from rlstream.errors import ClusterError
+    from rlstream.runtime.cluster import connect
+
+    def refuse(**k):
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(ClusterError, match=r"^cannot join a Ray cluster at auto \(from "):
+        connect(RayConfig(address="auto"))
