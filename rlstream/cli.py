@@ -28,15 +28,18 @@ from rlstream.cli_support import (
     common,
     default_report_path,
     finish,
+    html_file,
     maintenance_config,
     new_dir,
     pipeline_config,
+    port,
     positive_int,
     retention,
     retention_kw,
     rules_hooks,
     runtime_config,
     seconds,
+    seconds_or_zero,
     storage_options,
 )
 from rlstream.errors import EXIT_FAILURE, ConfigError, RlstreamError, exit_code
@@ -262,11 +265,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("watch", help="tail runs live and keep the tables current until Ctrl-C")
     common(w)
-    w.add_argument("--poll", type=float, help="seconds between polls (default 1)")
-    w.add_argument("--commit-every", type=float, help="seconds between commits (default 2)")
+    w.add_argument("--poll", type=seconds, help="seconds between polls (default 1)")
+    w.add_argument(
+        "--commit-every",
+        type=seconds_or_zero,
+        help="seconds between commits (default 2; 0: after every poll)",
+    )
     w.add_argument(
         "--maintain-every",
-        type=float,
+        type=seconds_or_zero,
         help="seconds between maintenance passes over OUT (compaction, log checkpoints, "
         "vacuum; default 120, 0 turns them off)",
     )
@@ -277,8 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument(
         "--metrics-port",
-        type=int,
-        help="serve Prometheus metrics on this port at /metrics (docs/fleet.md)",
+        type=port,
+        help="serve Prometheus metrics on this port at /metrics (0-65535; 0: any free port; "
+        "docs/fleet.md)",
     )
     w.add_argument(
         "--metrics-host",
@@ -291,8 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")
     st.add_argument("--follow", action="store_true", help="refresh in place until Ctrl-C")
     st.add_argument("--json", action="store_true", help="print JSON (one line per refresh)")
-    st.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
-    st.add_argument("--count", type=int, help="with --follow: stop after this many refreshes")
+    st.add_argument("--interval", type=seconds, default=2.0, help="seconds between refreshes")
+    st.add_argument(
+        "--count", type=positive_int, help="with --follow: stop after this many refreshes"
+    )
     st.add_argument("--storage-options", help="JSON object passed to fsspec for OUT")
     st.set_defaults(func=cmd_status)
 
@@ -301,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "-o",
         "--output",
+        type=html_file,
         help="HTML file to write (default: beside OUT, OUT-report.html; in the current "
         "folder when OUT is a URL)",
     )

@@ -79,6 +79,10 @@ def html_file(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"folder {parent} does not exist; create it or write the report elsewhere"
         )
+    if not os.access(parent, os.W_OK):
+        raise argparse.ArgumentTypeError(
+            f"folder {parent} cannot be written; write the report elsewhere"
+        )
     return text
 
 
@@ -156,10 +160,12 @@ def common(p: argparse.ArgumentParser) -> None:
         "names one (config.experiment, config.cohort, config.tags); default: a fingerprint of "
         "the config without seeds, names and paths (docs/health.md, Cohorts); repeatable",
     )
-    p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
+    p.add_argument(
+        "--workers", type=positive_int, help="worker actors (default: the cluster's CPUs)"
+    )
     p.add_argument(
         "--tailers",
-        type=int,
+        type=positive_int,
         help="tailer actors owning shards of runs (default: watch, as many as workers; "
         "analyze, one per 8 workers; at most 4)",
     )

@@ -102,3 +102,80 @@ def test_join_failure_is_an_error_not_a_traceback(monkeypatch):
     monkeypatch.setattr(ray, "init", refuse)
     with pytest.raises(ClusterError, match=r"^cannot join a Ray cluster at auto \(from "):
         connect(RayConfig(address="auto"))
+
+
+# -- numbers and ports: argparse types, exit 2 ------------------------------------------
+
+
+def _usage(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value", "says"),
+    [
+        ("watch", "--poll", "-1", "must be > 0 (got -1)"),
+        ("watch", "--poll", "0", "must be > 0 (got 0)"),
+        ("watch", "--commit-every", "-1", "must be >= 0 (got -1)"),
+        ("watch", "--maintain-every", "-3", "must be >= 0 (got -3)"),
+        ("watch", "--metrics-port", "99999", "must be a port in 0-65535 (got 99999)"),
+        ("watch", "--metrics-port", "-1", "must be >= 0 (got -1)"),
+        ("watch", "--metrics-port", "http", "'http' is not a port number"),
+        ("analyze", "--workers", "0", "must be >= 1 (got 0)"),
+        ("watch", "--tailers", "-2", "must be >= 1 (got -2)"),
+    ],
+)
+def test_bad_numbers_of_analyze_and_watch(command, option, value, says, root, tmp_path, capsys):
+    out = tmp_path / "out"
+    line = _usage(capsys, [command, str(root), "--out", str(out), option, value])
+    assert line == f"rlstream {command}: error: argument {option}: {says}"
+    assert not out.exists()
+
+
+def test_zero_stays_valid_where_it_means_something(root):
+    from rlstream.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["watch", str(root), "--out", "o", "--maintain-every", "0", "--commit-every", "0"]
+    )
+    assert (args.maintain_every, args.commit_every) == (0.0, 0.0)
+    assert (
+        build_parser().parse_args(["watch", "r", "--out", "o", "--metrics-port", "0"]).metrics_port
+        == 0
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--interval", "-1", "must be > 0 (got -1)"),
+        ("--interval", "0", "must be > 0 (got 0)"),
+        ("--count", "0", "must be >= 1 (got 0)"),
+    ],
+)
+def test_bad_numbers_of_status_follow(option, value, says, tmp_path, capsys):
+    line = _usage(capsys, ["status", str(tmp_path), "--follow", option, value])
+    assert line == f"rlstream status: error: argument {option}: {says}"
+
+
+def test_report_into_a_missing_folder(tmp_path, capsys):
+    target = tmp_path / "nodir" / "x.html"
+    line = _usage(capsys, ["report", str(tmp_path), "-o", str(target)])
+    assert line == (
+        f"rlstream report: error: argument -o/--output: folder {tmp_path / 'nodir'} does not "
+        "exist; create it or write the report elsewhere"
+    )
+    assert not (tmp_path / "nodir").exists()
+
+
+def test_report_onto_a_folder(tmp_path, capsys):
+    line = _usage(capsys, ["report", str(tmp_path), "-o", str(tmp_path)])
+    assert line == (
+        f"rlstream report: error: argument -o/--output: {tmp_path} is a folder; "
+        "give a file name such as report.html"
+    )
