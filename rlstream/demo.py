@@ -173,7 +173,6 @@ def _demo(args: argparse.Namespace, base: Path) -> int:
     rows = status_rows(read_latest(str(out)))
     report = base / "report.html"
     write_report(str(out), str(report))
-    py = sys.executable
     print(
         f"\nwatched {plural(len(rows), 'run')} on a local Ray for {time.monotonic() - live.start:.0f}s "
         f"({time.monotonic() - t0:.0f}s with start-up); "
@@ -186,15 +185,42 @@ def _demo(args: argparse.Namespace, base: Path) -> int:
         f"  rlstream status {out}            (add --follow while a watch runs, --json for scripts)\n"
         f"  rlstream report {out}            (writes {out}-report.html)\n\n"
         "Query the Delta tables (docs/schema.md has DuckDB, Spark, polars and more):\n"
-        f"  {py} -c \"from deltalake import DeltaTable; print(DeltaTable('{out}/steps')"
-        ".to_pandas(columns=['run_id', 'step', 'reward_mean', 'mismatch_kl']))\"\n"
-        f"  duckdb -c \"select run_id, step, reward_mean from delta_scan('{out}/steps')\""
+        + "\n".join(f"  {c}" for c in query_commands(out))
     )
     print(
         f"\nEverything the demo wrote ({_size_mb(base):.1f} MB: runs, tables, report) is "
         f"under {base}; nothing else is left behind. Delete it when done: rm -rf {base}"
     )
     return 0
+
+
+def query_commands(out: Path, python: str = sys.executable) -> list[str]:
+    """Shell commands that query OUT's `steps` table with what rlstream installs:
+    deltalake (always) and DuckDB's Python package (when installed) over the table's
+    pyarrow dataset, which needs no DuckDB extension download."""
+    import importlib.util
+    import json
+    import shlex
+
+    steps = json.dumps(str(out / "steps"))
+    cols = json.dumps(["run_id", "step", "reward_mean", "mismatch_kl"])
+    py = shlex.quote(python)
+    read = (
+        f"from deltalake import DeltaTable; t = DeltaTable({steps}).to_pyarrow_table("
+        f'columns={cols}); print(t.num_rows, "rows"); print(t.slice(0, 3).to_pylist())'
+    )
+    commands = [f"{py} -c {shlex.quote(read)}"]
+    if importlib.util.find_spec("duckdb") is not None:
+        sql = (
+            "select run_id, count(*) as steps, round(avg(reward_mean), 3) as reward, "
+            "max(mismatch_kl) as max_kl from steps group by run_id order by run_id"
+        )
+        query = (
+            "import duckdb; from deltalake import DeltaTable; "
+            f"steps = DeltaTable({steps}).to_pyarrow_dataset(); print(duckdb.sql({json.dumps(sql)}))"
+        )
+        commands.append(f"{py} -c {shlex.quote(query)}")
+    return commands
 
 
 def _size_mb(folder: Path) -> float:

@@ -11,6 +11,7 @@ import tempfile
 import pytest
 
 from rlstream.cli import main
+from rlstream.demo import query_commands
 from rlstream.fleet.read import read_latest
 from rlstream.runtime.cluster import TEMP_PARENT_ENV
 
@@ -27,7 +28,8 @@ def test_demo_watches_live_runs_and_writes_the_report(ray_session, tmp_path, cap
     assert f"HTML report: {tmp_path / 'report.html'}" in text
     html = (tmp_path / "report.html").read_text()
     assert html.count('<section class="run"') == 3
-    assert f"delta_scan('{tmp_path}/out/steps')" in text
+    for command in query_commands(tmp_path / "out"):
+        assert f"\n  {command}\n" in text + "\n"
     for r in latest:
         assert r["run_id"] in text and r["run_id"] in html
 
@@ -153,3 +155,33 @@ def test_a_new_dir_is_made_and_an_empty_one_taken(tmp_path, capsys, monkeypatch)
         assert main(["demo", "--dir", str(d), "--runs", "1", "--steps", "2"]) == 1
         assert d.is_dir()
         assert f"under {d / 'runs'}" in capsys.readouterr().out
+
+
+def test_the_query_commands_the_demo_prints_run(tmp_path, monkeypatch):
+    """Each printed command works with what rlstream installs (no pandas, no duckdb
+    CLI, no DuckDB extension download), in an OUT whose path needs quoting."""
+    import importlib.util
+
+    from rlstream.pipeline.local import analyze_local
+    from rlstream.simulate import SimConfig, simulate
+
+    base = tmp_path / "it's a demo"
+    labels = simulate(base / "runs", SimConfig(runs=2, steps=4, scenarios=("healthy",), seed=2))
+    analyze_local([str(base / "runs")], str(base / "out"))
+    commands = query_commands(base / "out")
+    assert len(commands) == 2
+    outputs = []
+    for command in commands:
+        res = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, (command, res.stderr[-2000:])
+        outputs.append(res.stdout)
+    assert outputs[0].startswith("8 rows\n[{'run_id': ")
+    assert "'reward_mean': " in outputs[0] and "'mismatch_kl': " in outputs[0]
+    for lab in labels:  # one line per run, with its 4 steps
+        assert any(lab.run_id in ln and " 4 " in ln for ln in outputs[1].splitlines())
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "duckdb" else real(n, *a)
+    )
+    assert query_commands(base / "out") == commands[:1]  # without duckdb: deltalake only
