@@ -1,5 +1,5 @@
 """What the commands say: the last progress line is the totals, phases that did not
-happen are named, not printed as NaN. Ray-free."""
+happen are named, not printed as NaN, counts agree in number. Ray-free."""
 
 from __future__ import annotations
 
@@ -46,3 +46,13 @@ def test_phases_not_reached_are_named_not_nan():
         "Ray up after 2.0 s, the work ended before the workers were ready, stopped in 0.4 s"
     )
     assert phases_text({"stop": 0.1}) == "no Ray up while the work ran, stopped in 0.1 s"
+
+
+def test_simulate_counts_one_run_as_one(tmp_path, capsys):
+    assert main(["simulate", str(tmp_path / "a"), "--runs", "1", "--steps", "2"]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote 1 run x 2 steps to {tmp_path / 'a'} in ")
+    assert main(["simulate", str(tmp_path / "b"), "--runs", "2", "--steps", "2"]) == 0
+    assert capsys.readouterr().out.startswith("wrote 2 runs x 2 steps to ")
+    argv = ["simulate", str(tmp_path / "c"), "--learn", "--preset", "healthy", "--steps", "20"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("trained 1 healthy run x 20 steps into ")
