@@ -7,6 +7,7 @@ rlstream status OUT                 every run of OUT, worst first (reads only OU
 rlstream report OUT [-o FILE.html]  a self-contained HTML report with plots
 rlstream compact OUT                compact OUT's tables, checkpoint logs, vacuum
 rlstream demo                       simulate live runs, watch them, write the report
+rlstream --version                  the installed version
 
 Exit status: 0 done; 1 nothing to work on (no runs) or a failure; 2 usage (a bad
 option, a ROOT/OUT that does not exist, cannot be read or is not an rlstream output,
@@ -233,12 +234,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rlstream")
+    except PackageNotFoundError:
+        return "(version unknown: not installed as a package)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rlstream",
         description="Health analytics for many RL post-training runs, on Ray.",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--version", action="version", version=f"rlstream {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     from rlstream.simulate.cli import add_arguments

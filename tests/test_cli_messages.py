@@ -1,11 +1,14 @@
 """What the commands say: the last progress line is the totals, phases that did not
-happen are named, not printed as NaN, counts agree in number. Ray-free."""
+happen are named, not printed as NaN, counts agree in number, `--version`. Ray-free."""
 
 from __future__ import annotations
 
 import io
 import logging
 import re
+from importlib.metadata import version
+
+import pytest
 
 from rlstream.cli import main
 from rlstream.runtime.batch import phases_text
@@ -56,3 +59,10 @@ def test_simulate_counts_one_run_as_one(tmp_path, capsys):
     argv = ["simulate", str(tmp_path / "c"), "--learn", "--preset", "healthy", "--steps", "20"]
     assert main(argv) == 0
     assert capsys.readouterr().out.startswith("trained 1 healthy run x 20 steps into ")
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"rlstream {version('rlstream')}\n"
