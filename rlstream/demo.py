@@ -197,17 +197,22 @@ def _demo(args: argparse.Namespace, base: Path) -> int:
 def query_commands(out: Path, python: str = sys.executable) -> list[str]:
     """Shell commands that query OUT's `steps` table with what rlstream installs:
     deltalake (always) and DuckDB's Python package (when installed) over the table's
-    pyarrow dataset, which needs no DuckDB extension download."""
+    pyarrow dataset, which needs no DuckDB extension download. Both read through
+    pyarrow's local filesystem, as `DeltaSink.dataset` does (with delta-rs's default
+    file handler the process can abort as it exits)."""
     import importlib.util
     import json
     import shlex
 
-    steps = json.dumps(str(out / "steps"))
     cols = json.dumps(["run_id", "step", "reward_mean", "mismatch_kl"])
     py = shlex.quote(python)
+    table = (
+        f"from deltalake import DeltaTable; from pyarrow import fs; p = {json.dumps(str(out / 'steps'))}; "
+        "local = fs.SubTreeFileSystem(p, fs.LocalFileSystem()); "
+    )
     read = (
-        f"from deltalake import DeltaTable; t = DeltaTable({steps}).to_pyarrow_table("
-        f'columns={cols}); print(t.num_rows, "rows"); print(t.slice(0, 3).to_pylist())'
+        f"{table}t = DeltaTable(p).to_pyarrow_table(columns={cols}, filesystem=local); "
+        'print(t.num_rows, "rows"); print(t.slice(0, 3).to_pylist())'
     )
     commands = [f"{py} -c {shlex.quote(read)}"]
     if importlib.util.find_spec("duckdb") is not None:
@@ -216,8 +221,8 @@ def query_commands(out: Path, python: str = sys.executable) -> list[str]:
             "max(mismatch_kl) as max_kl from steps group by run_id order by run_id"
         )
         query = (
-            "import duckdb; from deltalake import DeltaTable; "
-            f"steps = DeltaTable({steps}).to_pyarrow_dataset(); print(duckdb.sql({json.dumps(sql)}))"
+            f"import duckdb; {table}steps = DeltaTable(p).to_pyarrow_dataset(filesystem=local); "
+            f"print(duckdb.sql({json.dumps(sql)}))"
         )
         commands.append(f"{py} -c {shlex.quote(query)}")
     return commands

@@ -172,8 +172,9 @@ def test_the_query_commands_the_demo_prints_run(tmp_path, monkeypatch):
     assert len(commands) == 2
     outputs = []
     for command in commands:
-        res = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120)
-        assert res.returncode == 0, (command, res.stderr[-2000:])
+        for _ in range(3):  # a read through delta-rs's own file handler often aborted at exit
+            res = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120)
+            assert res.returncode == 0, (command, res.returncode, res.stderr[-2000:])
         outputs.append(res.stdout)
     assert outputs[0].startswith("8 rows\n[{'run_id': ")
     assert "'reward_mean': " in outputs[0] and "'mismatch_kl': " in outputs[0]
