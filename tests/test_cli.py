@@ -23,13 +23,12 @@ BAD_JSON = b'{"run_id": "x", not json'
 def no_ray(monkeypatch):
     """Fail the test if anything tries to start or join Ray."""
     import rlstream.runtime.cluster as cluster
+    import rlstream.runtime.driver as driver  # before the patch: it binds `connect` at import
 
     def refuse(*a, **k):
         raise AssertionError("Ray was started before the inputs were checked")
 
     monkeypatch.setattr(cluster, "connect", refuse)
-    import rlstream.runtime.driver as driver
-
     monkeypatch.setattr(driver, "connect", refuse)
 
 
