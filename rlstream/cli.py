@@ -7,10 +7,11 @@ rlstream status OUT                 every run of OUT, worst first (reads only OU
 rlstream report OUT [-o FILE.html]  a self-contained HTML report with plots
 rlstream compact OUT                compact OUT's tables, checkpoint logs, vacuum
 rlstream demo                       simulate live runs, watch them, write the report
+rlstream --version                  the installed version
 
 Exit status: 0 done; 1 nothing to work on (no runs) or a failure; 2 usage (a bad
-option, or a ROOT/OUT that does not exist, cannot be read or is not an rlstream
-output; nothing is started); 3 analyze/watch wrote their tables but rejected runs
+option, a ROOT/OUT that does not exist, cannot be read or is not an rlstream output,
+a Ray cluster address that cannot be reached; nothing is started); 3 analyze/watch wrote their tables but rejected runs
 whose run.json could not be read (listed at the end, and in `status`).
 """
 
@@ -28,12 +29,18 @@ from rlstream.cli_support import (
     common,
     default_report_path,
     finish,
+    html_file,
     maintenance_config,
+    new_dir,
     pipeline_config,
+    port,
+    positive_int,
     retention,
     retention_kw,
     rules_hooks,
     runtime_config,
+    seconds,
+    seconds_or_zero,
     storage_options,
 )
 from rlstream.errors import EXIT_FAILURE, ConfigError, RlstreamError, exit_code
@@ -87,6 +94,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     cfg = pipeline_config(args)
     check_inputs(args, cfg)
     hooks = rules_hooks(args)
+    rt = runtime_config(args)
     from rlstream.runtime.driver import run
 
     metrics = None
@@ -108,7 +116,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             args.roots,
             args.out,
             cfg,
-            runtime_config(args),
+            rt,
             watch=True,
             progress_out=sys.stderr,
             exit_when_finished=args.exit_when_finished,
@@ -226,12 +234,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rlstream")
+    except PackageNotFoundError:
+        return "(version unknown: not installed as a package)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rlstream",
         description="Health analytics for many RL post-training runs, on Ray.",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--version", action="version", version=f"rlstream {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     from rlstream.simulate.cli import add_arguments
@@ -258,11 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("watch", help="tail runs live and keep the tables current until Ctrl-C")
     common(w)
-    w.add_argument("--poll", type=float, help="seconds between polls (default 1)")
-    w.add_argument("--commit-every", type=float, help="seconds between commits (default 2)")
+    w.add_argument("--poll", type=seconds, help="seconds between polls (default 1)")
+    w.add_argument(
+        "--commit-every",
+        type=seconds_or_zero,
+        help="seconds between commits (default 2; 0: after every poll)",
+    )
     w.add_argument(
         "--maintain-every",
-        type=float,
+        type=seconds_or_zero,
         help="seconds between maintenance passes over OUT (compaction, log checkpoints, "
         "vacuum; default 120, 0 turns them off)",
     )
@@ -273,8 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument(
         "--metrics-port",
-        type=int,
-        help="serve Prometheus metrics on this port at /metrics (docs/fleet.md)",
+        type=port,
+        help="serve Prometheus metrics on this port at /metrics (0-65535; 0: any free port; "
+        "docs/fleet.md)",
     )
     w.add_argument(
         "--metrics-host",
@@ -287,8 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")
     st.add_argument("--follow", action="store_true", help="refresh in place until Ctrl-C")
     st.add_argument("--json", action="store_true", help="print JSON (one line per refresh)")
-    st.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
-    st.add_argument("--count", type=int, help="with --follow: stop after this many refreshes")
+    st.add_argument("--interval", type=seconds, default=2.0, help="seconds between refreshes")
+    st.add_argument(
+        "--count", type=positive_int, help="with --follow: stop after this many refreshes"
+    )
     st.add_argument("--storage-options", help="JSON object passed to fsspec for OUT")
     st.set_defaults(func=cmd_status)
 
@@ -297,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "-o",
         "--output",
+        type=html_file,
         help="HTML file to write (default: beside OUT, OUT-report.html; in the current "
         "folder when OUT is a URL)",
     )
@@ -330,11 +356,18 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser(
         "demo", help="simulate live runs, watch them on a local Ray, write the HTML report"
     )
-    d.add_argument("--dir", help="folder for the simulated runs and the tables (default: temp)")
-    d.add_argument("--runs", type=int, default=12, help="live runs to simulate (default 12)")
-    d.add_argument("--steps", type=int, default=50, help="steps per run (default 50)")
     d.add_argument(
-        "--interval", type=float, default=0.6, help="seconds per simulated step (default 0.6)"
+        "--dir",
+        type=new_dir,
+        help="new or empty folder for the simulated runs, the tables and the report "
+        "(default: a temp folder)",
+    )
+    d.add_argument(
+        "--runs", type=positive_int, default=12, help="live runs to simulate (default 12)"
+    )
+    d.add_argument("--steps", type=positive_int, default=50, help="steps per run (default 50)")
+    d.add_argument(
+        "--interval", type=seconds, default=0.6, help="seconds per simulated step (default 0.6)"
     )
     d.set_defaults(func=cmd_demo)
     return p

@@ -2,8 +2,10 @@
 (`pipeline_config`, `runtime_config`, `maintenance_config`, `storage_options`), the
 shared argument groups (`common`, `retention`), the input checks made before anything
 starts (`check_inputs` for ROOTs and OUT of analyze/watch, `checked_out` for the OUT
-of status/report/compact; both raise `InputError`, exit status 2), and the closing
-report of analyze/watch (`finish`: what was written and rejected, and the exit code).
+of status/report/compact; both raise `InputError`, exit status 2), the argparse
+types that refuse a bad number or path as a usage error (`positive_int`, `port`,
+`seconds`, `new_dir`, `html_file`, ...), and the closing report of analyze/watch
+(`finish`: what was written and rejected, and the exit code).
 """
 
 from __future__ import annotations
@@ -13,6 +15,75 @@ import json
 
 from rlstream.config import PipelineConfig
 from rlstream.errors import ConfigError
+
+
+def _number(text: str, kind: type, least: float, strict: bool, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if value != value or (value <= least if strict else value < least):  # NaN too
+        bound = f"> {least:g}" if strict else f">= {least:g}"
+        raise argparse.ArgumentTypeError(f"must be {bound} (got {text})")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    return _number(text, int, 1, False, "a whole number")
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds > 0."""
+    return _number(text, float, 0, True, "a number of seconds")
+
+
+def seconds_or_zero(text: str) -> float:
+    """An argparse type: a number of seconds >= 0."""
+    return _number(text, float, 0, False, "a number of seconds")
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0-65535 (0: any free port)."""
+    value = _number(text, int, 0, False, "a port number")
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port in 0-65535 (got {text})")
+    return value
+
+
+def new_dir(text: str) -> str:
+    """An argparse type: a folder that does not exist yet or is empty (so everything
+    in it afterwards was written by the command)."""
+    import os
+
+    if os.path.isdir(text):
+        if os.listdir(text):
+            raise argparse.ArgumentTypeError(
+                f"{text} already holds files; give an empty or new folder"
+            )
+    elif os.path.lexists(text):
+        raise argparse.ArgumentTypeError(f"{text} is a file; give an empty or new folder")
+    return text
+
+
+def html_file(text: str) -> str:
+    """An argparse type: a file that can be written in a folder that exists."""
+    import os
+
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(
+            f"{text} is a folder; give a file name such as report.html"
+        )
+    parent = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(
+            f"folder {parent} does not exist; create it or write the report elsewhere"
+        )
+    if not os.access(parent, os.W_OK):
+        raise argparse.ArgumentTypeError(
+            f"folder {parent} cannot be written; write the report elsewhere"
+        )
+    return text
 
 
 def storage_options(text: str | None) -> dict:
@@ -89,10 +160,12 @@ def common(p: argparse.ArgumentParser) -> None:
         "names one (config.experiment, config.cohort, config.tags); default: a fingerprint of "
         "the config without seeds, names and paths (docs/health.md, Cohorts); repeatable",
     )
-    p.add_argument("--workers", type=int, help="worker actors (default: the cluster's CPUs)")
+    p.add_argument(
+        "--workers", type=positive_int, help="worker actors (default: the cluster's CPUs)"
+    )
     p.add_argument(
         "--tailers",
-        type=int,
+        type=positive_int,
         help="tailer actors owning shards of runs (default: watch, as many as workers; "
         "analyze, one per 8 workers; at most 4)",
     )
@@ -116,17 +189,21 @@ def retention(p: argparse.ArgumentParser) -> None:
 
 
 def runtime_config(args: argparse.Namespace):
-    from rlstream.runtime.cluster import RayConfig
+    """The runtime's config; a cluster address (`--ray-address`, RAY_ADDRESS) must
+    accept a connection within a few seconds (`ClusterError` otherwise, exit 2)."""
+    from rlstream.runtime.cluster import RayConfig, check_reachable
     from rlstream.runtime.driver import RuntimeConfig
 
     after = getattr(args, "start_ray_after", None)
     if after is not None and after < 0:
         raise ConfigError(f"--start-ray-after must be >= 0 seconds (got {after:g})")
+    ray = RayConfig(address=args.ray_address)
+    check_reachable(ray)
     return RuntimeConfig(
         **({} if after is None else {"start_ray_after": after}),
         workers=args.workers,
         tailers=args.tailers,
-        ray=RayConfig(address=args.ray_address),
+        ray=ray,
         maintenance=maintenance_config(args),
     )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 import tempfile
 import threading
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlstream.errors import RlstreamError
+from rlstream.errors import ConfigError, RlstreamError
 
 DEMO_SCENARIOS = (
     "healthy",
@@ -107,6 +108,24 @@ class _LiveTable:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    """The demo in `args.dir` (made if missing; the parser refused one holding files)
+    or in a new temp folder, which a failure or Ctrl-C removes."""
+    if args.dir:
+        base = Path(args.dir).resolve()
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cannot make --dir {args.dir}: {e.strerror}") from e
+        return _demo(args, base)
+    base = Path(tempfile.mkdtemp(prefix="rlstream-demo-")).resolve()
+    try:
+        return _demo(args, base)
+    except BaseException:  # a failure or Ctrl-C: the temp folder holds nothing to keep
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+
+
+def _demo(args: argparse.Namespace, base: Path) -> int:
     from rlstream.config import PipelineConfig
     from rlstream.fleet.read import read_latest
     from rlstream.fleet.report import write_report
@@ -116,7 +135,6 @@ def run_demo(args: argparse.Namespace) -> int:
     from rlstream.runtime.driver import RuntimeConfig, run
     from rlstream.simulate import SimConfig
 
-    base = Path(args.dir or tempfile.mkdtemp(prefix="rlstream-demo-")).resolve()
     runs, out = base / "runs", base / "out"
     scen = tuple(DEMO_SCENARIOS[i % len(DEMO_SCENARIOS)] for i in range(args.runs))
     config = SimConfig(runs=args.runs, steps=args.steps, scenarios=scen, seed=1)
@@ -155,7 +173,6 @@ def run_demo(args: argparse.Namespace) -> int:
     rows = status_rows(read_latest(str(out)))
     report = base / "report.html"
     write_report(str(out), str(report))
-    py = sys.executable
     print(
         f"\nwatched {plural(len(rows), 'run')} on a local Ray for {time.monotonic() - live.start:.0f}s "
         f"({time.monotonic() - t0:.0f}s with start-up); "
@@ -168,15 +185,47 @@ def run_demo(args: argparse.Namespace) -> int:
         f"  rlstream status {out}            (add --follow while a watch runs, --json for scripts)\n"
         f"  rlstream report {out}            (writes {out}-report.html)\n\n"
         "Query the Delta tables (docs/schema.md has DuckDB, Spark, polars and more):\n"
-        f"  {py} -c \"from deltalake import DeltaTable; print(DeltaTable('{out}/steps')"
-        ".to_pandas(columns=['run_id', 'step', 'reward_mean', 'mismatch_kl']))\"\n"
-        f"  duckdb -c \"select run_id, step, reward_mean from delta_scan('{out}/steps')\""
+        + "\n".join(f"  {c}" for c in query_commands(out))
     )
     print(
         f"\nEverything the demo wrote ({_size_mb(base):.1f} MB: runs, tables, report) is "
         f"under {base}; nothing else is left behind. Delete it when done: rm -rf {base}"
     )
     return 0
+
+
+def query_commands(out: Path, python: str = sys.executable) -> list[str]:
+    """Shell commands that query OUT's `steps` table with what rlstream installs:
+    deltalake (always) and DuckDB's Python package (when installed) over the table's
+    pyarrow dataset, which needs no DuckDB extension download. Both read through
+    pyarrow's local filesystem, as `DeltaSink.dataset` does (with delta-rs's default
+    file handler the process can abort as it exits)."""
+    import importlib.util
+    import json
+    import shlex
+
+    cols = json.dumps(["run_id", "step", "reward_mean", "mismatch_kl"])
+    py = shlex.quote(python)
+    table = (
+        f"from deltalake import DeltaTable; from pyarrow import fs; p = {json.dumps(str(out / 'steps'))}; "
+        "local = fs.SubTreeFileSystem(p, fs.LocalFileSystem()); "
+    )
+    read = (
+        f"{table}t = DeltaTable(p).to_pyarrow_table(columns={cols}, filesystem=local); "
+        'print(t.num_rows, "rows"); print(t.slice(0, 3).to_pylist())'
+    )
+    commands = [f"{py} -c {shlex.quote(read)}"]
+    if importlib.util.find_spec("duckdb") is not None:
+        sql = (
+            "select run_id, count(*) as steps, round(avg(reward_mean), 3) as reward, "
+            "max(mismatch_kl) as max_kl from steps group by run_id order by run_id"
+        )
+        query = (
+            f"import duckdb; {table}steps = DeltaTable(p).to_pyarrow_dataset(filesystem=local); "
+            f"print(duckdb.sql({json.dumps(sql)}))"
+        )
+        commands.append(f"{py} -c {shlex.quote(query)}")
+    return commands
 
 
 def _size_mb(folder: Path) -> float:

@@ -29,6 +29,11 @@ class InputError(ConfigError):
     starts anything (no Ray) and exits with status 2, as for any usage error."""
 
 
+class ClusterError(ConfigError):
+    """The Ray cluster named by `--ray-address` or RAY_ADDRESS cannot be reached or
+    joined. Nothing is started; exit status 2, as for a path that cannot be read."""
+
+
 class NoDataError(RlstreamError):
     """The inputs are valid but hold nothing to work on (no runs under the ROOTs, none
     in OUT). Exit status 1."""

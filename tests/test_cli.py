@@ -23,13 +23,12 @@ BAD_JSON = b'{"run_id": "x", not json'
 def no_ray(monkeypatch):
     """Fail the test if anything tries to start or join Ray."""
     import rlstream.runtime.cluster as cluster
+    import rlstream.runtime.driver as driver  # before the patch: it binds `connect` at import
 
     def refuse(*a, **k):
         raise AssertionError("Ray was started before the inputs were checked")
 
     monkeypatch.setattr(cluster, "connect", refuse)
-    import rlstream.runtime.driver as driver
-
     monkeypatch.setattr(driver, "connect", refuse)
 
 
@@ -231,7 +230,14 @@ def test_every_run_rejected_is_a_failure_with_the_reasons(tmp_path, capsys):
     assert main(["status", str(out)]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0] == "0 runs; 5 rejected runs (not analysed, listed below)"
+    assert table[2] == "(no run analysed: every run found was rejected, listed below)"
     assert "rejected (5 runs; run.json could not be read):" in table
+    # report too: it lists them (an OUT with no run at all, analysed or rejected, is
+    # exit 1 with no file: test_out_with_no_runs_yet_is_no_data)
+    assert main(["report", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"wrote {tmp_path / 'out-report.html'}: 0 runs and 5 rejected runs from {out}"
+    )
 
 
 def test_a_rejected_run_read_since_is_no_longer_listed(tmp_path, capsys):

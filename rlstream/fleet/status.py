@@ -219,6 +219,8 @@ def render_table(
         lines.append(recent_legend(rows))
         if any(r.get("not_evaluable") for r in rows):
             lines.append(NE_LEGEND)
+    elif rejected:
+        lines.append("(no run analysed: every run found was rejected, listed below)")
     else:
         lines.append("(no runs yet: nothing in run_health)")
     lines.extend(rejected_lines(rejected or []))

@@ -30,7 +30,7 @@ from typing import Any
 from rlstream.config import PipelineConfig
 from rlstream.errors import RlstreamError
 from rlstream.io.storage import Storage
-from rlstream.pipeline.outcome import Outcome
+from rlstream.pipeline.outcome import Outcome, plural
 from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import state_summary
 from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
@@ -310,7 +310,7 @@ def analyze(
         for k, chunk in enumerate(chunks):
             handover.last = k == len(chunks) - 1
             summaries += [state_summary(s) for s in group.analyze(chunk, handover, [chunk])]
-        progress.show(group.totals, len(urls))
+        progress.show(group.totals, len(urls), final=True)
         if outcome is not None:
             outcome.add_tally(group.tally())
             outcome.add_summaries(summaries)
@@ -322,23 +322,33 @@ def analyze(
     ph = start.phases
     if "skipped" in ph:
         log.info(
-            "analyzed %d runs in %.1f s: %d units here, no Ray started (done within %.1f s)",
-            len(summaries),
+            "analyzed %s in %.1f s: %d units here, no Ray started (done within %.1f s)",
+            plural(len(summaries), "run"),
             time.monotonic() - t0,
             handover.counts["here"],
             start.delay,
         )
         return sorted(summaries, key=lambda s: s["run_id"])
     log.info(
-        "analyzed %d runs in %.1f s: %d units here, %d on %d workers "
-        "(Ray up after %.1f s, workers after %.1f s, stopped in %.1f s)",
-        len(summaries),
+        "analyzed %s in %.1f s: %d units here, %d on %d workers (%s)",
+        plural(len(summaries), "run"),
         time.monotonic() - t0,
         handover.counts["here"],
         handover.counts["ray"],
         len(start._actors),
-        ph.get("ray", float("nan")),
-        ph.get("workers", float("nan")),
-        ph.get("stop", float("nan")),
+        phases_text(ph),
     )
     return sorted(summaries, key=lambda s: s["run_id"])
+
+
+def phases_text(ph: dict[str, float]) -> str:
+    """`RayStart.phases` in words, saying which phases the work ended before."""
+    if "ray" not in ph:
+        said = ["no Ray up while the work ran"]
+    elif "workers" not in ph:
+        said = [f"Ray up after {ph['ray']:.1f} s", "the work ended before the workers were ready"]
+    else:
+        said = [f"Ray up after {ph['ray']:.1f} s", f"workers after {ph['workers']:.1f} s"]
+    if "stop" in ph:
+        said.append(f"stopped in {ph['stop']:.1f} s")
+    return ", ".join(said)

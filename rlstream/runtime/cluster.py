@@ -100,6 +100,52 @@ def starts_private(cfg: RayConfig) -> bool:
     return not (cfg.address or os.environ.get("RAY_ADDRESS"))
 
 
+REACH_TIMEOUT_SECONDS = 5.0
+"""How long `check_reachable` waits for a cluster's address to accept a connection."""
+
+
+def address_source(cfg: RayConfig) -> tuple[str | None, str]:
+    """The address `connect` would join and where it came from (the option or the
+    environment variable); None when it would start a private Ray."""
+    if cfg.address:
+        return cfg.address, "--ray-address"
+    return os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS"
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of `host:port`, `[v6]:port` or `ray://host:port`; None for an
+    address Ray resolves itself (`auto`, `local`) or one without a numeric port."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in rest:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(cfg: RayConfig, timeout: float = REACH_TIMEOUT_SECONDS) -> None:
+    """Raise `ClusterError` unless the cluster address `connect(cfg)` would join
+    accepts a TCP connection within `timeout` seconds (`ray.init` waits for an
+    address where nothing listens for as long as it takes). Nothing to check for a
+    private Ray, `auto` or `local`."""
+    import socket
+
+    from rlstream.errors import ClusterError
+
+    address, source = address_source(cfg)
+    where = _host_port(address) if address else None
+    if where is None:
+        return
+    try:
+        socket.create_connection(where, timeout=timeout).close()
+    except OSError as e:
+        reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise ClusterError(
+            f"cannot reach a Ray cluster at {address} (from {source}): {reason}; "
+            f"start it (`ray start --head`), fix {source}, or unset it to run on a "
+            "private local Ray"
+        ) from e
+
+
 def connect(cfg: RayConfig) -> bool:
     """Initialise Ray unless already initialised (start a private Ray or join a
     cluster); returns True if this call initialised it. `private_ray()` tells which."""
@@ -109,11 +155,19 @@ def connect(cfg: RayConfig) -> bool:
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    address = cfg.address or os.environ.get("RAY_ADDRESS")
+    address, source = address_source(cfg)
     runtime_env = {"env_vars": forwarded_env()} if forwarded_env() else None
     if address:
+        from rlstream.errors import ClusterError
+
+        check_reachable(cfg)
         log.info("joining Ray cluster at %s", address)
-        ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
+        try:
+            ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING)
+        except ConnectionError as e:  # `auto` with no cluster running, for one
+            raise ClusterError(
+                f"cannot join a Ray cluster at {address} (from {source}): {e}"
+            ) from e
     else:
         tmp = tempfile.mkdtemp(prefix="rls", dir=os.environ.get(TEMP_PARENT_ENV, "/tmp"))
         _TEMP_DIRS.append(tmp)

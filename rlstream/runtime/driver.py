@@ -24,7 +24,7 @@ from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
 from rlstream.pipeline.discover import normalize_root
 from rlstream.pipeline.local import input_storage, runs_or_fail
-from rlstream.pipeline.outcome import Outcome
+from rlstream.pipeline.outcome import Outcome, plural
 from rlstream.runtime import batch
 from rlstream.runtime.cluster import connect, disconnect, private_ray
 from rlstream.runtime.early import EarlyWatch, StartupLog
@@ -151,7 +151,8 @@ def run(
             )
             if not watch:
                 summaries = fleet.analyze(progress, urls)
-                log.info("analyzed %d runs in %.1f s", len(summaries), time.monotonic() - t_actors)
+                took = time.monotonic() - t_actors
+                log.info("analyzed %s in %.1f s", plural(len(summaries), "run"), took)
                 if outcome is not None:
                     fleet.tally(outcome)
                     outcome.add_summaries(summaries)

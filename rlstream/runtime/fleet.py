@@ -141,7 +141,7 @@ class Fleet:
         total = sum(len(s) for s in shards)
         while len(ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
             self._show(progress, total)
-        self._show(progress, total)
+        self._show(progress, total, final=True)
         out: list[dict[str, Any]] = []
         for i, ref in enumerate(refs):
             for attempt in range(3):
@@ -158,12 +158,12 @@ class Fleet:
                     ref = self.tailers[i].analyze.remote(shards[i])
         return sorted(out, key=lambda s: s["run_id"])
 
-    def _show(self, progress: Progress | None, runs: int) -> None:
+    def _show(self, progress: Progress | None, runs: int, final: bool = False) -> None:
         if progress is None:
             return
         # A tailer that died answers nothing: `analyze` retries its shard.
         with contextlib.suppress(ray.exceptions.RayError):
-            progress.show(self.totals(), runs)
+            progress.show(self.totals(), runs, final)
 
     def totals(self) -> dict[str, int]:
         out: dict[str, int] = dict(self.carried)

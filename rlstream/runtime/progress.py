@@ -2,7 +2,9 @@
 
 `Progress.show(totals, runs)` takes a `RunGroup.totals`-style counter (units, rows,
 bytes, tokens). On a terminal it refreshes one line in place; otherwise it logs the
-line at most every 10 s. Disabled, it does nothing.
+line at most every 10 s, and always the totals `show(..., final=True)` is given at the
+end of the work, so the last line logged is never an earlier, smaller count.
+Disabled, it does nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class Progress:
         self.start = time.monotonic()
         self.last_log = 0.0
 
-    def show(self, totals: dict[str, int], runs: int) -> None:
+    def show(self, totals: dict[str, int], runs: int, final: bool = False) -> None:
         if not self.enabled:
             return
         el = max(time.monotonic() - self.start, 1e-9)
@@ -37,7 +39,7 @@ class Progress:
         if self.tty:
             self.out.write("\r" + line.ljust(110))
             self.out.flush()
-        elif time.monotonic() - self.last_log >= 10:
+        elif final or time.monotonic() - self.last_log >= 10:
             self.last_log = time.monotonic()
             log.info(line)
 

@@ -103,16 +103,18 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     )
 
 
-def _timed(write: Callable[[], list], done: str) -> int:
-    """Run `write()` (it returns the labels), print `done` with the count and the time,
-    or the error with exit 2."""
+def _timed(write: Callable[[], list], done: str, noun: str = "run") -> int:
+    """Run `write()` (it returns the labels), print `done` with the count of `noun`s
+    (`{n}`: "1 run", "2 runs") and the time, or the error with exit 2."""
+    from rlstream.pipeline.outcome import plural
+
     start = time.perf_counter()
     try:
         labels = write()
     except (FileExistsError, ValueError) as e:
         print(f"rlstream simulate: {e}", file=sys.stderr)
         return 2
-    print(done.format(n=len(labels), took=time.perf_counter() - start))
+    print(done.format(n=plural(len(labels), noun), took=time.perf_counter() - start))
     return 0
 
 
@@ -127,8 +129,9 @@ def run_learn(args: argparse.Namespace) -> int:
             seed=args.seed,
             mode=args.mode,
         ),
-        f"trained {{n}} {args.preset} runs x {args.steps} steps into {args.root} "
+        f"trained {{n}} x {args.steps} steps into {args.root} "
         f"in {{took:.1f}}s (labels: {args.root}/labels.json)",
+        noun=f"{args.preset} run",
     )
 
 
@@ -152,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         write = partial(simulate, args.root, config)
     return _timed(
         write,
-        f"wrote {{n}} runs x {config.steps} steps to {args.root} in {{took:.1f}}s "
+        f"wrote {{n}} x {config.steps} steps to {args.root} in {{took:.1f}}s "
         f"(labels: {args.root}/labels.json)",
     )
 
