@@ -41,6 +41,7 @@ from rlstream.metrics.digest import COLUMNS, LAST_MAP, RunDigest, fold_runs
 from rlstream.sinks.delta import DIGEST_TABLE, DeltaSink, table_config
 
 COVERED = "_covered"
+_LISTS = ("steps", "values")
 PASS = "_pass"
 """A row every version of the digest has, so that two overwrites of one version
 always remove a file in common: the second fails (delta-rs's conflict check)."""
@@ -61,27 +62,38 @@ DIGEST_SCHEMA = pa.schema(
 
 
 def to_table(digests: dict[str, RunDigest], covered: list[str]) -> pa.Table:
-    """The digest table's rows for these runs and covered steps files."""
-    cols: dict[str, list[Any]] = {f.name: [] for f in DIGEST_SCHEMA}
+    """The digest table's rows for these runs and covered steps files. The points go
+    into the list columns as whole numpy arrays (no Python object per point)."""
+    cols: dict[str, list[Any]] = {f.name: [] for f in DIGEST_SCHEMA if f.name not in _LISTS}
+    points: list[tuple[np.ndarray, np.ndarray] | None] = []
 
     def add(rid: str, series: str, key: str, d: RunDigest | None, pts: Any, total: Any) -> None:
         for name, v in zip(
-            DIGEST_SCHEMA.names,
-            (rid, series, key, d and d.width, d and d.last_step, d and d.rows, total, *pts),
+            cols,
+            (rid, series, key, d and d.width, d and d.last_step, d and d.rows, total),
             strict=True,
         ):
             cols[name].append(v)
+        points.append(pts)
 
     for rid in sorted(digests):
         d = digests[rid]
-        for (series, key), (st, vals) in sorted(d.series.items()):
-            add(rid, series, key, d, (st.tolist(), vals.tolist()), d.totals.get((series, key)))
+        for (series, key), pts in sorted(d.series.items(), key=lambda kv: kv[0]):
+            add(rid, series, key, d, pts, d.totals.get((series, key)))
         for key, v in sorted((d.metadata or {}).items()):
-            add(rid, LAST_MAP, key, d, ([d.metadata_step], [v]), None)
+            add(rid, LAST_MAP, key, d, (np.array([d.metadata_step]), np.array([v])), None)
     for name in sorted(covered):
-        add("", COVERED, name, None, (None, None), None)
-    add("", PASS, "", None, (None, None), None)
-    return pa.table(cols, schema=DIGEST_SCHEMA)
+        add("", COVERED, name, None, None, None)
+    add("", PASS, "", None, None, None)
+    sizes = np.array([0 if p is None else p[0].size for p in points], dtype=np.int32)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32))
+    mask = pa.array([p is None for p in points])
+    lists = {}
+    for i, (name, dtype) in enumerate(zip(_LISTS, (np.int64, np.float64), strict=True)):
+        parts = [p[i].astype(dtype, copy=False) for p in points if p is not None]
+        values = np.concatenate(parts) if parts else np.zeros(0, dtype)
+        lists[name] = pa.ListArray.from_arrays(offsets, values, mask=mask)
+    return pa.table({**cols, **lists}, schema=DIGEST_SCHEMA)
 
 
 def from_table(t: pa.Table) -> tuple[dict[str, RunDigest], set[str]]:
