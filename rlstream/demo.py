@@ -127,13 +127,14 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace, base: Path) -> int:
     from rlstream.config import PipelineConfig
-    from rlstream.fleet.read import read_latest
+    from rlstream.fleet.read import out_sink, read_latest
     from rlstream.fleet.report import write_report
     from rlstream.fleet.status import render_table, status_rows
     from rlstream.pipeline.outcome import plural
     from rlstream.runtime.cluster import RayConfig, connect, disconnect
     from rlstream.runtime.driver import RuntimeConfig, run
     from rlstream.simulate import SimConfig
+    from rlstream.sinks.maintain import MaintenanceConfig, maintain
 
     runs, out = base / "runs", base / "out"
     scen = tuple(DEMO_SCENARIOS[i % len(DEMO_SCENARIOS)] for i in range(args.runs))
@@ -170,6 +171,9 @@ def _demo(args: argparse.Namespace, base: Path) -> int:
             disconnect()  # stops the private Ray and removes its temp folder
     if writer.error is not None:
         raise RlstreamError(f"the demo's run writer failed: {writer.error}")
+    # One maintenance pass, as `rlstream compact` runs: the OUT the demo leaves is
+    # compacted and has its run_latest and digest tables (docs/schema.md).
+    maintain(out_sink(str(out)), MaintenanceConfig())
     rows = status_rows(read_latest(str(out)))
     report = base / "report.html"
     write_report(str(out), str(report))

@@ -8,7 +8,8 @@ itself, the driver polls and commits while Ray starts, then hands the runs to th
 tailers: runtime/early.py), rediscovers runs so that new ones join, maintains
 OUT's tables every `maintenance.every_seconds` in a thread (runtime/maintenance.py),
 and stops cleanly after a final commit on Ctrl-C (or when `stop()` returns True).
-`analyze` ends with one maintenance pass.
+`analyze`, and a watch that `--exit-when-finished` ends, end with one maintenance
+pass.
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ def run(
             if not early.run(stop, progress, metrics, exit_when_finished):
                 summaries = early.finish(outcome)
                 log.info(phases.line())
+                if exit_when_finished and early.group.all_finished():
+                    _last_pass(maintainer)
                 return summaries
             fleet = early.start.made
             fleet.carried.update(early.group.totals)  # progress and metrics keep counting
@@ -161,9 +164,12 @@ def run(
             fleet.discover()
             phases.mark("runs found")
             maintainer.start()
-        return _watch_loop(
+        summaries = _watch_loop(
             fleet, cfg, rt, stop, progress, metrics, exit_when_finished, outcome, phases, early
         )
+        if exit_when_finished and fleet.all_finished():
+            _last_pass(maintainer)
+        return summaries
     finally:
         maintainer.stop()
         progress.close()
@@ -179,6 +185,16 @@ def run(
             import signal
 
             signal.signal(signal.SIGTERM, previous_sigterm)
+
+
+def _last_pass(maintainer: Maintainer) -> None:
+    """A watch that ends because every run finished leaves OUT maintained, as `analyze`
+    does (stopped by Ctrl-C or SIGTERM, it exits at once instead)."""
+    maintainer.stop()
+    try:
+        maintainer.run_once()
+    except Exception:  # the rows are committed; a pass can run later (`rlstream compact`)
+        log.exception("final maintenance pass failed; run `rlstream compact OUT`")
 
 
 def _watch_loop(

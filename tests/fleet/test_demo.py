@@ -32,6 +32,9 @@ def test_demo_watches_live_runs_and_writes_the_report(ray_session, tmp_path, cap
         assert f"\n  {command}\n" in text + "\n"
     for r in latest:
         assert r["run_id"] in text and r["run_id"] in html
+    # It leaves a maintained OUT: the tables docs/schema.md names all exist.
+    for table in ("run_latest", "step_digest", "band_digest"):
+        assert (tmp_path / "out" / table / "_delta_log").is_dir(), table
 
 
 @pytest.mark.ray

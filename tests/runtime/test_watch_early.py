@@ -103,6 +103,9 @@ def test_private_watch_leaves_no_process_or_folder(tmp_path):
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
         assert "start-up (s since the process began): " in res.stderr
+        # every run finished: the watch ends with a maintenance pass, as analyze does
+        assert "maintenance pass 1 in " in res.stderr
+        assert (tmp_path / "out" / "run_latest" / "_delta_log").is_dir()
         assert os.listdir(parent) == []  # Ray's temp folder removed
         left = subprocess.run(["pgrep", "-f", parent], capture_output=True, text=True)
         assert left.stdout.split() == []  # no process of that Ray left
