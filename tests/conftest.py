@@ -1,7 +1,7 @@
 """Shared fixtures: the session-scoped local Ray
 (`ray_session`) that tests/runtime and tests/fleet share: one cluster per session,
 stopped at its end and its temp folder removed; nothing else on the machine is
-touched (no `ray stop`). The moto
+touched (no `ray stop`); and `no_ray`, which fails a test that starts or joins Ray. The moto
 S3 server lives in tests/runtime/conftest.py."""
 
 from __future__ import annotations
@@ -11,6 +11,20 @@ import shutil
 import tempfile
 
 import pytest
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Fail the test if anything tries to start or join Ray (usage and input errors
+    are told before Ray starts)."""
+    import rlstream.runtime.cluster as cluster
+    import rlstream.runtime.driver as driver  # before the patch: it binds `connect` at import
+
+    def refuse(*a, **k):
+        raise AssertionError("Ray was started before the options and inputs were checked")
+
+    monkeypatch.setattr(cluster, "connect", refuse)
+    monkeypatch.setattr(driver, "connect", refuse)
 
 
 @pytest.fixture(scope="session")

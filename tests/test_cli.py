@@ -19,19 +19,6 @@ from rlstream.simulate import SimConfig, simulate
 BAD_JSON = b'{"run_id": "x", not json'
 
 
-@pytest.fixture
-def no_ray(monkeypatch):
-    """Fail the test if anything tries to start or join Ray."""
-    import rlstream.runtime.cluster as cluster
-    import rlstream.runtime.driver as driver  # before the patch: it binds `connect` at import
-
-    def refuse(*a, **k):
-        raise AssertionError("Ray was started before the inputs were checked")
-
-    monkeypatch.setattr(cluster, "connect", refuse)
-    monkeypatch.setattr(driver, "connect", refuse)
-
-
 def _error(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert err, "no error message"

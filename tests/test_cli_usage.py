@@ -14,19 +14,6 @@ from rlstream.runtime.cluster import RayConfig, check_reachable
 
 
 @pytest.fixture
-def no_ray(monkeypatch):
-    """Fail the test if anything tries to start or join Ray."""
-    import rlstream.runtime.cluster as cluster
-    import rlstream.runtime.driver as driver
-
-    def refuse(*a, **k):
-        raise AssertionError("Ray was started before the options were checked")
-
-    monkeypatch.setattr(cluster, "connect", refuse)
-    monkeypatch.setattr(driver, "connect", refuse)
-
-
-@pytest.fixture
 def root(tmp_path) -> Path:
     r = tmp_path / "runs"
     r.mkdir()

@@ -68,17 +68,6 @@ def test_demo_leaves_no_ray_temp_folder_and_says_where_its_data_is(tmp_path):
 # -- refused before anything starts; a failed demo leaves no temp folder ----------------
 
 
-@pytest.fixture
-def no_ray(monkeypatch):
-    """Fail the test if the demo starts or joins Ray."""
-    import rlstream.runtime.cluster as cluster
-
-    def refuse(*a, **k):
-        raise AssertionError("the demo started Ray")
-
-    monkeypatch.setattr(cluster, "connect", refuse)
-
-
 def _usage(capsys, argv) -> str:
     with pytest.raises(SystemExit) as e:
         main(argv)
