@@ -138,16 +138,28 @@ def current_bands(
     rows, files = uncovered_rows(sink, covered, "cohorts", _ORDER, compact)
     if cohorts is not None and rows.num_rows:
         rows = rows.filter(pc.field("cohort").isin(sorted(set(cohorts))))
+    return _folded(digest, rows), files
+
+
+def _folded(digest: pa.Table, rows: pa.Table) -> pa.Table:
     if not rows.num_rows:  # stored sorted, but a dataset may list its files in any order
-        return digest.sort_by([(c, "ascending") for c in ("cohort", "figure", "step")]), files
-    return fold_bands(digest, rows), files
+        return digest.sort_by([(c, "ascending") for c in ("cohort", "figure", "step")])
+    return fold_bands(digest, rows)
 
 
-def refresh_bands(sink: DeltaSink, compact: Compact | None = None) -> int:
+def refresh_bands(sink: DeltaSink, compact: Compact | None = None) -> int | None:
     """Fold the band rows committed since the last pass into OUT's band digest and
     write it (`sinks.digest.rewrite`; `compact`: `uncovered_rows`); returns its rows,
-    covered files included."""
-    return rewrite(sink, BAND_TABLE, lambda dt: to_table(*current_bands(sink, None, dt, compact)))
+    covered files included, None if no `cohorts` file was committed or compacted since."""
+
+    def build(dt: Any) -> pa.Table | None:
+        digest, covered = read_band_digest(sink, None, dt)
+        rows, files = uncovered_rows(sink, covered, "cohorts", _ORDER, compact)
+        if dt is not None and set(files) == covered:
+            return None
+        return to_table(_folded(digest, rows), files)
+
+    return rewrite(sink, BAND_TABLE, build)
 
 
 def to_table(bands: pa.Table, files: list[str]) -> pa.Table:

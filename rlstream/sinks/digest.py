@@ -190,9 +190,12 @@ def current_digest(
     return fold_runs(digests, rows), files
 
 
-def rewrite(sink: DeltaSink, name: str, build: Callable[[Any], pa.Table], tries: int = 3) -> int:
+def rewrite(
+    sink: DeltaSink, name: str, build: Callable[[Any], pa.Table | None], tries: int = 3
+) -> int | None:
     """Overwrite digest table `name` with `build(dt)`, `dt` the table as read (None
-    before it exists); returns the rows written. The overwrite commits against the
+    before it exists); returns the rows written, or None when `build` returned None
+    (nothing changed: nothing is written). The overwrite commits against the
     version read, so if another writer changed the table meanwhile (`--reset-run`
     emptying it, a concurrent pass) it fails, and the digest is built again from the
     new version: a digest is never written over a reset."""
@@ -202,6 +205,8 @@ def rewrite(sink: DeltaSink, name: str, build: Callable[[Any], pa.Table], tries:
     for attempt in range(tries):
         dt = DeltaTable(sink.uri(name), storage_options=sink.options) if sink.exists(name) else None
         table = build(dt)
+        if table is None:
+            return None
         try:
             write_deltalake(
                 dt if dt is not None else sink.uri(name),
@@ -218,10 +223,19 @@ def rewrite(sink: DeltaSink, name: str, build: Callable[[Any], pa.Table], tries:
     raise AssertionError("unreachable")
 
 
-def refresh_digest(sink: DeltaSink, compact: Compact | None = None) -> int:
+def refresh_digest(sink: DeltaSink, compact: Compact | None = None) -> int | None:
     """Fold the steps rows committed since the last pass into OUT's digest and write
-    it (`rewrite`; `compact`: `uncovered_rows`); returns its rows."""
-    return rewrite(sink, DIGEST_TABLE, lambda dt: to_table(*current_digest(sink, dt, compact)))
+    it (`rewrite`; `compact`: `uncovered_rows`); returns its rows, None if no steps
+    file was committed or compacted since (an idle fleet's pass writes nothing)."""
+
+    def build(dt: Any) -> pa.Table | None:
+        digests, covered = read_digest(sink, dt)
+        rows, files = uncovered_rows(sink, covered, compact=compact)
+        if dt is not None and set(files) == covered:
+            return None
+        return to_table(fold_runs(digests, rows), files)
+
+    return rewrite(sink, DIGEST_TABLE, build)
 
 
 def drop_run(sink: DeltaSink, run_id: str) -> None:

@@ -162,8 +162,10 @@ def _compact_and_digest(
         return compact_covered(sink, name, files, version)
 
     try:
-        report[digest] = {"rows": refresh(sink, compact)}
-        _tidy(DeltaTable(sink.uri(digest), storage_options=sink.options))
+        rows = refresh(sink, compact)
+        report[digest] = {"rows": rows} if rows is not None else {"unchanged": True}
+        if rows is not None:
+            _tidy(DeltaTable(sink.uri(digest), storage_options=sink.options))
     except Exception as e:  # retried next pass, as for the tables
         log.warning("maintenance of %s failed: %s", digest, e)
         report[digest] = {"error": str(e)}

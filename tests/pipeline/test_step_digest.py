@@ -206,3 +206,27 @@ def test_a_pass_reads_only_new_rows_and_covers_what_its_compaction_wrote(tmp_pat
     assert folded == [5 * len(RUNS)]
     assert_same(read_digest(sink)[0], reference(out))
     assert read_digest(sink)[0]["r0"].rows == 705
+
+
+def test_a_pass_with_nothing_new_writes_no_digest(tmp_path):
+    """An idle fleet's pass: no steps or cohorts file committed or compacted since the
+    last pass, so neither digest gets a new version."""
+    from rlstream.sinks.band_digest import BAND_TABLE
+    from rlstream.sinks.cohorts import cohorts_table
+
+    out = str(tmp_path / "out")
+    sink = out_sink(out, retention_seconds=0)
+    commit(sink, range(0, 40), random.Random(6))
+    band = {"cohort": "c", "figure": "reward_mean", "step": 0, "n": 2, "run_id": "r0"}
+    band |= {"p10": 0.1, "p50": 0.2, "p90": 0.3, "median": 0.2, "mad": 0.1}
+    sink.append("cohorts", cohorts_table([{**band, "as_of": 1.8e9, "commit_seq": 1}]), {"c": 1})
+    first = maintain(sink, MaintenanceConfig())
+    assert first[DIGEST_TABLE]["rows"] > 0 and first[BAND_TABLE]["rows"] > 0
+    versions = [DeltaTable(sink.uri(t)).version() for t in (DIGEST_TABLE, BAND_TABLE)]
+    again = maintain(sink, MaintenanceConfig())
+    assert again[DIGEST_TABLE] == again[BAND_TABLE] == {"unchanged": True}
+    assert [DeltaTable(sink.uri(t)).version() for t in (DIGEST_TABLE, BAND_TABLE)] == versions
+    commit(sink, range(40, 41), random.Random(7))  # one new commit: the step digest moves
+    third = maintain(sink, MaintenanceConfig())
+    assert third[BAND_TABLE] == {"unchanged": True} and third[DIGEST_TABLE]["rows"] > 0
+    assert read_digest(sink)[0]["r0"].rows == 41
