@@ -97,7 +97,7 @@ def starts_private(cfg: RayConfig) -> bool:
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         return False
-    return not (cfg.address or os.environ.get("RAY_ADDRESS"))
+    return address_source(cfg)[0] is None
 
 
 REACH_TIMEOUT_SECONDS = 5.0
