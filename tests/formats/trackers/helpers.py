@@ -21,7 +21,10 @@ def enc(x: float):
 def points(rows) -> list[list]:
     """[step, time, key, value] per scalar of reader rows, in order."""
     return [
-        [r["step"], r["time"], k, enc(v)] for r in rows for k, v in r.items() if k not in ("step", "time")
+        [r["step"], r["time"], k, enc(v)]
+        for r in rows
+        for k, v in r.items()
+        if k not in ("step", "time")
     ]
 
 

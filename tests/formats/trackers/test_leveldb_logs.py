@@ -56,8 +56,11 @@ def test_swanlab_fixture_matches_swanlabs_own_reader():
     got = read_swanlab(SWAN_DATA)
     assert points(got.rows) == SWAN["scalars"]
     assert got.errors == [] and got.cursor == len(SWAN_DATA)
-    assert got.info == {"run_id": SWAN["start"]["id"], "name": SWAN["start"]["name"],
-                        "project": SWAN["start"]["project"]}
+    assert got.info == {
+        "run_id": SWAN["start"]["id"],
+        "name": SWAN["start"]["name"],
+        "project": SWAN["start"]["project"],
+    }
     (cfg,) = (FIXTURES / SWAN["file"]).parent.glob("files/config.yaml")
     assert config_from_yaml(cfg.read_bytes()) == {"algorithm": "grpo", "lr": 1e-6}
 

@@ -38,7 +38,11 @@ def test_every_fixture_matches_tensorboards_reader(path):
 
 def test_simple_value_and_tensor_scalars_are_both_read():
     first = read_events((FIXTURES / FIRST).read_bytes())
-    assert first.rows[7 * 3] == {"step": 7, "time": 1764000007.0, "train/loss": pytest.approx(float("nan"), nan_ok=True)}
+    assert first.rows[7 * 3] == {
+        "step": 7,
+        "time": 1764000007.0,
+        "train/loss": pytest.approx(float("nan"), nan_ok=True),
+    }
     tensor = merge_steps(read_events((FIXTURES / TENSOR).read_bytes()).rows)
     assert [r["step"] for r in tensor] == list(range(25))
     assert tensor[3]["actor/entropy"] == pytest.approx(0.91, rel=1e-6)
