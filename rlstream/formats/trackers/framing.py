@@ -74,8 +74,8 @@ def tfrecords(data: bytes, start: int, final: bool = False):
 def _chunk(data: bytes, i: int, pos: int):
     """(type, payload, next index) of a checked chunk at data[i] (file offset pos);
     None when incomplete; raises ValueError when corrupt."""
-    if len(data) - i < CHUNK_HEADER:
-        return None
+    if len(data) - i < CHUNK_HEADER or data[i : i + CHUNK_HEADER] == bytes(CHUNK_HEADER):
+        return None  # zeros: space preallocated or padded ahead of the writer
     crc, length, kind = struct.unpack_from("<IHB", data, i)
     room = BLOCK - pos % BLOCK - CHUNK_HEADER
     if kind not in _SEED or length > room:

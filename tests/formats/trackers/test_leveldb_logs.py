@@ -156,3 +156,12 @@ def test_chunk_crc_is_zlib_crc32_seeded_with_the_type():
     off, kind, length = _chunks(WANDB_DATA, 7)[0]
     (crc,) = struct.unpack_from("<I", WANDB_DATA, off)
     assert crc == zlib.crc32(WANDB_DATA[off + 7 : off + 7 + length], zlib.crc32(bytes([kind])))
+
+
+def test_zeros_after_the_last_record_wait_and_final_reports_them():
+    data = SWAN_DATA + bytes(100)
+    live = read_swanlab(data)
+    assert points(live.rows) == SWAN["scalars"] and live.errors == []
+    assert live.cursor == len(SWAN_DATA)
+    done = read_swanlab(data[live.cursor :], live.cursor, final=True)
+    assert [(e.offset, e.reason) for e in done.errors] == [(len(SWAN_DATA), "truncated")]
