@@ -45,7 +45,7 @@ def read_metric_file(key: str, data: bytes, start: int = 0, final: bool = False)
 
 
 def run_meta(data: bytes) -> dict[str, Any]:
-    import yaml  # a dependency of ray; only identity needs it
+    import yaml  # only identity needs it
 
     doc = yaml.safe_load(data) or {}
     return {

@@ -75,7 +75,7 @@ def read_swanlab(data: bytes, start: int = 0, final: bool = False) -> Read:
 
 
 def config_from_yaml(data: bytes) -> dict[str, Any]:
-    import yaml  # a dependency of ray; only identity needs it
+    import yaml  # only identity needs it
 
     doc = yaml.safe_load(data) or {}
     return {k: (v.get("value") if isinstance(v, dict) else v) for k, v in doc.items()}
