@@ -19,6 +19,20 @@ class StorageError(RlstreamError):
     """Reading or writing a path failed in a way a retry will not fix."""
 
 
+class UnsafeFile(StorageError):
+    """A path under a ROOT that rlstream will not open: a symbolic link (its target may
+    lie outside every ROOT) or a special file (FIFO, socket, device). Carries the path
+    and the reason only, never any of the file's bytes."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"not opened: {self.reason}"
+
+
 class CheckpointError(RlstreamError):
     """A resume state under the output folder cannot be read or belongs to other inputs."""
 

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import os
+import stat as statmod
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlstream.errors import StorageError
+from rlstream.errors import StorageError, UnsafeFile
 from rlstream.io.s3 import POOL_CONNECTIONS, list_after, list_stats, open_s3
 from rlstream.io.window import read_window
 
@@ -53,6 +55,38 @@ def _file_stat(info: dict[str, Any]) -> FileStat | None:
         return None
     etag = info.get("ETag") or info.get("etag")
     return FileStat(size=int(info["size"]), etag=str(etag).strip('"') if etag else None)
+
+
+def open_regular(path: str) -> int:
+    """A read-only descriptor of the regular file at `path`, never through a symbolic
+    link and never of a FIFO, socket or device (`UnsafeFile`, with no byte read).
+
+    The last component is opened with O_NOFOLLOW (a link raises ELOOP) and O_NONBLOCK
+    (opening a FIFO does not wait for a writer); the type is checked on the opened
+    descriptor, so a file swapped for a link or a FIFO after a listing is caught too.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeFile(path, "a symbolic link") from None
+        if e.errno == errno.ENXIO:  # a socket, or a FIFO with no reader side
+            raise UnsafeFile(path, "a special file") from None
+        raise
+    if not statmod.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        if os.path.isdir(path):
+            raise IsADirectoryError(path)
+        raise UnsafeFile(path, "a special file (FIFO, socket or device)")
+    return fd
+
+
+def _link_inside(entry: os.DirEntry, folder: str) -> bool:
+    """True unless `entry` is a symbolic link whose target lies outside `folder`."""
+    if not entry.is_symlink():
+        return True
+    real, base = os.path.realpath(entry.path), os.path.realpath(folder)
+    return real != base and os.path.commonpath([real, base]) == base
 
 
 def split_protocol(url: str) -> tuple[str, str]:
@@ -132,12 +166,17 @@ class Storage:
 
     # -- reading -------------------------------------------------------------------
     def stat(self, url: str) -> FileStat | None:
-        """The file's identity, or None when it does not exist."""
+        """The file's identity, or None when it does not exist (locally: nor when it is
+        a symbolic link or a special file, which rlstream never opens)."""
         path = self.strip(url)
         if self.is_local:
+            # lstat: a symbolic link or a special file is not a file of the run (it is
+            # never opened, see `open_regular`), so it has no stat either.
             try:
-                st = os.stat(path)
-            except FileNotFoundError:
+                st = os.lstat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            if not statmod.S_ISREG(st.st_mode):
                 return None
             return FileStat(size=st.st_size, mtime=st.st_mtime, inode=st.st_ino)
         try:
@@ -146,10 +185,26 @@ class Storage:
             return None
         return _file_stat(info)
 
+    def unsafe(self, url: str) -> str | None:
+        """Why a path that exists is not opened (a symbolic link or a special file,
+        local disk only), or None. Lets a caller told "no such file" by `stat` say
+        the truth instead."""
+        if not self.is_local:
+            return None
+        try:
+            st = os.lstat(self.strip(url))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if statmod.S_ISLNK(st.st_mode):
+            return "a symbolic link"
+        if statmod.S_ISREG(st.st_mode) or statmod.S_ISDIR(st.st_mode):
+            return None
+        return "a special file (FIFO, socket or device)"
+
     def read(self, url: str) -> bytes:
         path = self.strip(url)
         if self.is_local:
-            with open(path, "rb") as f:
+            with open(open_regular(path), "rb") as f:
                 return f.read()
         return self.fs.cat_file(path, **self._whole_get)
 
@@ -160,9 +215,10 @@ class Storage:
         run (transcripts, run.json: small objects)."""
         return {"max_concurrency": 1} if self.protocol in ("s3", "s3a") else {}
 
-    def read_many(self, urls: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
+    def read_many(self, urls: Sequence[str]) -> Iterator[tuple[str, bytes | UnsafeFile | None]]:
         """Whole files, yielded as `(url, bytes)` in the order of `urls`; `None` for a
-        file that does not exist. Other errors are raised (after the retries of the
+        file that does not exist, the `UnsafeFile` error for a local path that is a
+        symbolic link or a special file (not opened). Other errors are raised (after the retries of the
         filesystem's client: S3 throttling, `SlowDown`/503, is retried with backoff).
 
         On an async fsspec filesystem (s3fs) up to `READ_CONCURRENCY` reads run at
@@ -175,6 +231,8 @@ class Storage:
                     yield url, self.read(url)
                 except FileNotFoundError:
                     yield url, None
+                except UnsafeFile as e:
+                    yield url, e
             return
         import asyncio
 
@@ -233,7 +291,7 @@ class Storage:
             return b""
         path = self.strip(url)
         if self.is_local:
-            with open(path, "rb") as f:
+            with open(open_regular(path), "rb") as f:
                 f.seek(start)
                 return f.read(end - start)
         return self.fs.cat_file(path, start=start, end=end)
@@ -281,12 +339,14 @@ class Storage:
         return names
 
     def list_dirs(self, url: str) -> list[str]:
-        """Sorted base names of the sub-folders directly under `url`."""
+        """Sorted base names of the sub-folders directly under `url`. Locally a link to
+        a folder counts only when its target lies inside `url` (W&B's `latest-run`);
+        one that leads elsewhere is not a sub-folder of this tree."""
         path = self.strip(url).rstrip("/")
         if self.is_local:
             try:
                 with os.scandir(path) as it:
-                    return sorted(e.name for e in it if e.is_dir())
+                    return sorted(e.name for e in it if e.is_dir() and _link_inside(e, path))
             except (FileNotFoundError, NotADirectoryError):
                 return []
         try:

@@ -113,6 +113,19 @@ def detect_format(storage: Storage, url: str, forced: str | None = None) -> str 
     return detect_other(storage, url, forced)
 
 
+def _real(storage: Storage, url: str) -> str:
+    """Where a folder really is (links resolved) locally; the URL itself elsewhere."""
+    return os.path.realpath(storage.strip(url)) if storage.is_local else url
+
+
+def _links_last(storage: Storage, url: str, names: list[str]) -> list[str]:
+    """`names` with the links among them last, so a run reached both through a link and
+    directly keeps its own folder's URL."""
+    if not storage.is_local:
+        return names
+    return sorted(names, key=lambda n: os.path.islink(os.path.join(storage.strip(url), n)))
+
+
 def find_runs(storage: Storage, root: str, max_depth: int = 4, fmt: str | None = None) -> list[str]:
     """URLs of every run folder under `root` (the root itself may be a run), sorted."""
     root = normalize_root(root)
@@ -122,6 +135,7 @@ def find_runs(storage: Storage, root: str, max_depth: int = 4, fmt: str | None =
     # round trip on an object store, not one per folder); a folder without run.json is
     # offered to the other formats' readers before it is descended into.
     level, depth = [root], 0
+    seen = {_real(storage, root)}  # a folder reached through a link too is read once
     while level:
         if fmt in (None, "loops"):
             stats = storage.stat_many([Storage.join(u, RUN_JSON) for u in level])
@@ -129,14 +143,20 @@ def find_runs(storage: Storage, root: str, max_depth: int = 4, fmt: str | None =
             stats = [None] * len(level)
         deeper: list[str] = []
         for url, st in zip(level, stats, strict=True):
-            if st is not None or detect_other(storage, url, fmt) is not None:
+            if (
+                st is not None
+                or (fmt in (None, "loops") and storage.unsafe(Storage.join(url, RUN_JSON)))
+                or detect_other(storage, url, fmt) is not None
+            ):  # a linked run.json makes a run that is rejected, saying why
                 found.append(url)
             elif depth < max_depth:
-                deeper.extend(
-                    Storage.join(url, name)
-                    for name in storage.list_dirs(url)
-                    if not name.startswith((".", "_"))
-                )
+                for name in _links_last(storage, url, storage.list_dirs(url)):
+                    sub = Storage.join(url, name)
+                    real = _real(storage, sub)
+                    if name.startswith((".", "_")) or real in seen:
+                        continue
+                    seen.add(real)
+                    deeper.append(sub)
         level, depth = deeper, depth + 1
     if not found:
         what = f"no {fmt} runs" if fmt else "no runs"

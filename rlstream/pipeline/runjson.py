@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlstream.errors import UnsafeFile
 from rlstream.formats.loops import FORMAT_VERSION, BadRecord, parse_json
 from rlstream.formats.quarantine import excerpt
 from rlstream.io.storage import Storage
@@ -19,11 +20,16 @@ def read_run_json(storage: Storage, run_url: str) -> tuple[dict[str, Any] | None
     url = Storage.join(run_url, RUN_JSON)
     stat = storage.stat(url)
     if stat is None:
+        why = storage.unsafe(url)
+        if why is not None:
+            return None, None, f"is {why} (not opened)"
         return None, None, "is missing"
     try:
         data = storage.read(url)
     except FileNotFoundError:
         return None, None, "vanished while being read"
+    except UnsafeFile as e:
+        return None, None, f"was {e.reason} when read (not opened)"
     try:
         obj = parse_json(data)
     except BadRecord as e:

@@ -307,7 +307,11 @@ class RunGroup:
             if stat is None and file in optional:
                 continue
             cur = state.cursors.get(file, FileCursor())
-            if stat is None:
+            why = self.storage.unsafe(Storage.join(state.run_url, file)) if stat is None else None
+            if why is not None:
+                key, reason, offset = f"unsafe:{file}", "unsafe_file", None
+                detail = f"not opened: {why}"
+            elif stat is None:
                 key, reason, offset, detail = f"missing:{file}", "missing_file", None, ""
             elif stat.size == 0:
                 key, reason, offset, detail = f"empty:{file}", "empty_file", None, ""

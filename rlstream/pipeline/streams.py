@@ -26,6 +26,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
+from rlstream.errors import UnsafeFile
 from rlstream.formats import get_format
 from rlstream.formats.base import PEEK_BYTES, RunInfo, Snapshot, StepFiles, Stream, Tail, step_names
 from rlstream.formats.quarantine import QuarantineRow, excerpt
@@ -52,7 +53,7 @@ def peeker(storage: Storage, url: str):
     def peek(name: str) -> bytes | None:
         try:
             return storage.read_range(Storage.join(url, name), 0, PEEK_BYTES)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, UnsafeFile):
             return None
 
     return peek
@@ -62,7 +63,7 @@ def reader(storage: Storage, url: str):
     def read(name: str) -> bytes | None:
         try:
             return storage.read(Storage.join(url, name))
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, UnsafeFile):
             return None
 
     return read
@@ -285,6 +286,9 @@ def run_files(unit: FilesUnit, storage: Storage) -> UnitResult:
                 QuarantineRow(unit.run_id, path, None, "vanished", "listed but gone when read")
             )
             continue
+        except UnsafeFile as e:  # no byte of it was read: no excerpt either
+            res.quarantine.append(QuarantineRow(unit.run_id, path, None, "unsafe_file", str(e)))
+            continue
         if path.endswith(JSONL[0]) and data and not data.endswith(b"\n") and not unit.final:
             skipped.add(path)  # still being written: read it whole on a later poll
             continue
@@ -335,7 +339,7 @@ def run_snapshot(unit: SnapshotUnit, storage: Storage) -> UnitResult:
     for path, stat in unit.candidates:
         try:
             data = storage.read(Storage.join(unit.run_url, path))
-        except FileNotFoundError:
+        except (FileNotFoundError, UnsafeFile):  # a candidate rlstream does not open
             continue
         seen.append(
             (path, FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime, inode=stat.inode))

@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlstream.errors import UnsafeFile
 from rlstream.formats import get_format
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import (
@@ -164,7 +165,11 @@ def _fetch(unit: LinesUnit, storage: Storage) -> tuple[ReadPlan, bytes] | None:
 
 def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
     res = UnitResult(unit.run_id, unit.file)
-    fetched = _fetch(unit, storage)
+    try:
+        fetched = _fetch(unit, storage)
+    except UnsafeFile as e:  # replaced by a link or a FIFO since its stat: not read
+        res.quarantine.append(QuarantineRow(unit.run_id, unit.file, None, "unsafe_file", str(e)))
+        fetched = None
     if fetched is None:
         res.cursor = unit.cursor
         return res
@@ -237,6 +242,9 @@ def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
             res.quarantine.append(
                 QuarantineRow(unit.run_id, file, None, "vanished", "listed but gone when read")
             )
+            continue
+        if isinstance(data, UnsafeFile):  # no byte of it was read: no excerpt either
+            res.quarantine.append(QuarantineRow(unit.run_id, file, None, "unsafe_file", str(data)))
             continue
         res.bytes += len(data)
         res.records += 1

@@ -1,0 +1,104 @@
+"""Run folders are untrusted input: a link or a special file under ROOT is never
+opened, so no byte of a file outside ROOT reaches OUT (docs/runtime.md, "What rlstream
+reads"); a link to a folder inside ROOT is followed once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from rlstream.errors import UnsafeFile
+from rlstream.io.storage import Storage
+from rlstream.pipeline.discover import find_runs
+from rlstream.pipeline.local import analyze_local
+from tests.outputs import out_sql, out_tables
+from tests.pipeline.runfiles import write_run
+
+SECRET = b"root:*:20228:0:99999:7:::SECRET-e3b0c44298fc1c14\n"
+MARK = "SECRET-e3b0c44298fc1c14"
+
+
+def _strings(table: pa.Table) -> list[str]:
+    """Every string value of a table, nested ones included (as text)."""
+    return [str(v) for col in table.columns for v in col.to_pylist() if v is not None]
+
+
+def _leaked(out: Path) -> list[str]:
+    """Where the secret shows under OUT: in any table's values, or in any file's bytes."""
+    hits = [
+        name
+        for name, t in out_tables(out).items()
+        if t.num_columns and any(MARK in s for s in _strings(t))
+    ]
+    for f in out.rglob("*"):
+        if f.is_file() and MARK.encode() in f.read_bytes():
+            hits.append(str(f))
+    return hits
+
+
+def test_a_linked_transcript_is_quarantined_and_never_read(tmp_path):
+    secret = tmp_path / "outside" / "shadow"
+    secret.parent.mkdir()
+    secret.write_bytes(SECRET)
+    run = write_run(tmp_path / "runs", steps=3)
+    os.symlink(secret, run / "transcripts" / "shadow.json")
+    os.mkfifo(run / "transcripts" / "pipe.json")
+    out = tmp_path / "out"
+    analyze_local([str(tmp_path / "runs")], str(out))
+    rows = out_sql(out, "select file, reason, detail from quarantine order by file")
+    assert ("transcripts/shadow.json", "unsafe_file", "not opened: a symbolic link") in rows
+    assert [r[0] for r in rows].count("transcripts/shadow.json") == 1
+    assert not any(r[0] == "transcripts/pipe.json" for r in rows)  # a FIFO is not listed
+    assert out_sql(out, "select count(*) from steps") == [(3,)]  # the run is still read
+    assert _leaked(out) == []
+
+
+def test_a_linked_run_json_or_steps_file_is_not_opened(tmp_path):
+    secret = tmp_path / "shadow"
+    secret.write_bytes(SECRET)
+    a = write_run(tmp_path / "runs", "run-a", steps=3)
+    b = write_run(tmp_path / "runs", "run-b", steps=3)
+    (a / "run.json").unlink()
+    os.symlink(secret, a / "run.json")
+    (b / "steps.jsonl").unlink()
+    os.symlink(secret, b / "steps.jsonl")
+    out = tmp_path / "out"
+    analyze_local([str(tmp_path / "runs")], str(out))
+    assert _leaked(out) == []
+    rows = out_sql(out, "select file, reason, detail from quarantine order by reason")
+    assert rows == [
+        (str(a), "bad_run_json", "is a symbolic link (not opened)"),
+        ("steps.jsonl", "unsafe_file", "not opened: a symbolic link"),
+    ]
+
+
+def test_links_to_folders_outside_root_are_not_followed_inside_once(tmp_path):
+    outside = tmp_path / "elsewhere"
+    write_run(outside, "foreign", steps=2)
+    root = tmp_path / "runs"
+    write_run(root, "run-a", steps=2)
+    os.symlink(outside / "foreign", root / "foreign")  # leads out of ROOT
+    os.symlink(root / "run-a", root / "latest-run")  # inside ROOT: the same run again
+    storage = Storage.for_url(str(root))
+    assert find_runs(storage, str(root)) == [str(root / "run-a")]
+
+
+def test_open_refuses_links_and_special_files(tmp_path):
+    target = tmp_path / "t"
+    target.write_bytes(b"x")
+    os.symlink(target, tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    s = Storage.for_url(str(tmp_path))
+    assert s.read(str(target)) == b"x"
+    for name, reason in (("link", "a symbolic link"), ("fifo", "a special file")):
+        with pytest.raises(UnsafeFile) as e:
+            s.read(str(tmp_path / name))
+        assert e.value.reason.startswith(reason)
+        assert s.stat(str(tmp_path / name)) is None
+    got = dict(s.read_many([str(target), str(tmp_path / "link")]))
+    assert got[str(target)] == b"x" and isinstance(got[str(tmp_path / "link")], UnsafeFile)
+    shutil.rmtree(tmp_path / "t", ignore_errors=True)
