@@ -109,6 +109,8 @@ def pipeline_config(args: argparse.Namespace) -> PipelineConfig:
     kw.update(retention_kw(args))
     if getattr(args, "format", None) is not None:
         kw["input_format"] = args.format
+    if getattr(args, "max_file_bytes", None) is not None:
+        kw["max_file_bytes"] = args.max_file_bytes
     return PipelineConfig(**kw)
 
 
@@ -175,6 +177,13 @@ def common(p: argparse.ArgumentParser) -> None:
         metavar="RUN_ID",
         help="read this run again from the start: its resume state is moved aside and its "
         "rows deleted (a corrupt or unreadable resume state); repeatable",
+    )
+    p.add_argument(
+        "--max-file-bytes",
+        type=positive_int,
+        metavar="N",
+        help="largest whole run file read (a transcript, a per-step file, run.json; "
+        "default 64 MiB): a larger one is quarantined as file_too_large, unread",
     )
     retention(p)
 

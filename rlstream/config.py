@@ -43,6 +43,12 @@ class PipelineConfig:
     S3), as long as the bytes read ahead and not yet parsed, with each running read
     counted at the largest transcript seen, stay within this. Smaller: less memory,
     fewer reads overlapped; one read is always allowed. Local disk reads serially."""
+    max_file_bytes: int = 64 << 20
+    """Largest whole file read (a transcript, a per-step file, run.json; on local disk):
+    a larger one gets a quarantine row `file_too_large` with its size and is not read.
+    Decoding a file costs several times its size, so this bounds a worker's memory
+    whatever a run folder holds; a long agent transcript with full traces (100k tokens
+    with ids, both logprobs and text) is a few MB, one with top-20 logprobs tens of MB."""
     full_relist_every: int = 30
     """Polls between full relists of a run's transcripts (on object stores; a local
     listing is always full): they find names that arrived below the window."""

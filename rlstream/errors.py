@@ -24,6 +24,9 @@ class UnsafeFile(StorageError):
     lie outside every ROOT) or a special file (FIFO, socket, device). Carries the path
     and the reason only, never any of the file's bytes."""
 
+    code = "unsafe_file"
+    """The quarantine reason of a file refused so."""
+
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(path, reason)
         self.path = path
@@ -31,6 +34,16 @@ class UnsafeFile(StorageError):
 
     def __str__(self) -> str:
         return f"not opened: {self.reason}"
+
+
+class FileTooLarge(UnsafeFile):
+    """A whole file (a transcript, a per-step file, run.json) larger than the per-file
+    limit (`--max-file-bytes`): refused before any byte of it is read."""
+
+    code = "file_too_large"
+
+    def __str__(self) -> str:
+        return f"not read: {self.reason}"
 
 
 class CheckpointError(RlstreamError):

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlstream.errors import StorageError, UnsafeFile
+from rlstream.errors import FileTooLarge, StorageError, UnsafeFile
 from rlstream.io.s3 import POOL_CONNECTIONS, list_after, list_stats, open_s3
 from rlstream.io.window import read_window
 
@@ -37,6 +37,9 @@ connection pool (aiobotocore's default, 10, would queue the rest)."""
 
 DEFAULT_INFLIGHT_BYTES = 64 << 20
 """`read_many`'s default bound on bytes in flight (PipelineConfig.read_inflight_bytes)."""
+
+DEFAULT_MAX_FILE_BYTES = 64 << 20
+"""Largest whole file `read` takes (PipelineConfig.max_file_bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,9 @@ class Storage:
     options: tuple[tuple[str, Any], ...] = ()
     read_inflight_bytes: int = DEFAULT_INFLIGHT_BYTES
     """Bound on the bytes `read_many` holds in flight (read ahead, not yet consumed)."""
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    """Largest whole file `read` and `read_many` take on local disk (`FileTooLarge`
+    beyond it, told from the open file's size before any byte is read)."""
     _fs: Any = field(default=None, compare=False, repr=False)
 
     @staticmethod
@@ -114,15 +120,18 @@ class Storage:
         url: str,
         options: dict[str, Any] | None = None,
         read_inflight_bytes: int = DEFAULT_INFLIGHT_BYTES,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     ) -> Storage:
         proto, _ = split_protocol(url)
-        return Storage(proto, tuple(sorted((options or {}).items())), read_inflight_bytes)
+        opts = tuple(sorted((options or {}).items()))
+        return Storage(proto, opts, read_inflight_bytes, max_file_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         return {
             "protocol": self.protocol,
             "options": self.options,
             "read_inflight_bytes": self.read_inflight_bytes,
+            "max_file_bytes": self.max_file_bytes,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -130,6 +139,9 @@ class Storage:
         object.__setattr__(self, "options", state["options"])
         object.__setattr__(
             self, "read_inflight_bytes", state.get("read_inflight_bytes", DEFAULT_INFLIGHT_BYTES)
+        )
+        object.__setattr__(
+            self, "max_file_bytes", state.get("max_file_bytes", DEFAULT_MAX_FILE_BYTES)
         )
         object.__setattr__(self, "_fs", None)
 
@@ -205,6 +217,11 @@ class Storage:
         path = self.strip(url)
         if self.is_local:
             with open(open_regular(path), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > self.max_file_bytes:
+                    raise FileTooLarge(
+                        path, f"{size} bytes, above the limit of {self.max_file_bytes}"
+                    )
                 return f.read()
         return self.fs.cat_file(path, **self._whole_get)
 

@@ -31,10 +31,17 @@ def local_executor(storage: Storage):
 
 
 def input_storage(
-    roots: Sequence[str], options: dict[str, Any], read_inflight_bytes: int | None = None
+    roots: Sequence[str],
+    options: dict[str, Any],
+    read_inflight_bytes: int | None = None,
+    max_file_bytes: int | None = None,
 ) -> Storage:
     """One `Storage` for every ROOT; they must share a protocol."""
-    extra = {} if read_inflight_bytes is None else {"read_inflight_bytes": read_inflight_bytes}
+    extra: dict[str, int] = {}
+    if read_inflight_bytes is not None:
+        extra["read_inflight_bytes"] = read_inflight_bytes
+    if max_file_bytes is not None:
+        extra["max_file_bytes"] = max_file_bytes
     stores = {Storage.for_url(normalize_root(r), options, **extra) for r in roots}
     protocols = {s.protocol for s in stores}
     if len(protocols) != 1:
@@ -53,7 +60,10 @@ def runs_or_fail(roots: Sequence[str], out: str, cfg: PipelineConfig) -> tuple[S
     from rlstream.errors import NoDataError
 
     storage = input_storage(
-        [normalize_root(r) for r in roots], cfg.storage_options, cfg.read_inflight_bytes
+        [normalize_root(r) for r in roots],
+        cfg.storage_options,
+        cfg.read_inflight_bytes,
+        cfg.max_file_bytes,
     )
     urls = [u for r in roots for u in find_runs(storage, normalize_root(r), fmt=cfg.input_format)]
     if not urls:
@@ -76,7 +86,7 @@ def build_group(roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: An
 def _group_and_runs(
     roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: Any
 ) -> tuple[RunGroup, list[str]]:
-    storage = input_storage(roots, cfg.storage_options, cfg.read_inflight_bytes)
+    storage = input_storage(roots, cfg.storage_options, cfg.read_inflight_bytes, cfg.max_file_bytes)
     out_url = normalize_root(out)
     out_storage = Storage.for_url(out_url, cfg.storage_options)
     sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)

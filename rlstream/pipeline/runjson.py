@@ -29,7 +29,7 @@ def read_run_json(storage: Storage, run_url: str) -> tuple[dict[str, Any] | None
     except FileNotFoundError:
         return None, None, "vanished while being read"
     except UnsafeFile as e:
-        return None, None, f"was {e.reason} when read (not opened)"
+        return None, None, f"was {e}"
     try:
         obj = parse_json(data)
     except BadRecord as e:

@@ -287,7 +287,7 @@ def run_files(unit: FilesUnit, storage: Storage) -> UnitResult:
             )
             continue
         except UnsafeFile as e:  # no byte of it was read: no excerpt either
-            res.quarantine.append(QuarantineRow(unit.run_id, path, None, "unsafe_file", str(e)))
+            res.quarantine.append(QuarantineRow(unit.run_id, path, None, e.code, str(e)))
             continue
         if path.endswith(JSONL[0]) and data and not data.endswith(b"\n") and not unit.final:
             skipped.add(path)  # still being written: read it whole on a later poll

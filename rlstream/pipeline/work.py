@@ -168,7 +168,7 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
     try:
         fetched = _fetch(unit, storage)
     except UnsafeFile as e:  # replaced by a link or a FIFO since its stat: not read
-        res.quarantine.append(QuarantineRow(unit.run_id, unit.file, None, "unsafe_file", str(e)))
+        res.quarantine.append(QuarantineRow(unit.run_id, unit.file, None, e.code, str(e)))
         fetched = None
     if fetched is None:
         res.cursor = unit.cursor
@@ -244,7 +244,7 @@ def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
             )
             continue
         if isinstance(data, UnsafeFile):  # no byte of it was read: no excerpt either
-            res.quarantine.append(QuarantineRow(unit.run_id, file, None, "unsafe_file", str(data)))
+            res.quarantine.append(QuarantineRow(unit.run_id, file, None, data.code, str(data)))
             continue
         res.bytes += len(data)
         res.records += 1

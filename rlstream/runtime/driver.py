@@ -285,7 +285,7 @@ def _early_watch(
 ) -> EarlyWatch:
     """Start Ray, its workers and the fleet in a thread; find the runs here meanwhile."""
     norm = [normalize_root(r) for r in roots]
-    storage = input_storage(norm, cfg.storage_options, cfg.read_inflight_bytes)
+    storage = input_storage(norm, cfg.storage_options, cfg.read_inflight_bytes, cfg.max_file_bytes)
 
     def make_fleet(workers: list[Any], fleet_cfg: PipelineConfig) -> Any:
         from rlstream.runtime.fleet import Fleet

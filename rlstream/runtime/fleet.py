@@ -46,7 +46,9 @@ class Fleet:
         workers: list[Any] | None = None,
     ) -> None:
         self.roots = [normalize_root(r) for r in roots]
-        self.storage = input_storage(self.roots, cfg.storage_options, cfg.read_inflight_bytes)
+        self.storage = input_storage(
+            self.roots, cfg.storage_options, cfg.read_inflight_bytes, cfg.max_file_bytes
+        )
         self.input_format = cfg.input_format
         out_url = normalize_root(out)
         out_storage = Storage.for_url(out_url, cfg.storage_options)

@@ -102,3 +102,23 @@ def test_open_refuses_links_and_special_files(tmp_path):
     got = dict(s.read_many([str(target), str(tmp_path / "link")]))
     assert got[str(target)] == b"x" and isinstance(got[str(tmp_path / "link")], UnsafeFile)
     shutil.rmtree(tmp_path / "t", ignore_errors=True)
+
+
+def test_a_file_above_the_limit_is_quarantined_with_its_size_unread(tmp_path):
+    from rlstream.config import PipelineConfig
+
+    run = write_run(tmp_path / "runs", steps=3)
+    big = run / "transcripts" / "huge.json"
+    with open(big, "wb") as f:  # sparse: 300 MB on paper, nothing on disk
+        f.truncate(300 << 20)
+    out = tmp_path / "out"
+    analyze_local([str(tmp_path / "runs")], str(out), PipelineConfig(max_file_bytes=1 << 20))
+    rows = out_sql(out, "select file, reason, detail from quarantine where reason <> 'late'")
+    assert rows == [
+        (
+            "transcripts/huge.json",
+            "file_too_large",
+            f"not read: {300 << 20} bytes, above the limit of {1 << 20}",
+        )
+    ]
+    assert out_sql(out, "select count(*) from steps") == [(3,)]
