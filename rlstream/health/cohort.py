@@ -8,9 +8,10 @@
 2. else the name of the first ``--cohort NAME=GLOB`` rule whose glob matches the run's
    id or its URL (``fnmatch``; ``*`` crosses ``/``);
 3. else ``cfg-`` and a 10-hex-digit digest of the config with the keys that vary within
-   a sweep (``cfg.ignore_keys``: seeds, names, output paths) left out, so repeats and
-   seeds of one recipe share a cohort and any other difference (a learning rate, a
-   grader) makes another one.
+   a sweep (``cfg.ignore_keys``: seeds, run names, output paths) left out, so repeats
+   and seeds of one recipe share a cohort and any other difference (a learning rate, a
+   grader, the model: names inside ``cfg.keep_under`` sections are kept) makes another
+   one.
 
 ``parse_cohort_rules(["NAME=GLOB", ...])`` checks the command line's rules.
 """
@@ -69,7 +70,10 @@ def _explicit(value: Any) -> str | None:
     return None
 
 
-def _strip(obj: Any, names: frozenset[str], paths: frozenset[str], at: str = "") -> Any:
+def _strip(
+    obj: Any, names: frozenset[str], paths: frozenset[str], keep: frozenset[str], at: str = ""
+) -> Any:
+    """`obj` without the bare `names` (but below a `keep` section) and dotted `paths`."""
     if not isinstance(obj, dict):
         return obj
     out = {}
@@ -77,16 +81,21 @@ def _strip(obj: Any, names: frozenset[str], paths: frozenset[str], at: str = "")
         path = f"{at}.{k}" if at else str(k)
         if k in names or path in paths:
             continue
-        out[str(k)] = _strip(v, names, paths, path)
+        inner = frozenset() if k in keep else names  # a model's own name is kept
+        out[str(k)] = _strip(v, inner, paths, keep, path)
     return out
 
 
 def fingerprint(config: dict[str, Any], cfg: CohortsConfig = DEFAULT_COHORTS) -> str:
-    """``cfg-`` + digest of the config without ``cfg.ignore_keys``."""
+    """``cfg-`` + digest of the config without ``cfg.ignore_keys`` (bare names kept
+    inside the ``cfg.keep_under`` sections: what is trained, on what)."""
     keys = split_keys(cfg.ignore_keys)
     names = frozenset(k for k in keys if "." not in k)
     paths = frozenset(k for k in keys if "." in k)
-    body = orjson.dumps(_strip(config, names, paths), option=orjson.OPT_SORT_KEYS, default=str)
+    keep = frozenset(split_keys(cfg.keep_under))
+    body = orjson.dumps(
+        _strip(config, names, paths, keep), option=orjson.OPT_SORT_KEYS, default=str
+    )
     return "cfg-" + hashlib.blake2b(body, digest_size=5).hexdigest()
 
 

@@ -26,7 +26,16 @@ class CohortsConfig:
         "logging_dir,checkpoint_dir,save_dir,wandb,project,tags,experiment,cohort"
     )
     """Keys left out of the config fingerprint because they vary within a sweep: a bare
-    name is dropped at any depth, a dotted path only there."""
+    name is dropped at any depth (but inside the `keep_under` sections), a dotted path
+    only there."""
+    keep_under: str = (
+        "model,policy,actor,critic,reference,ref,reward_model,tokenizer,base_model,"
+        "dataset,data,env,environment,task,tasks,grader"
+    )
+    """Config sections that say what is trained and on what (the model, the data, the
+    grader): inside them a bare name of `ignore_keys` is kept, because there a `name`
+    or an `id` is the model's or the dataset's, and runs of two models are not peers.
+    A dotted path of `ignore_keys` is dropped even there."""
 
 
 @dataclass(frozen=True)

@@ -84,3 +84,45 @@ def test_band_quantiles():
     assert b["n"] == 5 and b["median"] == 3.0 and b["p50"] == 3.0
     assert b["p10"] == pytest.approx(1.4) and b["p90"] == pytest.approx(61.6)
     assert b["mad"] == pytest.approx(1.4826)
+
+
+def test_the_model_splits_a_cohort_a_run_name_inside_logging_does_not():
+    a = {**RECIPE, "model": {"name": "Qwen2.5-1.5B"}, "logging": {"name": "seed1"}}
+    b = {**RECIPE, "model": {"name": "SmolLM2-1.7B"}, "logging": {"name": "seed1"}}
+    c = {**RECIPE, "model": {"name": "Qwen2.5-1.5B"}, "logging": {"name": "seed2"}, "seed": 2}
+    assert fingerprint(a) != fingerprint(b)
+    assert fingerprint(a) == fingerprint(c)
+    # Inside a kept section only the bare names are kept; a dotted path still goes.
+    cfg = CohortsConfig(ignore_keys="name,model.revision")
+    d = {**a, "model": {"name": "Qwen2.5-1.5B", "revision": "r2"}}
+    assert fingerprint(d, cfg) == fingerprint({**a, "model": {"name": "Qwen2.5-1.5B"}}, cfg)
+    assert fingerprint(a, CohortsConfig(keep_under="")) == fingerprint(
+        b, CohortsConfig(keep_under="")
+    )
+
+
+def test_simulated_runs_of_two_models_are_two_cohorts_in_out(tmp_path):
+    """End to end, on the simulator's run.json (its config has `model.name`): two runs
+    of one recipe and another model's run analysed in-process land in two cohorts."""
+    import json
+
+    from rlstream.fleet.read import read_latest
+    from rlstream.pipeline.local import analyze_local
+    from rlstream.simulate import SimConfig, simulate
+
+    simulate(tmp_path / "runs", SimConfig(runs=3, steps=4, seed=11, groups=2))
+    runs = sorted(p for p in (tmp_path / "runs").iterdir() if (p / "run.json").exists())
+    docs = [json.loads((r / "run.json").read_text()) for r in runs]
+    base = docs[0]["config"]
+    for i, (r, doc) in enumerate(zip(runs, docs, strict=True)):
+        cfg = json.loads(json.dumps(base))
+        cfg["seed"] = 100 + i  # seeds vary within a sweep
+        if i == 2:
+            cfg["model"]["name"] = "another-model-7b"
+        doc["config"] = cfg
+        (r / "run.json").write_text(json.dumps(doc))
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
+    cohort = {r["run_id"]: r["cohort"] for r in read_latest(str(tmp_path / "out"))}
+    ids = [d["run_id"] for d in docs]
+    assert cohort[ids[0]] == cohort[ids[1]] != cohort[ids[2]]
+    assert cohort[ids[0]] == fingerprint(base | {"seed": 0})
