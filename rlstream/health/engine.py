@@ -30,7 +30,7 @@ from typing import Any
 from rlstream.health import stats
 from rlstream.health.config import CODES, DEFAULT_RULES, RuleConfig, RulesConfig
 from rlstream.health.figures import as_dict, extract, num
-from rlstream.health.rules import RULES, Ctx, Verdict
+from rlstream.health.rules import EXPLAINED_BY, RULES, Ctx, Verdict
 from rlstream.health.state import (
     FIRING,
     INACTIVE,
@@ -117,6 +117,8 @@ def _advance(
         sev = verdict.severity or rule.severity
         a.misses = 0
         a.message = verdict.message
+        if a.level is None or a.state in (INACTIVE, RESOLVED):
+            a.level = verdict.level
         if a.state in (INACTIVE, RESOLVED):
             a.since_step, a.held, a.resolved_step = step, 1, -1
             if rule.for_steps <= 1:
@@ -133,6 +135,7 @@ def _advance(
     elif a.state in (PENDING, FIRING):
         a.misses += 1
         if a.misses >= rule.clear_steps:
+            a.level = None
             if a.state == PENDING:
                 move(INACTIVE)
             else:
@@ -149,6 +152,17 @@ def _age_out(state: HealthState, cfg: RulesConfig) -> None:
             and state.last_step - a.resolved_step >= cfg.history.keep_resolved_steps
         ):
             a.state = INACTIVE
+
+
+def _explained(s: HealthState, code: str, verdicts: dict[str, Verdict]) -> bool:
+    """Does a finding that explains `code`'s evidence otherwise hold at this step, or
+    is it pending or firing (`rules.EXPLAINED_BY`)? Then `code` does not hold: its
+    advice would contradict that finding's."""
+    for other in EXPLAINED_BY.get(code, ()):
+        v, a = verdicts.get(other), s.alerts.get(other)
+        if (v is not None and v.holds) or (a is not None and a.state in (PENDING, FIRING)):
+            return True
+    return False
 
 
 def fold_step(
@@ -194,6 +208,7 @@ def fold_step(
 
     rctx = Ctx(ctx.config or {}, h.hysteresis, h.trend_steps, h.recent_steps)
     out: list[Transition] = []
+    verdicts: dict[str, Verdict] = {}
     for code, rule_fn in RULES.items():
         rule = cfg.rule(code)
         if not rule.enabled:
@@ -202,7 +217,11 @@ def fold_step(
         active = alert is not None and alert.state in (PENDING, FIRING)
         verdict = rule_fn(view, rule, rctx, active, row)
         if verdict is not None:
-            out += _advance(s, code, verdict, rule, step, t)
+            verdicts[code] = verdict
+    for code, verdict in verdicts.items():
+        if verdict.holds and _explained(s, code, verdicts):
+            verdict = Verdict(False, verdict.message)
+        out += _advance(s, code, verdict, cfg.rule(code), step, t)
     # A new step is activity: a stalled finding clears.
     if "stalled" in s.alerts:
         out += _advance(s, "stalled", Verdict(False), cfg.stalled, step, t)

@@ -143,4 +143,18 @@ RULES: dict[str, Callable[..., Verdict | None]] = {
     "heldout_gap": heldout_gap,
     "metric_disagreement": metric_disagreement,
 }
+
+
+EXPLAINED_BY: dict[str, tuple[str, ...]] = {
+    "tasks_mastered": (
+        "degenerate_outputs",
+        "rollout_failure_burst",
+        "grading_failure_burst",
+    ),
+}
+"""Findings whose evidence another finding explains otherwise: while one of those holds
+or is pending or firing, the finding does not hold. Groups without reward variance at a
+high reward mean mastered tasks only when the reward is earned: one answer for every
+task, or failed rollouts (no variance among the survivors) make the same figures, and
+"stop or move to harder tasks" would then be the wrong advice."""
 """Step-evaluated rules; ``stalled`` is evaluated by ``engine.check_time``."""

@@ -68,6 +68,17 @@ def _eval_transfer(v: View, steps: list[float], c: C.RewardTooFast) -> float | N
     return stats.median(after) - stats.median(before)
 
 
+def _eval_followed(v: View, since: int, share_of_rise: float) -> bool:
+    """Has the held-out score risen by `share_of_rise` from before `since` (the step the
+    finding began) to after it? Then the new reward level is learning that transfers."""
+    pts = eval_points(v)
+    before = [y for x, y in pts if x < since]
+    after = [y for x, y in pts if x >= since]
+    if not before or not after:
+        return False
+    return stats.median(after) - stats.median(before) >= share_of_rise
+
+
 def reward_too_fast(
     v: View, c: C.RewardTooFast, ctx: Ctx, active: bool, row: dict
 ) -> Verdict | None:
@@ -97,25 +108,30 @@ def reward_too_fast(
     shown = max(hits or rises, key=lambda r: r.excess / r.se)
     excess, se, noise = shown.excess, shown.se, shown.noise
     # Once the climb is over, the finding stays while reward holds its new level above
-    # the level before the climb began (as long as that level is in the window).
+    # the level before the climb began, however long ago that was: the engine keeps
+    # that level (`Verdict.level`) while the finding is active.
     alert = v.state.alerts.get("reward_too_fast")
     since = alert.since_step if alert is not None and active else None
-    before = [y for x, y in zip(steps, ys, strict=True) if since is not None and x < since]
-    before = before[-c.long_steps :]
+    start = len(ys) - shown.short - c.long_steps
+    earlier = stats.median(ys[max(start, 0) : len(ys) - shown.short]) if climbing else None
+    held = alert.level if alert is not None and active else None
     now = stats.median(ys[-c.short_steps :])
     level = (
-        len(before) >= c.short_steps and now - stats.median(before) >= c.rise_min * ctx.hysteresis
+        held is not None
+        and since is not None
+        and now - held >= c.rise_min * ctx.hysteresis
+        and not _eval_followed(v, since, c.eval_share * (now - held))
     )
     detail = (
         f"reward rose {excess:+.2f} over the last {shown.short} steps beyond its trend "
         f"({excess / se:.1f} standard errors; step noise {noise:.3f})"
         if climbing or not level
-        else f"reward jumped from {stats.median(before):.2f} before step {since} to "
-        f"{now:.2f} and stays there"
+        else f"reward jumped from {held:.2f} before step {since} to {now:.2f} and stays there"
     )
     return Verdict(
         climbing or level,
         f"{detail}; faster than the run's history allows: inspect transcripts for reward hacking",
+        level=earlier,
     )
 
 

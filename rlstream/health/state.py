@@ -72,6 +72,8 @@ class AlertState:
     misses: int = 0
     """Consecutive evaluations the condition was clear."""
     resolved_step: int = -1
+    level: float | None = None
+    """The figure's level before the finding began (`Verdict.level`), while active."""
 
 
 @dataclass

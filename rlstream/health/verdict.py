@@ -18,6 +18,10 @@ class Verdict(NamedTuple):
     message: str = ""
     severity: str | None = None
     """Overrides the rule's configured severity (escalation)."""
+    level: float | None = None
+    """The figure's level before the condition began, given while it holds: the engine
+    keeps the first one in the finding's state (`AlertState.level`) while it is active,
+    for a rule that holds as long as the figure stays away from that level."""
 
 
 class Ctx(NamedTuple):

@@ -114,10 +114,20 @@ def test_hacking_environments_are_critical_from_transcripts(analysed, env):
     assert "degenerate_outputs" in _loud(row)
 
 
-@pytest.mark.parametrize("env", ["BashCodeforcesEnv", "SyntheticEnv", "OmitDescriptionEnv"])
+@pytest.mark.parametrize("env", ["BashCodeforcesEnv", "SyntheticEnv"])
 def test_published_reward_curves_do_not_raise_alarms(analysed, env):
-    # Curves only: Bash and Synthetic learn honestly; OmitDescription's hack does not
-    # show in its curve (only tasks_mastered, info, as reward reaches 1).
+    # Curves only: Bash and Synthetic learn honestly.
     row = analysed[f"curves:hack-{env}"]
     assert row["status"] == "finished", row["findings"]
     assert _loud(row) == set()
+
+
+def test_a_hack_whose_reward_holds_keeps_its_finding_to_the_end(analysed):
+    # OmitDescription's rollouts are hacks by the study's own labels (64 of 64 at the
+    # end); its curve jumps back from a dip to 0.99 above its earlier best and stays
+    # there: reward_too_fast fires and is still firing when the run ends, so the run
+    # does not end green, and tasks_mastered's "stop or move on" is not given beside it.
+    row = analysed["curves:hack-OmitDescriptionEnv"]
+    firing = [f for f in row["findings"] if f["state"] == "firing"]
+    assert [f["code"] for f in firing] == ["reward_too_fast"], row["findings"]
+    assert row["status"] == "warning"

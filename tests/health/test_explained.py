@@ -1,0 +1,86 @@
+"""A finding whose evidence another finding explains does not fire beside it
+(`rules.EXPLAINED_BY`): `tasks_mastered` ("consider stopping or moving to harder
+tasks") never stands beside a failure burst, degenerate outputs or a reward hack."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlstream.health import findings
+from rlstream.health.rules import EXPLAINED_BY
+from rlstream.pipeline.local import analyze_local
+from rlstream.simulate import SimConfig, simulate
+from tests.health.health_synth import PATHOLOGIES, fold_all, rows
+from tests.outputs import out_sql
+
+ONSET = 60
+
+
+def _fired(transitions) -> set[str]:
+    return {t.code for t in transitions if t.to_state == "firing"}
+
+
+@pytest.mark.parametrize("other", EXPLAINED_BY["tasks_mastered"])
+def test_mastered_tasks_do_not_fire_beside_what_explains_them(other):
+    both = [PATHOLOGIES[other](r["step"], ONSET, r) for r in rows(160, "tasks_mastered", ONSET)]
+    _, tr = fold_all(both)
+    fired = _fired(tr)
+    assert other in fired, f"{other} must still fire ({sorted(fired)})"
+    assert "tasks_mastered" not in fired
+    # Alone, the same mastered tasks still fire (recall kept).
+    _, alone = fold_all(rows(160, "tasks_mastered", ONSET))
+    assert "tasks_mastered" in _fired(alone)
+
+
+def test_a_simulated_degenerate_run_gets_no_advice_to_stop(tmp_path):
+    """The simulator's runs (another writer): degenerate outputs at a high reward."""
+    simulate(
+        tmp_path / "runs",
+        SimConfig(runs=2, steps=90, seed=41, scenarios=("degenerate_outputs",), groups=4),
+    )
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
+    fired = out_sql(
+        tmp_path / "out",
+        "select run_id, code from alerts where to_state = 'firing' order by run_id, code",
+    )
+    by_run: dict[str, set[str]] = {}
+    for run, code in fired:
+        by_run.setdefault(run, set()).add(code)
+    assert by_run and all("degenerate_outputs" in c for c in by_run.values()), by_run
+    assert not any("tasks_mastered" in c for c in by_run.values()), by_run
+
+
+def test_findings_list_keeps_the_explaining_finding():
+    both = [
+        PATHOLOGIES["rollout_failure_burst"](r["step"], ONSET, r)
+        for r in rows(160, "tasks_mastered", ONSET)
+    ]
+    state, _ = fold_all(both)
+    codes = {f.code for f in findings(state)}
+    assert "rollout_failure_burst" in codes and "tasks_mastered" not in codes
+
+
+def test_a_reward_hack_whose_reward_holds_stays_firing_to_the_end():
+    """Synthetic rows: the jump at step 60 holds for 140 steps, far past the window."""
+    state, tr = fold_all(rows(200, "reward_too_fast", ONSET))
+    seen = [(t.to_state, t.step) for t in tr if t.code == "reward_too_fast"]
+    assert [s for s, _ in seen] == ["pending", "firing"], seen
+    assert [f.state for f in findings(state) if f.code == "reward_too_fast"] == ["firing"]
+
+
+def test_the_simulators_reward_hacks_end_firing(tmp_path):
+    """The simulator's runs (another writer), as a user tried them: the hack fires on
+    every run and is still firing when the runs end."""
+    simulate(
+        tmp_path / "runs",
+        SimConfig(runs=3, steps=120, seed=5, scenarios=("reward_too_fast",)),
+    )
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
+    got = out_sql(
+        tmp_path / "out",
+        "select run_id, to_state from alerts where code = 'reward_too_fast' order by run_id, step",
+    )
+    last: dict[str, str] = {}
+    for run, to_state in got:
+        last[run] = to_state
+    assert len(last) == 3 and set(last.values()) == {"firing"}, got
