@@ -94,19 +94,23 @@ def _num(v: float) -> str:
 
 
 class _Out:
+    """Samples gathered per metric family: the text format wants every sample of a
+    family in one group under its one HELP and TYPE, whatever order they are added in."""
+
     def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.declared: set[str] = set()
+        self.families: dict[str, list[str]] = {}
 
     def add(self, name: str, kind: str, help_: str, value: Any, **labels: Any) -> None:
         if value is None:
             return
-        if name not in self.declared:
-            self.declared.add(name)
-            self.lines.append(f"# HELP {name} {help_}")
-            self.lines.append(f"# TYPE {name} {kind}")
+        lines = self.families.get(name)
+        if lines is None:
+            lines = self.families[name] = [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
         lab = ",".join(f'{k}="{label_value(v)}"' for k, v in labels.items())
-        self.lines.append(f"{name}{{{lab}}} {_num(value)}" if lab else f"{name} {_num(value)}")
+        lines.append(f"{name}{{{lab}}} {_num(value)}" if lab else f"{name} {_num(value)}")
+
+    def text(self) -> str:
+        return "\n".join(line for lines in self.families.values() for line in lines) + "\n"
 
 
 def render_metrics(
@@ -263,7 +267,7 @@ def render_metrics(
         "Scrapes that could not read OUT's run_health (the last good read is served).",
         p.get("out_read_errors", 0),
     )
-    return "\n".join(o.lines) + "\n"
+    return o.text()
 
 
 class MetricsExporter:

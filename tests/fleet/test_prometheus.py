@@ -207,3 +207,33 @@ def test_alert_rules_are_valid_and_use_exported_series():
             timeout=60,
         )
         assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_every_family_is_one_group_for_a_strict_parser():
+    # prometheus_client's parser starts a new family whenever a sample's name differs
+    # from the previous one: a family split in two groups comes back as two families.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    latest = [
+        _latest(
+            f"r{i}",
+            s,
+            [("degenerate_outputs", "critical")] if s == "critical" else [],
+            mismatch_kl=0.1 * i,
+            reward_mean=0.5,
+        )
+        for i, s in enumerate(["critical", "healthy", "finished", "warning"])
+    ]
+    text = render_metrics(latest, {"bytes": 1, "polls": 1}, now=1100.0)
+    families = list(text_string_to_metric_families(text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)) == text.count("# TYPE ")
+    status = next(f for f in families if f.name == "rlstream_run_status")
+    assert sorted(s.labels["run_id"] for s in status.samples) == ["r0", "r1", "r2", "r3"]
+    kl = next(f for f in families if f.name == "rlstream_run_mismatch_kl")
+    assert {s.labels["run_id"]: round(s.value, 6) for s in kl.samples} == {
+        "r0": 0.0,
+        "r1": 0.1,
+        "r2": 0.2,
+        "r3": 0.3,
+    }
