@@ -307,7 +307,7 @@ class RunGroup:
             if stat is None and file in optional:
                 continue
             cur = state.cursors.get(file, FileCursor())
-            why = self.storage.unsafe(Storage.join(state.run_url, file)) if stat is None else None
+            why = self.storage.unsafe(Storage.join(state.run_url, file))
             if why is not None:
                 key, reason, offset = f"unsafe:{file}", "unsafe_file", None
                 detail = f"not opened: {why}"
