@@ -21,6 +21,12 @@ from rlstream.metrics import CompletionAgg, StepAgg, TokenAgg, TopKEntropyAgg
 from rlstream.pipeline.partial import StepPartial
 
 
+KEEP_PARSER_BYTES = 8 << 20
+"""simdjson's parser keeps buffers sized for the largest file it parsed (several
+times the file); after a file larger than this it is replaced, so those buffers are
+freed before the step's arrays are aggregated."""
+
+
 @dataclass
 class _StepArrays:
     """Lists of per-generation arrays of one step, concatenated once at the end."""
@@ -67,6 +73,9 @@ class TranscriptParser:
             t = decode_transcript(self._simd, data, name)
         except BadRecord as e:
             return None, str(e)
+        finally:
+            if len(data) > KEEP_PARSER_BYTES and self._simd is not None:
+                self._simd = simd_parser()  # the old one's buffers go with it
         if t.step <= final_through:
             return t.step, "late"
         self.add_transcript(t)
@@ -108,9 +117,7 @@ class TranscriptParser:
             if a.full:
                 offsets = np.zeros(len(a.tok_lens) + 1, np.int64)
                 np.cumsum(a.tok_lens, out=offsets[1:])
-                ls = np.concatenate(a.ls)
-                lt = np.concatenate(a.lt)
-                toks = np.concatenate(a.tokens)
+                ls, lt, toks = _cat(a.ls), _cat(a.lt), _cat(a.tokens)
                 trains = np.asarray(a.trains, dtype=bool)
                 agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains)
                 agg.completions = CompletionAgg.from_arrays(
@@ -143,6 +150,12 @@ class TranscriptParser:
                 agg.completions = text if agg.completions is None else agg.completions.merge(text)
             out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
         return out
+
+
+def _cat(arrays: list[np.ndarray]) -> np.ndarray:
+    """One array of a step's generations: the only one as it is (a step of one long
+    generation is not copied), else their concatenation."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _sampler_tokens(ls: list[np.ndarray]) -> TokenAgg:
