@@ -20,7 +20,6 @@ from rlstream.formats.records import BadRecord, Transcript
 from rlstream.metrics import CompletionAgg, StepAgg, TokenAgg, TopKEntropyAgg
 from rlstream.pipeline.partial import StepPartial
 
-
 KEEP_PARSER_BYTES = 8 << 20
 """simdjson's parser keeps buffers sized for the largest file it parsed (several
 times the file); after a file larger than this it is replaced, so those buffers are
