@@ -49,6 +49,10 @@ class PipelineConfig:
     Decoding a file costs several times its size, so this bounds a worker's memory
     whatever a run folder holds; a long agent transcript with full traces (100k tokens
     with ids, both logprobs and text) is a few MB, one with top-20 logprobs tens of MB."""
+    max_tokens_slack: int = 0
+    """Tokens a generation may have above its run's own `sampling.max_tokens` (where the
+    run's config gives it) before it is quarantined as `exceeds_max_tokens`: a longer
+    one contradicts the run's sampler and is not trusted."""
     full_relist_every: int = 30
     """Polls between full relists of a run's transcripts (on object stores; a local
     listing is always full): they find names that arrived below the window."""
