@@ -40,11 +40,13 @@ class PipelineConfig:
     read_inflight_bytes: int = 64 << 20
     """Bytes a worker holds in flight while reading a unit's transcripts from an object
     store: up to 64 reads run at once (each costs a first-byte round trip, 10-50 ms on
-    S3), as long as the bytes read ahead and not yet parsed, with each running read
-    counted at the largest transcript seen, stay within this. Smaller: less memory,
-    fewer reads overlapped; one read is always allowed. Local disk reads serially."""
+    S3), as long as the reads held (read ahead, not yet parsed) and running, each
+    counted at its decoded cost (`rlstream.io.window.DECODE_FACTOR` times its size, taken
+    from the listing before the GET), stay within this. Smaller: less memory, fewer
+    reads overlapped; one read is always allowed. Local disk reads serially."""
     max_file_bytes: int = 64 << 20
-    """Largest whole file read (a transcript, a per-step file, run.json; on local disk):
+    """Largest whole file read (a transcript, a per-step file, run.json; on S3 told
+    from the listing before the GET; `[limits]` of the rules file, `--max-file-bytes`):
     a larger one gets a quarantine row `file_too_large` with its size and is not read.
     Decoding a file costs several times its size, so this bounds a worker's memory
     whatever a run folder holds; a long agent transcript with full traces (100k tokens

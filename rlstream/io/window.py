@@ -8,10 +8,10 @@ is the fold of a serial read.
 The bound: a new read starts only while the cost of the reads held (finished, not yet
 consumed) and running stays within `max_bytes`, and fewer than `max_requests` are
 running. A read costs `factor` times its size (`DECODE_FACTOR` for files that are
-decoded whole: what a read costs once decoded); its size is its known size (`size_of(item)`, e.g. from a listing) or, unknown, its bytes once
-finished and while running the largest size seen so far (`first_guess` before any has
-finished). One read is always allowed, so a file larger than the
-budget is still read, alone. With `max_bytes` smaller than any file the reads are
+decoded whole: what a read costs once decoded). Its size is the known one
+(`size_of(item)`, e.g. from a listing) or, unknown, its bytes once finished and the
+largest size seen so far while running (`first_guess` before any has finished). One
+read is always allowed, so a file larger than the budget is still read, alone. With `max_bytes` smaller than any file the reads are
 serial. A read's error (e.g. `FileNotFoundError`) is yielded in its place, not
 raised, so one vanished file does not cost its neighbours. Reads still running when
 the consumer stops early are cancelled.
