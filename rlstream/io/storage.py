@@ -345,15 +345,18 @@ class Storage:
             names = [n for n in names if n > start_after]
         return names
 
-    def list_dirs(self, url: str) -> list[str]:
+    def list_dirs(self, url: str, links: bool = False) -> list[str]:
         """Sorted base names of the sub-folders directly under `url`. Locally a link to
-        a folder counts only when its target lies inside `url` (W&B's `latest-run`);
-        one that leads elsewhere is not a sub-folder of this tree."""
+        a folder counts only when its target lies inside `url` (W&B's `latest-run`), or
+        with `links` always (a run's step folders: what is reached through one that
+        leads out of ROOT is listed, then refused file by file when opened)."""
         path = self.strip(url).rstrip("/")
         if self.is_local:
             try:
                 with os.scandir(path) as it:
-                    return sorted(e.name for e in it if e.is_dir() and link_inside(e, path))
+                    return sorted(
+                        e.name for e in it if e.is_dir() and (links or link_inside(e, path))
+                    )
             except (FileNotFoundError, NotADirectoryError):
                 return []
         try:

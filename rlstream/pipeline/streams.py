@@ -45,7 +45,7 @@ READ_KEY = "#read"
 
 def listing(storage: Storage, url: str) -> frozenset[str]:
     """Names of a folder's files, and of its sub-folders with a trailing "/"."""
-    return frozenset([*storage.list_names(url), *(d + "/" for d in storage.list_dirs(url))])
+    return frozenset([*storage.list_names(url), *(d + "/" for d in storage.list_dirs(url, True))])
 
 
 def peeker(storage: Storage, url: str):
@@ -80,12 +80,8 @@ def identify(
 
 
 def _changed(stat: FileStat, cur: FileCursor) -> bool:
-    return (stat.size, stat.etag, stat.mtime, stat.inode) != (
-        cur.size,
-        cur.etag,
-        cur.mtime,
-        cur.inode,
-    )
+    was = (cur.size, cur.etag, cur.mtime, cur.inode)
+    return (stat.size, stat.etag, stat.mtime, stat.inode) != was
 
 
 def plan_streams(
@@ -159,7 +155,8 @@ def _new_step_files(
 ) -> tuple[list[tuple[int, str]], tuple[str, ...]]:
     base = Storage.join(state.run_url, s.folder) if s.folder else state.run_url
     prefix = f"{s.folder}/" if s.folder else ""
-    listed = step_names(storage.list_dirs(base) if s.dirs else storage.list_names(base), s.step_re)
+    entries = storage.list_dirs(base, True) if s.dirs else storage.list_names(base)
+    listed = step_names(entries, s.step_re)
     listed = _above_low(state, s, prefix, listed)
     files: list[tuple[int, str]] = []
     done: list[str] = []

@@ -11,6 +11,7 @@ step row is named by one (nothing is dropped silently)."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -124,9 +125,14 @@ def _apply(data: bytes, how: str, seed: int, blob: bytes, value: object) -> byte
         return blob
     if how == "truncate":
         return data[: rng.randrange(len(data) + 1)]
-    if how == "nesting":
+    if how == "nesting":  # the whole file, or one more line
         depth = rng.choice([64, 1000, 100_000])
-        return data + b"\n" + b"[" * depth + b"]" * depth + b"\n"
+        nest = (
+            b'{"a":' * depth + b"1" + b"}" * depth
+            if rng.random() < 0.5
+            else b"[" * depth + b"]" * depth
+        )
+        return nest if rng.random() < 0.5 else data + b"\n" + nest + b"\n"
     return _mutate_json(data, rng, how, value)
 
 
@@ -136,7 +142,7 @@ def _files(run: Path) -> list[Path]:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @settings(
-    max_examples=8,
+    max_examples=int(os.environ.get("RLSTREAM_FUZZ_EXAMPLES", "8")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from rlstream.errors import UnsafeFile
+from rlstream.io.localfs import OUTSIDE
 from rlstream.io.storage import Storage
 from rlstream.pipeline.discover import find_runs
 from rlstream.pipeline.local import analyze_local
@@ -191,12 +192,17 @@ def test_every_format_reads_nothing_through_a_folder_link_out_of_root(tmp_path, 
     run = trainer_run(src, tmp_path / "runs" / "r", fmt)
     outside = tmp_path / "outside"
     outside.mkdir()
-    assert _link_out_every_folder(run, outside)
+    linked = _link_out_every_folder(run, outside)
+    assert linked
     out = tmp_path / "out"
     analyze_local([str(tmp_path / "runs")], str(out))
     assert out_sql(out, "select count(distinct run_id) from steps") == [(1,)]
     bad = out_sql(out, "select reason, detail from quarantine where reason <> 'unsafe_file'")
     assert [r for r in bad if r[0] != "late"] == []
+    refused = out_sql(out, "select file, detail from quarantine where reason = 'unsafe_file'")
+    assert refused, "the files behind the links get a row each"
+    assert {d for _, d in refused} == {f"not opened: {OUTSIDE}"}
+    assert all(f.split("/")[0] in linked for f, _ in refused)
     assert _leaked(out) == []
 
 
