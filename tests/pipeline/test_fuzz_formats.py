@@ -5,8 +5,9 @@ replaced by a Hypothesis-made variant of itself: random bytes, a truncation, dee
 nesting, huge numbers, wrong types, duplicated keys, NaN/Infinity. `analyze` must
 return, OUT's tables must read back, and the run must end in rows or quarantine rows
 (or, when the file made the folder no run at all, the command's clear error):
-every quarantine row names a file and a reason, and a mutated file that yields no
-step row is named by one (nothing is dropped silently)."""
+every quarantine row names a file and a reason, and a run left without a single step
+row has quarantine rows saying why (nothing is dropped silently). Examples per format:
+8, or RLSTREAM_FUZZ_EXAMPLES for a longer local run."""
 
 from __future__ import annotations
 
