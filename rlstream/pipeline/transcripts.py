@@ -40,7 +40,7 @@ def over_cap(t: Transcript, cap: int | None) -> str | None:
     n = max(t.lens)
     if n <= cap:
         return None
-    return f"a generation of {n} tokens, above the run's limit of {cap} (sampling.max_tokens)"
+    return f"a generation of {n} tokens, above the run's limit of {cap} (sampling.max_tokens + max_tokens_slack)"
 
 
 def cap_row(run_id: str, file: str, offset: int | None, t: Transcript, cap: int | None):

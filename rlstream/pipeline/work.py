@@ -142,8 +142,8 @@ class UnitResult:
 
 def token_cap(config: dict[str, Any], slack: int = 0) -> int | None:
     """The most tokens a generation of a run may have: its config's
-    `sampling.max_tokens` (the readers of every format map theirs there) plus `slack`;
-    None when the config gives none."""
+    `sampling.max_tokens` (Loops' run.json; the readers that know their trainer's
+    setting map it there) plus `slack`; None when the config gives none."""
     sampling = config.get("sampling") if isinstance(config, dict) else None
     cap = sampling.get("max_tokens") if isinstance(sampling, dict) else None
     if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:

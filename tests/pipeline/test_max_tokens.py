@@ -15,7 +15,9 @@ from rlstream.pipeline.work import token_cap
 from tests.outputs import out_sql
 from tests.pipeline.runfiles import write_run
 
-DETAIL = "a generation of 5 tokens, above the run's limit of 4 (sampling.max_tokens)"
+DETAIL = (
+    "a generation of 5 tokens, above the run's limit of 4 (sampling.max_tokens + max_tokens_slack)"
+)
 
 
 def _cap(run, max_tokens: int) -> None:
