@@ -36,12 +36,18 @@ def input_storage(
     read_inflight_bytes: int | None = None,
     max_file_bytes: int | None = None,
 ) -> Storage:
-    """One `Storage` for every ROOT; they must share a protocol."""
-    extra: dict[str, int] = {}
+    """One `Storage` for every ROOT; they must share a protocol. Locally it holds the
+    ROOTs' real locations: no file whose real location lies outside them is opened."""
+    from rlstream.io.localfs import real_roots
+
+    extra: dict[str, Any] = {}
     if read_inflight_bytes is not None:
         extra["read_inflight_bytes"] = read_inflight_bytes
     if max_file_bytes is not None:
         extra["max_file_bytes"] = max_file_bytes
+    local = [normalize_root(r) for r in roots if "://" not in normalize_root(r)]
+    if local:
+        extra["roots"] = real_roots(local)
     stores = {Storage.for_url(normalize_root(r), options, **extra) for r in roots}
     protocols = {s.protocol for s in stores}
     if len(protocols) != 1:

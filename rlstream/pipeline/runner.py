@@ -51,6 +51,7 @@ from rlstream.pipeline.work import (
     Unit,
     UnitFailure,
     UnitResult,
+    token_cap,
 )
 from rlstream.sinks.delta import DeltaSink
 
@@ -169,12 +170,11 @@ class RunGroup:
                 LinesUnit(state.run_id, state.run_url, file, cur, stat, state.final_through)
             )
         names = self._new_transcripts(state)
-        n = self.cfg.transcripts_per_unit
+        n, cap = self.cfg.transcripts_per_unit, token_cap(state.config, self.cfg.max_tokens_slack)
         for i in range(0, len(names), n):
+            chunk = tuple(names[i : i + n])
             units.append(
-                TranscriptsUnit(
-                    state.run_id, state.run_url, tuple(names[i : i + n]), state.final_through
-                )
+                TranscriptsUnit(state.run_id, state.run_url, chunk, state.final_through, cap)
             )
         state.polls += 1
         return units
@@ -307,7 +307,7 @@ class RunGroup:
             if stat is None and file in optional:
                 continue
             cur = state.cursors.get(file, FileCursor())
-            why = self.storage.unsafe(Storage.join(state.run_url, file)) if stat is None else None
+            why = self.storage.unsafe(Storage.join(state.run_url, file))
             if why is not None:
                 key, reason, offset = f"unsafe:{file}", "unsafe_file", None
                 detail = f"not opened: {why}"

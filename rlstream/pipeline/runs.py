@@ -20,7 +20,7 @@ from rlstream.pipeline.commit import load_state
 from rlstream.pipeline.resume import ResumeStateError
 from rlstream.pipeline.state import RunState
 from rlstream.pipeline.streams import identify, plan_streams
-from rlstream.pipeline.work import Unit
+from rlstream.pipeline.work import Unit, token_cap
 
 log = logging.getLogger("rlstream")
 
@@ -90,7 +90,13 @@ def plan_other(group: Any, state: RunState) -> list[Unit]:
         return []
     cfg = group.cfg
     units = plan_streams(
-        group.storage, state, streams, cfg.transcripts_per_unit, group._final, cfg.transcript_window
+        group.storage,
+        state,
+        streams,
+        cfg.transcripts_per_unit,
+        group._final,
+        cfg.transcript_window,
+        token_cap(state.config, cfg.max_tokens_slack),
     )
     state.polls += 1
     return units

@@ -16,9 +16,41 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlstream.formats.loops import decode_transcript, simd_parser
+from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import BadRecord, Transcript
 from rlstream.metrics import CompletionAgg, StepAgg, TokenAgg, TopKEntropyAgg
 from rlstream.pipeline.partial import StepPartial
+
+KEEP_PARSER_BYTES = 8 << 20
+"""simdjson's parser keeps buffers sized for the largest file it parsed (several
+times the file); after a file larger than this it is replaced, so those buffers are
+freed before the step's arrays are aggregated."""
+
+
+EXCEEDS_MAX_TOKENS = "exceeds_max_tokens"
+"""Quarantine reason of a transcript with a generation longer than its run's own
+`sampling.max_tokens` (plus `[limits] max_tokens_slack`): inconsistent, not trusted."""
+
+
+def over_cap(t: Transcript, cap: int | None) -> str | None:
+    """Why `t` cannot be trusted for its length (a generation of more tokens than
+    `cap`), or None. Text-only completions count words, not tokens: never checked."""
+    if cap is None or t.trace == "text" or not t.lens:
+        return None
+    n = max(t.lens)
+    if n <= cap:
+        return None
+    return f"a generation of {n} tokens, above the run's limit of {cap} (sampling.max_tokens + max_tokens_slack)"
+
+
+def cap_row(run_id: str, file: str, offset: int | None, t: Transcript, cap: int | None):
+    """The quarantine row of a transcript longer than `cap` (`over_cap`), or None."""
+    why = over_cap(t, cap)
+    return (
+        None
+        if why is None
+        else QuarantineRow(run_id, file, offset, EXCEEDS_MAX_TOKENS, why, t.step)
+    )
 
 
 @dataclass
@@ -57,18 +89,29 @@ class TranscriptParser:
         self.vocab_size = vocab_size
         self.tokens = 0
         self._simd = simd_parser()
+        self.why: str | None = None
+        """The detail of the last `EXCEEDS_MAX_TOKENS` answer of `add`."""
 
-    def add(self, data: bytes, name: str, final_through: int = -1) -> tuple[int | None, str | None]:
+    def add(
+        self, data: bytes, name: str, final_through: int = -1, cap: int | None = None
+    ) -> tuple[int | None, str | None]:
         """Parse one file; returns (step, None), or (step or None, quarantine reason).
 
-        A transcript of a step at or below `final_through` is late: not aggregated.
+        A transcript of a step at or below `final_through` is late, one with a
+        generation longer than `cap` tokens inconsistent (`over_cap`): not aggregated.
         """
         try:
             t = decode_transcript(self._simd, data, name)
         except BadRecord as e:
             return None, str(e)
+        finally:
+            if len(data) > KEEP_PARSER_BYTES and self._simd is not None:
+                self._simd = simd_parser()  # the old one's buffers go with it
         if t.step <= final_through:
             return t.step, "late"
+        self.why = over_cap(t, cap)
+        if self.why is not None:
+            return t.step, EXCEEDS_MAX_TOKENS
         self.add_transcript(t)
         return t.step, None
 
@@ -108,9 +151,7 @@ class TranscriptParser:
             if a.full:
                 offsets = np.zeros(len(a.tok_lens) + 1, np.int64)
                 np.cumsum(a.tok_lens, out=offsets[1:])
-                ls = np.concatenate(a.ls)
-                lt = np.concatenate(a.lt)
-                toks = np.concatenate(a.tokens)
+                ls, lt, toks = _cat(a.ls), _cat(a.lt), _cat(a.tokens)
                 trains = np.asarray(a.trains, dtype=bool)
                 agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains)
                 agg.completions = CompletionAgg.from_arrays(
@@ -143,6 +184,12 @@ class TranscriptParser:
                 agg.completions = text if agg.completions is None else agg.completions.merge(text)
             out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
         return out
+
+
+def _cat(arrays: list[np.ndarray]) -> np.ndarray:
+    """One array of a step's generations: the only one as it is (a step of one long
+    generation is not copied), else their concatenation."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _sampler_tokens(ls: list[np.ndarray]) -> TokenAgg:
