@@ -174,6 +174,7 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
                 steps=batch.steps,
                 seed=batch.seed,
                 mode=mode,
+                agent=batch.agent,
             )
         else:
             labels = simulate(os.path.join(tmp, "runs"), sim)

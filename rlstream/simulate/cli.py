@@ -135,6 +135,7 @@ def run_learn(args: argparse.Namespace) -> int:
             steps=args.steps,
             seed=args.seed,
             mode=args.mode,
+            agent=getattr(args, "agent", False),
         ),
         f"trained {{n}} x {args.steps} steps into {args.root} "
         f"in {{took:.1f}}s (labels: {args.root}/labels.json)",

@@ -115,3 +115,50 @@ def test_collapsed_agent_answers_are_still_degenerate(agent_runs, analysed) -> N
     row = analysed[_run_id(agent_runs / "run-002-degenerate_outputs")]
     assert row["status"] == "critical"
     assert "degenerate_outputs" in _loud(row), row["findings"]
+
+
+# -- the learning trainer's agent layout (simulate --learn --agent) --------------------
+
+
+@pytest.fixture(scope="module")
+def learn_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    from rlstream.simulate.learn import simulate_learn
+
+    root = tmp_path_factory.mktemp("learn-agent")
+    simulate_learn(root / "agent-healthy", "healthy", runs=1, steps=150, seed=9, agent=True)
+    simulate_learn(root / "agent-loophole", "loophole", runs=1, steps=150, seed=9, agent=True)
+    simulate_learn(root / "single-loophole", "loophole", runs=1, steps=150, seed=9)
+    out = tmp_path_factory.mktemp("learn-agent-out")
+    analyze_local([str(root)], str(out))
+    rows = {r["run_uri"].split("/")[-2]: r for r in read_latest(str(out))}
+    return {"root": root, **rows}
+
+
+def test_learning_agent_wraps_the_answer_in_fixed_turns(learn_runs) -> None:
+    d = learn_runs["root"] / "agent-healthy" / "run-000-healthy"
+    n = 0
+    for t in rd.transcripts(d).values():
+        gens = t["generations"]
+        stops = [g["stop_reason"] for g in gens]
+        if stops[1] == "length":  # a truncated answer ends the attempt
+            assert len(gens) == 2
+        else:
+            assert len(gens) == 4 and stops == ["tool_call"] * 3 + ["stop"]
+            n += 1
+        for i in (0, 2, 3)[: len(gens) - 1]:  # the harness's turns: not sampled
+            assert set(gens[i]["sampler_logprobs"]) == {None}
+        assert None not in gens[1]["sampler_logprobs"]
+    assert n > 1000
+    cfg = orjson.loads((d / "run.json").read_bytes())["config"]
+    assert cfg["rollout"]["max_turns"] == 4
+
+
+def test_learning_agent_verdicts_match_the_single_turn_run(learn_runs) -> None:
+    healthy = learn_runs["agent-healthy"]
+    assert "degenerate_outputs" not in {f["code"] for f in healthy["findings"] or []}
+    assert _loud(healthy) == set(), healthy["findings"]
+    # The same training written one call per attempt and as an agent: same findings
+    # (this loophole run fires degenerate_outputs from its single-turn figures).
+    agent, single = learn_runs["agent-loophole"], learn_runs["single-loophole"]
+    assert "degenerate_outputs" in _loud(single)
+    assert _loud(agent) == _loud(single)
