@@ -29,6 +29,9 @@ too_hard, stale_sampler) and `--healthy` healthy runs (half sync, half async). E
 run is scored as the code its observed label expects (labels.json); a run whose
 preset's pathology did not happen is not scored and is counted apart.
 
+`--agent` simulates the scripted runs in multi-turn agent mode (`rlstream simulate
+--agent`): attempts of 4 to 8 generations around fixed tool-call turns.
+
 With `--format NAME` each simulated run is rewritten the way that trainer writes it
 (`rlstream simulate --format`, docs/formats.md) before the analysis; a code whose
 figures never appear in its scenario's runs is reported as not evaluable.
@@ -85,6 +88,7 @@ class Batch:
     groups: int
     group_size: int
     fmt: str = "loops"
+    agent: bool = False
 
     def key(self) -> str:
         """The batch and the simulator source it depends on: changing a scenario
@@ -140,6 +144,7 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
             tokens=batch.tokens,
             groups=batch.groups,
             group_size=batch.group_size,
+            agent=batch.agent,
         )
     else:
         sim = SimConfig(
@@ -152,6 +157,7 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
             group_size=batch.group_size,
             mode="async" if batch.kind == "healthy-async" else "sync",
             vary_healthy=True,
+            agent=batch.agent,
         )
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
 
@@ -168,6 +174,7 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
                 steps=batch.steps,
                 seed=batch.seed,
                 mode=mode,
+                agent=batch.agent,
             )
         else:
             labels = simulate(os.path.join(tmp, "runs"), sim)
@@ -370,6 +377,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("loops", "tinker", "verl", "prime-rl", "trl"),
         help="write the simulated runs as this trainer does before analysing them",
     )
+    p.add_argument(
+        "--agent",
+        action="store_true",
+        help="simulate in multi-turn agent mode (simulate --agent): every scripted run's "
+        "attempts are 4-8 generations between fixed tool-call turns",
+    )
     args = p.parse_args(argv)
     cfg = load_rules(args.rules) if args.rules else DEFAULT_RULES
 
@@ -381,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             groups=args.groups,
             group_size=args.group_size,
             fmt=args.format,
+            agent=args.agent,
         )
         half = args.healthy // 2
         if args.learn:
@@ -410,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     table, summary = report(results, args.steps, codes)
     print(
         ("learning trainer, " if args.learn else "scripted simulator, ")
+        + ("agent mode, " if args.agent else "")
         + f"format {args.format}, seeds {args.seeds}: {len(runs)} runs of {args.steps} steps "
         f"(simulate + analyze {t1 - t0:.0f} s, rules {t2 - t1:.1f} s)\n"
     )

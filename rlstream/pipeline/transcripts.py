@@ -5,8 +5,10 @@ prime-rl token exports, tinker's per-turn lengths, verl's and TRL's text complet
 word ids: trace "text"; tinker's captured sampler logprobs: trace "sampler", which feed
 only the entropy estimate, as sampler-only logprobs do for Loops) per step and builds the kernels' inputs with one
 concatenation per array per step (no per-token Python), handing them to
-`rlstream.metrics`. Readers in `rlstream.formats` give the transcripts; this module
-is where they meet the metric kernels, so `formats` never imports them.
+`rlstream.metrics`; a transcript is one attempt, so its generations (an agent's
+turns) are judged together for repetition and distinct answers. Readers in
+`rlstream.formats` give the transcripts; this module is where they meet the metric
+kernels, so `formats` never imports them.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class _StepArrays:
     trains: list[bool] = field(default_factory=list)
     truncated: list[bool] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)  # the transcript of each generation
     samples_lens: list[int] = field(default_factory=list)
     samples_truncated: list[bool] = field(default_factory=list)
     text_tokens: list[np.ndarray] = field(default_factory=list)
@@ -127,6 +130,7 @@ class TranscriptParser:
             return
         acc.transcripts += 1
         if t.trace == "full":
+            acc.attempts.extend([acc.full] * len(t.tokens))
             acc.full += 1
             acc.lens.extend(t.lens)
             acc.truncated.extend(t.truncated)
@@ -160,6 +164,7 @@ class TranscriptParser:
                     toks,
                     offsets,
                     a.tasks,
+                    attempt_G=np.asarray(a.attempts, np.int64),
                 )
                 if a.topk:
                     agg.topk = TopKEntropyAgg.from_arrays(
