@@ -102,6 +102,9 @@ class RunState:
     """The run's format (`rlstream.formats.FORMATS`)."""
     parts: tuple[str, ...] = ()
     """Writers of one step's rows the format expects (prime-rl: trainer, orchestrator)."""
+    repeated_parts: tuple[str, ...] = ()
+    """Writers that log several lines per step, all merged into the step's row (the
+    format's `repeated_parts`; prime-rl's trainer writes one line per metric family)."""
     part_steps: dict[str, int] = field(default_factory=dict)
     """Highest step read per writer, for the watermark of multi-writer formats."""
     step_files: set[str] = field(default_factory=set)
@@ -179,7 +182,7 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
             ps[rec.part] = max(ps.get(rec.part, -1), rec.step)
         prev = state.reported.get(rec.step)
         if prev is not None:
-            merged = merge_parts(prev, rec)
+            merged = merge_parts(prev, rec, rec.part in state.repeated_parts)
             if merged is None:
                 c["duplicate_steps"] += 1
                 c["quarantined"] += 1

@@ -3,7 +3,8 @@
 `TranscriptParser` accumulates validated `Transcript`s (Loops transcript files,
 prime-rl token exports, tinker's per-turn lengths, verl's and TRL's text completions as
 word ids: trace "text"; tinker's captured sampler logprobs: trace "sampler", which feed
-only the entropy estimate, as sampler-only logprobs do for Loops) per step and builds the kernels' inputs with one
+only the entropy estimate, as sampler-only logprobs do for Loops; prime-rl's exact
+per-token entropy, which the entropy estimate uses where given) per step and builds the kernels' inputs with one
 concatenation per array per step (no per-token Python), handing them to
 `rlstream.metrics`. Readers in `rlstream.formats` give the transcripts; this module
 is where they meet the metric kernels, so `formats` never imports them.
@@ -27,6 +28,8 @@ class _StepArrays:
 
     ls: list[np.ndarray] = field(default_factory=list)
     lt: list[np.ndarray] = field(default_factory=list)
+    ent: list[np.ndarray] = field(default_factory=list)
+    has_ent: bool = False
     tokens: list[np.ndarray] = field(default_factory=list)
     topk: list[np.ndarray] = field(default_factory=list)
     lens: list[int] = field(default_factory=list)
@@ -89,6 +92,11 @@ class TranscriptParser:
             acc.truncated.extend(t.truncated)
             acc.ls.extend(t.ls)
             acc.lt.extend(t.lt)
+            if t.ent is not None:
+                acc.has_ent = True
+                acc.ent.extend(t.ent)
+            else:
+                acc.ent.extend(np.full(x.size, np.nan) for x in t.ls)
             acc.tokens.extend(t.tokens)
             acc.tok_lens.extend(len(x) for x in t.tokens)
             acc.trains.extend([t.trains] * len(t.ls))
@@ -112,7 +120,8 @@ class TranscriptParser:
                 lt = np.concatenate(a.lt)
                 toks = np.concatenate(a.tokens)
                 trains = np.asarray(a.trains, dtype=bool)
-                agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains)
+                ent = np.concatenate(a.ent) if a.has_ent else None
+                agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains, ent)
                 agg.completions = CompletionAgg.from_arrays(
                     np.asarray(a.lens, np.int64),
                     np.asarray(a.truncated, bool),
