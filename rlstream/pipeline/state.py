@@ -213,7 +213,7 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
 
     Final when a later step's line has been seen (`watermark_lag_steps` later), when
     its own line was read at least `watermark_settle_seconds` ago (0: by this
-    poll), when the run is finished, when nothing arrived for
+    poll; not for formats whose writers log several lines per step), when the run is finished, when nothing arrived for
     `idle_final_seconds`, or when the caller ends the pipeline (`final`, as `analyze`
     does at the end of what exists).
     """
@@ -228,10 +228,14 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
         # A step is final once every writer has moved past it (or its row is whole).
         seen = state.part_steps
         by_lag = min(seen.get(p, -1) for p in parts) - cfg.watermark_lag_steps
+    # A writer that logs several lines per step never says which is its last: its step
+    # is final only once it has moved past it (or at the end, or when idle).
     settled = [
         s
         for s, t in state.read_at.items()
-        if now - t >= cfg.watermark_settle_seconds and _whole(state, s, parts)
+        if not state.repeated_parts
+        and now - t >= cfg.watermark_settle_seconds
+        and _whole(state, s, parts)
     ]
     return max(by_lag, *settled) if settled else by_lag
 
