@@ -218,6 +218,12 @@ def load_batch(batch: Batch, cache: Path | None) -> list[RunData]:
     return data
 
 
+RECALL_TARGET = 0.95
+"""Recall each code must reach on its own scenario's runs."""
+FALSE_ALARM_TARGET = 1.0
+"""Warning-or-critical firing episodes allowed per ten healthy runs."""
+
+
 @dataclass
 class RunResult:
     scenario: str
@@ -338,6 +344,18 @@ def report(
             "Runs whose preset's pathology was not observed (not scored): "
             + ", ".join(f"{k.split(':', 1)[1]} {n}" for k, n in sorted(unobserved.items()))
         )
+    low = [
+        f"{c} {v['recall']:.0%}"
+        for c, v in summary.items()
+        if "recall" in v and v["recall"] == v["recall"] and v["recall"] < RECALL_TARGET
+    ]
+    fa_ok = per_run <= FALSE_ALARM_TARGET / 10
+    lines.append(
+        f"Targets (recall >= {RECALL_TARGET:.0%} per code, <= {FALSE_ALARM_TARGET:g} false "
+        f"alarm per ten healthy runs): recall {'missed: ' + ', '.join(low) if low else 'met'}; "
+        f"false alarms {'met' if fa_ok else 'missed'}"
+    )
+    summary["_targets_met"] = not low and fa_ok
     summary["_false_alarms_per_healthy_run"] = per_run
     summary["_healthy_runs"] = len(healthy)
     summary["_unobserved"] = dict(unobserved)

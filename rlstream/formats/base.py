@@ -16,6 +16,9 @@ A `Format` is a small object, one per trainer (docs/formats.md):
 - `unavailable`: recomputed `steps` columns the format cannot give although its
   records feed the kernels (for example truncation when no stop reason is written);
   the pipeline sets them to null.
+- optional `parts` (the writers of one step's rows, whose `StepRecord.part` names
+  them; the step is final once each has passed it) and `repeated_parts` (writers
+  that log several lines per step: merged, never `duplicate_step`).
 
 Planning (stats, listings), cursors, exactly-once folding, quarantine and health
 are the pipeline's and the same for every format. Nothing here does I/O.

@@ -75,6 +75,7 @@ def add_other_run(
         return None
     state.format = fmt
     state.parts = tuple(getattr(get_format(fmt), "parts", ()))
+    state.repeated_parts = tuple(getattr(get_format(fmt), "repeated_parts", ()))
     state.config = info.config
     state.created_at = info.created_at
     state.finished = info.finished

@@ -102,6 +102,9 @@ class RunState:
     """The run's format (`rlstream.formats.FORMATS`)."""
     parts: tuple[str, ...] = ()
     """Writers of one step's rows the format expects (prime-rl: trainer, orchestrator)."""
+    repeated_parts: tuple[str, ...] = ()
+    """Writers that log several lines per step, all merged into the step's row (the
+    format's `repeated_parts`; prime-rl's trainer writes one line per metric family)."""
     part_steps: dict[str, int] = field(default_factory=dict)
     """Highest step read per writer, for the watermark of multi-writer formats."""
     step_files: set[str] = field(default_factory=set)
@@ -179,7 +182,7 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
             ps[rec.part] = max(ps.get(rec.part, -1), rec.step)
         prev = state.reported.get(rec.step)
         if prev is not None:
-            merged = merge_parts(prev, rec)
+            merged = merge_parts(prev, rec, rec.part in state.repeated_parts)
             if merged is None:
                 c["duplicate_steps"] += 1
                 c["quarantined"] += 1
@@ -210,7 +213,7 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
 
     Final when a later step's line has been seen (`watermark_lag_steps` later), when
     its own line was read at least `watermark_settle_seconds` ago (0: by this
-    poll), when the run is finished, when nothing arrived for
+    poll; not for formats whose writers log several lines per step), when the run is finished, when nothing arrived for
     `idle_final_seconds`, or when the caller ends the pipeline (`final`, as `analyze`
     does at the end of what exists).
     """
@@ -225,10 +228,14 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
         # A step is final once every writer has moved past it (or its row is whole).
         seen = state.part_steps
         by_lag = min(seen.get(p, -1) for p in parts) - cfg.watermark_lag_steps
+    # A writer that logs several lines per step never says which is its last: its step
+    # is final only once it has moved past it (or at the end, or when idle).
     settled = [
         s
         for s, t in state.read_at.items()
-        if now - t >= cfg.watermark_settle_seconds and _whole(state, s, parts)
+        if not state.repeated_parts
+        and now - t >= cfg.watermark_settle_seconds
+        and _whole(state, s, parts)
     ]
     return max(by_lag, *settled) if settled else by_lag
 

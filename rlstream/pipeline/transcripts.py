@@ -3,7 +3,8 @@
 `TranscriptParser` accumulates validated `Transcript`s (Loops transcript files,
 prime-rl token exports, tinker's per-turn lengths, verl's and TRL's text completions as
 word ids: trace "text"; tinker's captured sampler logprobs: trace "sampler", which feed
-only the entropy estimate, as sampler-only logprobs do for Loops) per step and builds the kernels' inputs with one
+only the entropy estimate, as sampler-only logprobs do for Loops; prime-rl's exact
+per-token entropy, which the entropy estimate uses where given) per step and builds the kernels' inputs with one
 concatenation per array per step (no per-token Python), handing them to
 `rlstream.metrics`; a transcript is one attempt, so its generations (an agent's
 turns) are judged together for repetition and distinct answers. Readers in
@@ -61,6 +62,8 @@ class _StepArrays:
 
     ls: list[np.ndarray] = field(default_factory=list)
     lt: list[np.ndarray] = field(default_factory=list)
+    ent: list[np.ndarray] = field(default_factory=list)
+    has_ent: bool = False
     tokens: list[np.ndarray] = field(default_factory=list)
     topk: list[np.ndarray] = field(default_factory=list)
     lens: list[int] = field(default_factory=list)
@@ -136,6 +139,11 @@ class TranscriptParser:
             acc.truncated.extend(t.truncated)
             acc.ls.extend(t.ls)
             acc.lt.extend(t.lt)
+            if t.ent is not None:
+                acc.has_ent = True
+                acc.ent.extend(t.ent)
+            else:
+                acc.ent.extend(np.full(x.size, np.nan) for x in t.ls)
             acc.tokens.extend(t.tokens)
             acc.tok_lens.extend(len(x) for x in t.tokens)
             acc.trains.extend([t.trains] * len(t.ls))
@@ -157,7 +165,8 @@ class TranscriptParser:
                 np.cumsum(a.tok_lens, out=offsets[1:])
                 ls, lt, toks = _cat(a.ls), _cat(a.lt), _cat(a.tokens)
                 trains = np.asarray(a.trains, dtype=bool)
-                agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains)
+                ent = np.concatenate(a.ent) if a.has_ent else None
+                agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains, ent)
                 agg.completions = CompletionAgg.from_arrays(
                     np.asarray(a.lens, np.int64),
                     np.asarray(a.truncated, bool),
