@@ -112,12 +112,12 @@ Stream = Tail | StepFiles | Snapshot | Records
 class Chunk:
     """What one `parse_records` / `query_records` call read: step records (canonical
     keys), the cursor to resume from (a byte offset at a record boundary, or the last
-    row id), (offset, reason, detail) of records skipped as corrupt, and the trainer
-    recognised from the keys (None when unknown)."""
+    row id), (offset or -1, reason, detail, step or None) of what was skipped as
+    corrupt, and the trainer recognised from the keys (None when unknown)."""
 
     steps: list[StepRecord]
     cursor: int
-    errors: list[tuple[int, str, str]] = field(default_factory=list)
+    errors: list[tuple[int, str, str, int | None]] = field(default_factory=list)
     trainer: str | None = None
 
 

@@ -6,7 +6,9 @@ what to do if not); `find_runs` then lists the runs under it. A folder holding r
 is a Loops run (the run.json stats of one level go out together); any other folder is
 listed once and offered to the readers in `rlstream.formats.FORMATS` order
 (docs/formats.md). With a forced format only that reader is asked. A folder recognised
-as a run is not descended into.
+as a run is not descended into. A folder whose databases hold several runs (Trackio,
+MLflow SQLite: the format's `members`) gives one run URL per member,
+`<folder>/<db>#<run>` (`rlstream.pipeline.records`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 from rlstream.errors import InputError
 from rlstream.formats import FORMATS
 from rlstream.io.storage import Storage
+from rlstream.pipeline.records import member_url
 
 RUN_JSON = "run.json"
 
@@ -75,18 +78,32 @@ def detect_other(
     """The non-Loops format of the folder at `url`, or None (Loops is found by its
     run.json, `detect_format` or `find_runs`). `names`: the folder's listing, when the
     caller has it."""
-    from rlstream.pipeline.streams import listing, peeker
-
     if forced == "loops":
         return None
+    return _detect(storage, url, forced, names)[0]
+
+
+def _detect(
+    storage: Storage, url: str, forced: str | None, names: frozenset[str] | None
+) -> tuple[str | None, list[str] | None]:
+    """(format of the folder, its store members or None when the folder is the run)."""
+    from rlstream.pipeline.records import members, split_member
+    from rlstream.pipeline.streams import listing, peeker
+
+    m = split_member(url)
+    if m is not None:  # a store member: its folder's format, if that holds the member
+        name, found = _detect(storage, m[0], forced, None)
+        return (name, None) if found and m[1] in found else (None, None)
     names = listing(storage, url) if names is None else names
     if not names:
-        return None
+        return None, None
     peek = peeker(storage, url)
     for name, fmt in FORMATS.items():
         if name != "loops" and forced in (None, name) and fmt.detect(names, peek):
-            return name
-    return None
+            found = members(storage, url, fmt, names)
+            if found is None or found:
+                return name, found
+    return None, None
 
 
 def detect_run(
@@ -143,12 +160,12 @@ def find_runs(storage: Storage, root: str, max_depth: int = 4, fmt: str | None =
             stats = [None] * len(level)
         deeper: list[str] = []
         for url, st in zip(level, stats, strict=True):
-            if (
-                st is not None
-                or (fmt in (None, "loops") and storage.unsafe(Storage.join(url, RUN_JSON)))
-                or detect_other(storage, url, fmt) is not None
+            if st is not None or (
+                fmt in (None, "loops") and storage.unsafe(Storage.join(url, RUN_JSON))
             ):  # a linked run.json makes a run that is rejected, saying why
                 found.append(url)
+            elif (other := _detect(storage, url, fmt, None))[0] is not None:
+                found += [member_url(url, m) for m in other[1]] if other[1] else [url]
             elif depth < max_depth:
                 for name in _links_last(storage, url, storage.list_dirs(url)):
                     sub = Storage.join(url, name)

@@ -100,6 +100,8 @@ class RunState:
     """Transcript names above `names_low` in this poll's listing."""
     format: str = "loops"
     """The run's format (`rlstream.formats.FORMATS`)."""
+    trainer: str = ""
+    """The trainer a tracker run's keys name (`formats.trackers.keymap`), once known."""
     parts: tuple[str, ...] = ()
     """Writers of one step's rows the format expects (prime-rl: trainer, orchestrator)."""
     part_steps: dict[str, int] = field(default_factory=dict)
@@ -163,6 +165,8 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
     state.out_quarantine.extend(res.quarantine)
     if res.cursor is not None:
         state.cursors[res.cursor_key or res.file] = res.cursor
+    if res.trainer and not state.trainer:
+        state.trainer = res.trainer
     if res.names:
         state.names_window = sorted({*state.names_window, *res.names})
         c["transcripts"] += len(res.names)
@@ -180,15 +184,10 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
         prev = state.reported.get(rec.step)
         if prev is not None:
             merged = merge_parts(prev, rec)
-            if merged is None:
-                c["duplicate_steps"] += 1
-                c["quarantined"] += 1
-                state.out_quarantine.append(
-                    QuarantineRow(
-                        state.run_id, res.file, rec.offset, "duplicate_step", "", rec.step
-                    )
-                )
-                continue
+            if merged is None:  # the step logged again (a restart): the newest wins
+                if prev.metrics.keys() & rec.metrics.keys() or prev.text.keys() & rec.text.keys():
+                    c["replaced_steps"] += 1
+                merged = replace_step(prev, rec)
             rec = merged
         state.reported[rec.step] = rec
         state.read_at[rec.step] = now
@@ -198,6 +197,20 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
     for step, part in res.partials.items():
         prev = state.pending.get(step)
         state.pending[step] = part if prev is None else prev.merge(part)
+
+
+def replace_step(prev: StepRecord, rec: StepRecord) -> StepRecord:
+    """A step's record read again: the newer record's values win key by key (a
+    tracker's record may hold a few of a step's keys only; docs/run-format.md)."""
+    times = [t for t in (prev.time, rec.time) if t is not None]
+    return StepRecord(
+        rec.step,
+        max(times) if times else None,
+        {**prev.metrics, **rec.metrics},
+        {**prev.text, **rec.text},
+        rec.offset,
+        rec.part or prev.part,
+    )
 
 
 def is_finished(state: RunState) -> bool:
@@ -293,19 +306,25 @@ def _slope(points: list[tuple[int, float]]) -> float | None:
     return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
 
 
+def run_format(state: RunState) -> str:
+    """The run's format as reported: a tracker's beside its trainer (`wandb/verl`)."""
+    return f"{state.format}/{state.trainer}" if state.trainer else state.format
+
+
 def summary(state: RunState) -> dict[str, Any]:
     """Headline counters of the run for logs and the run_health table."""
     c = state.counters
     return {
         "run_id": state.run_id,
         "run_uri": state.run_url,
-        "format": state.format,
+        "format": run_format(state),
         "finished": is_finished(state),
         "last_step": state.max_reported_step if state.max_reported_step >= 0 else None,
         "final_through": state.final_through,
         "pending_steps": len({*state.pending, *state.reported}),
         "quarantined": c["quarantined"],
         "late": c["late"],
+        "replaced_steps": c["replaced_steps"],
         "bytes": c["bytes"],
         "records": c["records"],
         "tokens": c["tokens"],
