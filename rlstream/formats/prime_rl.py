@@ -117,6 +117,7 @@ class PrimeRlFormat:
     """prime-rl's output folders."""
 
     name = "prime-rl"
+    run_files = (METRICS,)
     parts = ("trainer", "orchestrator")
     unavailable: frozenset[str] = frozenset(
         {"truncated_frac", "discard_grading_failed", "discard_unversioned", "discard_stale",

@@ -63,9 +63,13 @@ def probe_folder(storage: Storage, url: str) -> str | None:
     return None
 
 
-def check_root(storage: Storage, root: str) -> None:
-    """Raise `InputError` unless `root` is a folder that can be listed for runs."""
+def check_root(storage: Storage, root: str, fmt: str | None = None) -> None:
+    """Raise `InputError` unless `root` is a folder that can be listed for runs, or a
+    run's file (`file_runs`)."""
     why = probe_folder(storage, normalize_root(root))
+    if why == "is a file, not a folder":
+        file_runs(storage, normalize_root(root), fmt)
+        return
     if why is not None:
         raise InputError(
             f"ROOT {root} {why}: give a folder (or URL) holding run folders (docs/formats.md)"
@@ -130,6 +134,49 @@ def detect_format(storage: Storage, url: str, forced: str | None = None) -> str 
     return detect_other(storage, url, forced)
 
 
+def _is_file(storage: Storage, url: str) -> bool:
+    if storage.is_local:
+        return os.path.isfile(storage.strip(url))
+    return storage.stat(url) is not None
+
+
+def file_runs(storage: Storage, path: str, fmt: str | None = None) -> list[str]:
+    """The runs a single file named as ROOT stands for: the run folder it belongs to (a
+    store's file: its own runs only). A file no format reads where it is raises
+    `InputError`, naming the file name a format would read it under if there is one."""
+    from rlstream.pipeline.streams import peeker
+
+    folder, _, name = path.rstrip("/").rpartition("/")
+    loops = fmt in (None, "loops") and name != RUN_JSON
+    if loops and storage.stat(Storage.join(folder, RUN_JSON)) is not None:
+        return [folder]
+    found, members = _detect(storage, folder, fmt, None)
+    if found is not None:
+        own = [m for m in members or () if m.split("#", 1)[0] == name]
+        if members is None or own:
+            return [member_url(folder, m) for m in own] or [folder]
+    peek, peeked = peeker(storage, folder), []
+
+    def as_expected(_: str) -> bytes | None:  # the file's bytes under the name expected
+        peeked.append(True)
+        return peek(name)
+
+    for f in FORMATS.values():
+        for expected in getattr(f, "run_files", ()):
+            peeked.clear()  # a format that decides by the name alone tells nothing
+            ok = fmt in (None, f.name) and f.detect(frozenset({expected}), as_expected)
+            if ok and peeked:
+                raise InputError(
+                    f"ROOT {path} is a file that looks like a {f.name} {expected}, but its "
+                    f"folder is not a {f.name} run: put it in a folder of its own as "
+                    f"{expected} (docs/formats.md)"
+                )
+    raise InputError(
+        f"ROOT {path} is a file no format reads on its own: give the run folder holding "
+        "it (docs/formats.md lists the files each format's run folder holds)"
+    )
+
+
 def _real(storage: Storage, url: str) -> str:
     """Where a folder really is (links resolved) locally; the URL itself elsewhere."""
     return os.path.realpath(storage.strip(url)) if storage.is_local else url
@@ -144,8 +191,11 @@ def _links_last(storage: Storage, url: str, names: list[str]) -> list[str]:
 
 
 def find_runs(storage: Storage, root: str, max_depth: int = 4, fmt: str | None = None) -> list[str]:
-    """URLs of every run folder under `root` (the root itself may be a run), sorted."""
+    """URLs of every run folder under `root` (the root itself may be a run, or a run's
+    file: `file_runs`), sorted."""
     root = normalize_root(root)
+    if _is_file(storage, root):
+        return file_runs(storage, root, fmt)
     found: list[str] = []
 
     # Level by level: the run.json stats of a level go out together (`stat_many`: one

@@ -150,7 +150,10 @@ def plan_records(storage: Storage, state: Any, s: Records, final: bool) -> list[
             )
         ]  # fmt: skip
     units = []
-    for path in _logs(storage, base, s):
+    paths = _logs(storage, base, s)
+    hint = getattr(get_format(state.format), "trainer_from_logs", None)
+    trainer = trainer or (hint(paths) if hint else None)
+    for path in paths:
         stat = storage.stat(Storage.join(base, path))
         cur = state.cursors.get(path, FileCursor())
         if stat is not None and _changed(stat, cur):

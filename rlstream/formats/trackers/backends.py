@@ -295,6 +295,10 @@ class MlflowFormat(_Tracker):
             return (Records(m[0], select=m[1]),)
         return (Records("metrics", re.compile(r"[^.].*"), depth=4),)
 
+    def trainer_from_logs(self, paths: list[str]) -> str | None:
+        """The trainer named by a file-store run's metric keys (one file per key)."""
+        return keymap.recognise({p.removeprefix("metrics/") for p in paths})
+
     def parse_records(
         self, path: str, data: bytes, start: int, final: bool, trainer: str | None
     ) -> Chunk:
