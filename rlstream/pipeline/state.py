@@ -201,15 +201,19 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
 
 def replace_step(prev: StepRecord, rec: StepRecord) -> StepRecord:
     """A step's record read again: the newer record's values win key by key (a
-    tracker's record may hold a few of a step's keys only; docs/run-format.md)."""
+    tracker's record may hold a few of a step's keys only). Newer is the later
+    `time` when both records have one (records of two files may fold in any order),
+    else the one folded last (docs/run-format.md)."""
+    older = prev.time is not None and rec.time is not None and rec.time < prev.time
+    old, new = (rec, prev) if older else (prev, rec)
     times = [t for t in (prev.time, rec.time) if t is not None]
     return StepRecord(
         rec.step,
         max(times) if times else None,
-        {**prev.metrics, **rec.metrics},
-        {**prev.text, **rec.text},
-        rec.offset,
-        rec.part or prev.part,
+        {**old.metrics, **new.metrics},
+        {**old.text, **new.text},
+        new.offset,
+        new.part or old.part,
     )
 
 
