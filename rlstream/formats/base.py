@@ -19,6 +19,9 @@ A `Format` is a small object, one per trainer (docs/formats.md):
   `Records` streams only). `members(listing, open_db)`: for a folder holding stores
   of several runs (Trackio, MLflow SQLite), the member names `<db>#<run>` that are one
   run each; a member run's `identity` and `streams` get `{<db>#<run>}` as listing.
+- `spread` (optional, False): one step's values come in several records or logs (a
+  tracker writing one record per scalar, a file per key), so a step is final only
+  once every log read a later one.
 - `run_files` (optional): names of the file that makes a folder a run of the format,
   so a lone file given as ROOT under another name can be told which name it needs.
 - `unavailable`: recomputed `steps` columns the format cannot give although its

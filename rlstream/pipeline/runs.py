@@ -75,6 +75,7 @@ def add_other_run(
         return None
     state.format = fmt
     state.parts = tuple(getattr(get_format(fmt), "parts", ()))
+    state.spread = bool(getattr(get_format(fmt), "spread", False))
     state.config = info.config
     state.created_at = info.created_at
     state.finished = info.finished

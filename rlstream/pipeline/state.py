@@ -106,6 +106,10 @@ class RunState:
     """Writers of one step's rows the format expects (prime-rl: trainer, orchestrator)."""
     part_steps: dict[str, int] = field(default_factory=dict)
     """Highest step read per writer, for the watermark of multi-writer formats."""
+    spread: bool = False
+    """The format spreads one step over several records or logs (a tracker writing one
+    record per scalar, or a file per key): a step is final once every log that has
+    records read a later step, never by settling alone."""
     step_files: set[str] = field(default_factory=set)
     """Per-step files and complete step folders consumed (formats with `StepFiles`
     streams), for steps above their stream's `step_low`."""
@@ -237,6 +241,9 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
     if idle:
         return state.max_known_step
     by_lag = state.max_reported_step - cfg.watermark_lag_steps
+    if state.spread:
+        logs = [c.max_step for c in state.cursors.values() if c.max_step >= 0]
+        return min(logs, default=state.max_reported_step) - cfg.watermark_lag_steps
     parts = state.parts
     if parts:
         # A step is final once every writer has moved past it (or its row is whole).

@@ -148,6 +148,7 @@ class WandbFormat(_LevelDbRun):
 
 class SwanlabFormat(_LevelDbRun):
     name = "swanlab"
+    spread = True  # one record per scalar
     suffix = ".swanlab"
     magic = b":SWL"
     reader = staticmethod(read_swanlab)
@@ -158,6 +159,7 @@ EVENTS = re.compile(r"events\.out\.tfevents\..+")
 
 class TensorboardFormat(_Tracker):
     name = "tensorboard"
+    spread = True  # one event per scalar, several files
 
     def detect(self, listing: frozenset[str], peek: Peek) -> bool:
         return any(EVENTS.fullmatch(n) for n in listing)
@@ -253,6 +255,7 @@ class MlflowFormat(_Tracker):
     """MLflow's file store run folder, or a run of its SQLite store."""
 
     name = "mlflow"
+    spread = True  # one file, or one row, per key
 
     def detect(self, listing: frozenset[str], peek: Peek) -> bool:
         files = "meta.yaml" in listing and "metrics/" in listing
