@@ -144,18 +144,22 @@ def file_runs(storage: Storage, path: str, fmt: str | None = None) -> list[str]:
     """The runs a single file named as ROOT stands for: the run folder it belongs to (a
     store's file: its own runs only). A file no format reads where it is raises
     `InputError`, naming the file name a format would read it under if there is one."""
-    from rlstream.pipeline.streams import peeker
+    from rlstream.pipeline.records import members
+    from rlstream.pipeline.streams import listing, peeker
 
     folder, _, name = path.rstrip("/").rpartition("/")
     loops = fmt in (None, "loops") and name != RUN_JSON
     if loops and storage.stat(Storage.join(folder, RUN_JSON)) is not None:
         return [folder]
-    found, members = _detect(storage, folder, fmt, None)
-    if found is not None:
-        own = [m for m in members or () if m.split("#", 1)[0] == name]
-        if members is None or own:
+    names, peek = listing(storage, folder), peeker(storage, folder)
+    for f in FORMATS.values():  # the format whose run this file belongs to
+        if f.name == "loops" or fmt not in (None, f.name) or not f.detect(names, peek):
+            continue
+        found = members(storage, folder, f, names)
+        own = [m for m in found or () if m.split("#", 1)[0] == name]
+        if found is None or own:
             return [member_url(folder, m) for m in own] or [folder]
-    peek, peeked = peeker(storage, folder), []
+    peeked: list[bool] = []
 
     def as_expected(_: str) -> bytes | None:  # the file's bytes under the name expected
         peeked.append(True)
