@@ -179,7 +179,10 @@ def run_records(unit: RecordsUnit, storage: Storage) -> UnitResult:
         return res
     except BadRecord as e:  # not this tracker's file after all (its header)
         res.quarantine.append(QuarantineRow(unit.run_id, unit.path, 0, str(e), ""))
-        res.cursor = replace(unit.cursor, size=unit.stat.size, mtime=unit.stat.mtime)
+        st = unit.stat  # not read again until the file changes
+        res.cursor = replace(
+            unit.cursor, size=st.size, etag=st.etag, mtime=st.mtime, inode=st.inode
+        )
         return res
     except sqlite3.Error as e:  # locked or unreadable now: tried again on the next poll
         why = f"{type(e).__name__}: {e}"

@@ -242,8 +242,7 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
         return state.max_known_step
     by_lag = state.max_reported_step - cfg.watermark_lag_steps
     if state.spread:
-        logs = [c.max_step for c in state.cursors.values() if c.max_step >= 0]
-        return min(logs, default=state.max_reported_step) - cfg.watermark_lag_steps
+        return _spread_through(state, cfg)
     parts = state.parts
     if parts:
         # A step is final once every writer has moved past it (or its row is whole).
@@ -255,6 +254,19 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
         if now - t >= cfg.watermark_settle_seconds and _whole(state, s, parts)
     ]
     return max(by_lag, *settled) if settled else by_lag
+
+
+def _spread_through(state: RunState, cfg: PipelineConfig) -> int:
+    """The watermark of a run whose steps spread over records and logs: every log
+    with records has read a later step. A log that stopped changing
+    `idle_final_seconds` before the run's newest log changed (a file a restart left
+    behind) no longer holds the others back."""
+    logs = [(c.max_step, c.mtime) for c in state.cursors.values() if c.max_step >= 0]
+    newest = max((m for _, m in logs if m is not None), default=None)
+    live = [
+        s for s, m in logs if m is None or newest is None or newest - m < cfg.idle_final_seconds
+    ]
+    return min(live, default=state.max_reported_step) - cfg.watermark_lag_steps
 
 
 def _whole(state: RunState, step: int, parts: tuple[str, ...]) -> bool:

@@ -94,3 +94,25 @@ def test_a_file_no_format_reads_says_so(tmp_path, capsys, name):
     f.write_text("hello\n")
     assert main(["analyze", str(f), "--out", str(tmp_path / "o")]) == EXIT_USAGE
     assert f"ROOT {f} is a file no format reads on its own" in capsys.readouterr().err
+
+
+def test_a_spread_run_is_final_where_every_live_log_has_passed():
+    """TensorBoard-like run: two logs growing, one left behind by a restart."""
+    from rlstream.config import PipelineConfig
+    from rlstream.io.tail import FileCursor
+    from rlstream.pipeline.state import RunState, watermark
+
+    cfg = PipelineConfig(idle_final_seconds=600.0, watermark_lag_steps=1)
+    st = RunState("r", "/x", spread=True, max_reported_step=90)
+    st.last_change = 1000.0
+    st.cursors = {
+        "a": FileCursor(max_step=90, mtime=5000.0),
+        "eval/b": FileCursor(max_step=80, mtime=4990.0),
+        "old": FileCursor(max_step=44, mtime=5000.0 - 601),  # a restart left it behind
+        "empty": FileCursor(),  # no record yet: holds nothing back
+    }
+    assert watermark(st, now=1001.0, cfg=cfg) == 79
+    st.cursors["old"] = FileCursor(max_step=44, mtime=5000.0 - 10)  # still growing
+    assert watermark(st, now=1001.0, cfg=cfg) == 43
+    st.read_at = {90: 0.0}  # settled long ago: not enough when steps spread
+    assert watermark(st, now=1001.0, cfg=cfg) == 43
