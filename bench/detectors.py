@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--format",
         default="loops",
-        choices=("loops", "tinker", "verl", "prime-rl", "trl"),
+        choices=("loops", "tinker", "verl", "prime-rl", "trl", "tensorboard"),
         help="write the simulated runs as this trainer does before analysing them",
     )
     p.add_argument(

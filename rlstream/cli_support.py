@@ -263,7 +263,7 @@ def check_inputs(args: argparse.Namespace, cfg: PipelineConfig) -> None:
 
     storage = input_storage(args.roots, cfg.storage_options)
     for root in args.roots:
-        check_root(storage, root)
+        check_root(storage, root, cfg.input_format)
     out = normalize_root(args.out)
     if "://" not in out and os.path.isfile(out):
         raise InputError(f"OUT {args.out} is a file: give a folder for the tables")

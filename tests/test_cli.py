@@ -53,7 +53,7 @@ def test_root_that_is_a_file(tmp_path, capsys, no_ray):
     f = tmp_path / "runs.txt"
     f.write_text("x")
     assert main(["analyze", str(f), "--out", str(tmp_path / "o")]) == EXIT_USAGE
-    assert f"ROOT {f} is a file, not a folder" in _error(capsys)
+    assert f"ROOT {f} is a file no format reads on its own" in _error(capsys)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads every folder: no permission error")

@@ -251,7 +251,9 @@ def run_section(
         f'<div class="sub">{_e(row.get("run_uri"))} · {_e(row.get("format") or "loops")} format · '
         f"cohort {_e(row.get('cohort') or '-')} · "
         f"last step {_e(row.get('last_step'))} · "
-        f"{plural(digest.rows, 'final step')} · {plural(len(findings), 'finding')}</div>"
+        f"{plural(digest.rows, 'final step')} · {plural(len(findings), 'finding')}"
+        + _replaced(row)
+        + "</div>"
         + _not_evaluable(row)
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
@@ -259,6 +261,12 @@ def run_section(
         + _metadata(digest)
         + "</section>"
     )
+
+
+def _replaced(row: dict[str, Any]) -> str:
+    """Steps the trainer logged again (a restart from a checkpoint): the newest kept."""
+    n = row.get("replaced_steps") or 0
+    return f" · {plural(n, 'step')} logged again, the newest record kept" if n else ""
 
 
 def _not_evaluable(row: dict[str, Any]) -> str:

@@ -84,6 +84,7 @@ def status_rows(latest: list[dict[str, Any]], now: float | None = None) -> list[
                     for f in firing(r.get("findings"))
                 ],
                 "quarantined": r.get("quarantined"),
+                "replaced_steps": _int(r.get("replaced_steps")) or 0,
                 "not_evaluable": list(r.get("not_evaluable") or []),
             }
         )
@@ -219,6 +220,12 @@ def render_table(
         lines.append(recent_legend(rows))
         if any(r.get("not_evaluable") for r in rows):
             lines.append(NE_LEGEND)
+        replaced = [r for r in rows if r.get("replaced_steps")]
+        if replaced:
+            lines.append(
+                "steps logged again (a restart), the newest record kept: "
+                + ", ".join(f"{r['run_id']} {r['replaced_steps']}" for r in replaced)
+            )
     elif rejected:
         lines.append("(no run analysed: every run found was rejected, listed below)")
     else:

@@ -128,6 +128,7 @@ class PrimeRlFormat:
     """prime-rl's output folders."""
 
     name = "prime-rl"
+    run_files = (METRICS,)
     parts = ("trainer", "orchestrator")
     repeated_parts = ("trainer", "orchestrator", "eval")
     """Every writer appends one line per `FileMonitor.log` call: the trainer several per

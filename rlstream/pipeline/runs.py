@@ -76,6 +76,7 @@ def add_other_run(
     state.format = fmt
     state.parts = tuple(getattr(get_format(fmt), "parts", ()))
     state.repeated_parts = tuple(getattr(get_format(fmt), "repeated_parts", ()))
+    state.spread = bool(getattr(get_format(fmt), "spread", False))
     state.config = info.config
     state.created_at = info.created_at
     state.finished = info.finished

@@ -100,6 +100,8 @@ class RunState:
     """Transcript names above `names_low` in this poll's listing."""
     format: str = "loops"
     """The run's format (`rlstream.formats.FORMATS`)."""
+    trainer: str = ""
+    """The trainer a tracker run's keys name (`formats.trackers.keymap`), once known."""
     parts: tuple[str, ...] = ()
     """Writers of one step's rows the format expects (prime-rl: trainer, orchestrator)."""
     repeated_parts: tuple[str, ...] = ()
@@ -107,6 +109,10 @@ class RunState:
     format's `repeated_parts`; prime-rl's trainer writes one line per metric family)."""
     part_steps: dict[str, int] = field(default_factory=dict)
     """Highest step read per writer, for the watermark of multi-writer formats."""
+    spread: bool = False
+    """The format spreads one step over several records or logs (a tracker writing one
+    record per scalar, or a file per key): a step is final once every log that has
+    records read a later step, never by settling alone."""
     step_files: set[str] = field(default_factory=set)
     """Per-step files and complete step folders consumed (formats with `StepFiles`
     streams), for steps above their stream's `step_low`."""
@@ -166,6 +172,8 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
     state.out_quarantine.extend(res.quarantine)
     if res.cursor is not None:
         state.cursors[res.cursor_key or res.file] = res.cursor
+    if res.trainer and not state.trainer:
+        state.trainer = res.trainer
     if res.names:
         state.names_window = sorted({*state.names_window, *res.names})
         c["transcripts"] += len(res.names)
@@ -183,15 +191,10 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
         prev = state.reported.get(rec.step)
         if prev is not None:
             merged = merge_parts(prev, rec, rec.part in state.repeated_parts)
-            if merged is None:
-                c["duplicate_steps"] += 1
-                c["quarantined"] += 1
-                state.out_quarantine.append(
-                    QuarantineRow(
-                        state.run_id, res.file, rec.offset, "duplicate_step", "", rec.step
-                    )
-                )
-                continue
+            if merged is None:  # the step logged again (a restart): the newest wins
+                if prev.metrics.keys() & rec.metrics.keys() or prev.text.keys() & rec.text.keys():
+                    c["replaced_steps"] += 1
+                merged = replace_step(prev, rec)
             rec = merged
         state.reported[rec.step] = rec
         state.read_at[rec.step] = now
@@ -201,6 +204,24 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
     for step, part in res.partials.items():
         prev = state.pending.get(step)
         state.pending[step] = part if prev is None else prev.merge(part)
+
+
+def replace_step(prev: StepRecord, rec: StepRecord) -> StepRecord:
+    """A step's record read again: the newer record's values win key by key (a
+    tracker's record may hold a few of a step's keys only). Newer is the later
+    `time` when both records have one (records of two files may fold in any order),
+    else the one folded last (docs/run-format.md)."""
+    older = prev.time is not None and rec.time is not None and rec.time < prev.time
+    old, new = (rec, prev) if older else (prev, rec)
+    times = [t for t in (prev.time, rec.time) if t is not None]
+    return StepRecord(
+        rec.step,
+        max(times) if times else None,
+        {**old.metrics, **new.metrics},
+        {**old.text, **new.text},
+        new.offset,
+        new.part or old.part,
+    )
 
 
 def is_finished(state: RunState) -> bool:
@@ -223,6 +244,8 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
     if idle:
         return state.max_known_step
     by_lag = state.max_reported_step - cfg.watermark_lag_steps
+    if state.spread:
+        return _spread_through(state, cfg)
     parts = state.parts
     if parts:
         # A step is final once every writer has moved past it (or its row is whole).
@@ -238,6 +261,19 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
         and _whole(state, s, parts)
     ]
     return max(by_lag, *settled) if settled else by_lag
+
+
+def _spread_through(state: RunState, cfg: PipelineConfig) -> int:
+    """The watermark of a run whose steps spread over records and logs: every log
+    with records has read a later step. A log that stopped changing
+    `idle_final_seconds` before the run's newest log changed (a file a restart left
+    behind) no longer holds the others back."""
+    logs = [(c.max_step, c.mtime) for c in state.cursors.values() if c.max_step >= 0]
+    newest = max((m for _, m in logs if m is not None), default=None)
+    live = [
+        s for s, m in logs if m is None or newest is None or newest - m < cfg.idle_final_seconds
+    ]
+    return min(live, default=state.max_reported_step) - cfg.watermark_lag_steps
 
 
 def _whole(state: RunState, step: int, parts: tuple[str, ...]) -> bool:
@@ -300,19 +336,25 @@ def _slope(points: list[tuple[int, float]]) -> float | None:
     return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
 
 
+def run_format(state: RunState) -> str:
+    """The run's format as reported: a tracker's beside its trainer (`wandb/verl`)."""
+    return f"{state.format}/{state.trainer}" if state.trainer else state.format
+
+
 def summary(state: RunState) -> dict[str, Any]:
     """Headline counters of the run for logs and the run_health table."""
     c = state.counters
     return {
         "run_id": state.run_id,
         "run_uri": state.run_url,
-        "format": state.format,
+        "format": run_format(state),
         "finished": is_finished(state),
         "last_step": state.max_reported_step if state.max_reported_step >= 0 else None,
         "final_through": state.final_through,
         "pending_steps": len({*state.pending, *state.reported}),
         "quarantined": c["quarantined"],
         "late": c["late"],
+        "replaced_steps": c["replaced_steps"],
         "bytes": c["bytes"],
         "records": c["records"],
         "tokens": c["tokens"],

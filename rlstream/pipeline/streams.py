@@ -34,6 +34,7 @@ from rlstream.io.storage import FileStat, Storage
 from rlstream.io.tail import FileCursor
 from rlstream.metrics import RolloutAgg, StepAgg
 from rlstream.pipeline.partial import StepPartial
+from rlstream.pipeline.records import Records, plan_records, split_member
 from rlstream.pipeline.transcripts import TranscriptParser, cap_row
 from rlstream.pipeline.work import FilesUnit, LinesUnit, SnapshotUnit, Unit, UnitResult
 
@@ -44,7 +45,9 @@ READ_KEY = "#read"
 
 
 def listing(storage: Storage, url: str) -> frozenset[str]:
-    """Names of a folder's files, and of its sub-folders with a trailing "/"."""
+    """Names of a folder's files and sub-folders (with "/"); a store member's: its own."""
+    if (m := split_member(url)) is not None:
+        return frozenset([m[1]])
     return frozenset([*storage.list_names(url), *(d + "/" for d in storage.list_dirs(url, True))])
 
 
@@ -75,7 +78,8 @@ def identify(
     raises BadRecord with the reason it is unreadable."""
     fmt = get_format(fmt_name)
     names = listing(storage, url) if names is None else names
-    info = fmt.identity(url.rstrip("/").rsplit("/", 1)[-1], names, reader(storage, url))
+    folder = m[0] if (m := split_member(url)) else url
+    info = fmt.identity(url.rstrip("/").rsplit("/", 1)[-1], names, reader(storage, folder))
     return info, fmt.streams(names)
 
 
@@ -133,6 +137,8 @@ def plan_streams(
                         cap,
                     )
                 )
+        elif isinstance(s, Records):
+            units.extend(plan_records(storage, state, s, final))  # type: ignore[arg-type]
         elif isinstance(s, Snapshot):
             cands = _snapshot_candidates(storage, state, s)
             if cands:

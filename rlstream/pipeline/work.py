@@ -138,6 +138,8 @@ class UnitResult:
     records: int = 0
     tokens: int = 0
     late: int = 0
+    trainer: str | None = None
+    """The trainer a tracker log's keys name (a `RecordsUnit`'s), when recognised."""
 
 
 def token_cap(config: dict[str, Any], slack: int = 0) -> int | None:
@@ -155,6 +157,10 @@ def execute(unit: Unit, storage: Storage) -> UnitResult:
     """Run one unit against storage."""
     if isinstance(unit, TranscriptsUnit):
         return _transcripts(unit, storage)
+    if type(unit).__name__ == "RecordsUnit":  # defined beside its planner
+        from rlstream.pipeline.records import run_records
+
+        return run_records(unit, storage)  # type: ignore[arg-type]
     if isinstance(unit, (FilesUnit, SnapshotUnit)):
         from rlstream.pipeline.streams import run_files, run_snapshot
 

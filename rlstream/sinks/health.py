@@ -51,6 +51,7 @@ RUN_HEALTH_SCHEMA = pa.schema(
         pa.field("format", pa.string()),
         pa.field("not_evaluable", pa.list_(pa.string())),
         pa.field("cohort", pa.string()),
+        pa.field("replaced_steps", pa.int64()),
     ],
     metadata={"rlstream.schema_version": "1", "rlstream.table": "run_health"},
 )
@@ -101,9 +102,10 @@ def health_row(state: Any, now: float, finished: bool) -> dict[str, Any]:
         "quarantined": c["quarantined"],
         "late": c["late"],
         "token_metrics": token_metrics,
-        "format": state.format,
+        "format": f"{state.format}/{state.trainer}" if state.trainer else state.format,
         "not_evaluable": list(state.headline.get("_not_evaluable", [])),
         "cohort": state.cohort or None,
+        "replaced_steps": c["replaced_steps"],
     }
 
 
