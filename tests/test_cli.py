@@ -174,7 +174,9 @@ def test_analyze_reports_rows_written_and_rejected_runs(tmp_path, capsys):
     assert main(["status", str(out)]) == 0
     table = capsys.readouterr().out.rstrip().splitlines()
     # 5 steps each: fewer than the rules' baseline needs, so not judged (not "healthy")
-    assert table[0] == "2 runs: 2 not judged (2 finished); 1 rejected run (not analysed, listed below)"
+    assert (
+        table[0] == "2 runs: 2 not judged (2 finished); 1 rejected run (not analysed, listed below)"
+    )
     assert "not judged: 5 final steps, the rules need 17: " in table[-3]
     assert table[-2] == "rejected (1 run; run.json could not be read):"
     assert table[-1].startswith(f"  {root / 'broken-0'}: run.json is not valid JSON")
