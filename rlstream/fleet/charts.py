@@ -54,7 +54,9 @@ NO_TOKENS = "no trained tokens with both logprobs at these steps"
 NO_SAMPLES = "no full-trace transcript at these steps"
 
 
-REPORTED_ONLY = "reported by the trainer (nothing to recompute it from)"
+REPORTED_ONLY = "reported only"
+"""Said after a chart's title when only the trainer's reported figure has values (the
+run's files give nothing to recompute it from)."""
 
 
 def _has(series: Series) -> bool:

@@ -84,26 +84,30 @@ RANK = {"warning": 1, "critical": 2}
 
 def track_worst(state: RunState, transitions: Sequence[Any], last_step: int) -> dict | None:
     """The run's worst warning or critical finding so far ({code, severity,
-    since_step, until_step}: the steps it fired over), from the transitions in order;
-    the first to reach the highest severity stays (`stalled` aside)."""
+    since_step, until_step}: the steps it fired over, from the step it began firing,
+    at whatever severity), from the transitions in order; the first to reach the
+    highest severity stays (`stalled` aside)."""
     worst = state.headline.get("_worst")
     worst = dict(worst) if worst else None
-    live = bool(state.headline.get("_worst_open"))
+    since: dict[str, int] = dict(state.headline.get("_firing_since") or {})
     for t in transitions:
         if t.code == "stalled" or t.severity not in RANK:
             continue
-        mine = worst is not None and worst["code"] == t.code and live
-        if t.to_state == "firing":
-            if mine:
-                worst["severity"] = max(worst["severity"], t.severity, key=RANK.__getitem__)
-            elif worst is None or RANK[t.severity] > RANK[worst["severity"]]:
-                worst = {"code": t.code, "severity": t.severity, "since_step": t.step}
-                worst["until_step"], live = t.step, True
-        elif mine:  # resolved (or back to pending)
-            worst["until_step"], live = max(worst["until_step"], t.step), False
-    if worst is not None and live:
+        if t.to_state != "firing":  # resolved (or back to pending)
+            start = since.pop(t.code, None)
+            if worst is not None and worst["code"] == t.code and start is not None:
+                worst["until_step"] = max(worst["until_step"], t.step)
+            continue
+        since.setdefault(t.code, t.step)
+        if worst is not None and worst["code"] == t.code and worst["since_step"] == since[t.code]:
+            worst["severity"] = max(worst["severity"], t.severity, key=RANK.__getitem__)
+            worst["until_step"] = max(worst["until_step"], t.step)
+        elif worst is None or RANK[t.severity] > RANK[worst["severity"]]:
+            worst = {"code": t.code, "severity": t.severity, "since_step": since[t.code]}
+            worst["until_step"] = t.step
+    if worst is not None and worst["code"] in since:
         worst["until_step"] = max(worst["until_step"], last_step)
-    state.headline["_worst_open"] = live
+    state.headline["_firing_since"] = since
     return worst
 
 
@@ -129,7 +133,7 @@ def apply_health(
             since = f.since_step if f.since_step is not None else hs.last_step
             worst = {"code": f.code, "severity": f.severity, "since_step": since}
             worst["until_step"] = hs.last_step
-            state.headline["_worst_open"] = True
+            state.headline["_firing_since"] = {f.code: since}
     state.headline["_worst"] = worst
     judged, missing = judgement(
         state.headline.get("_not_evaluable", []), state.counters["steps_final"], rules

@@ -175,7 +175,7 @@ def test_a_steps_only_run_shows_its_reported_reward_and_is_not_judged(tmp_path, 
     assert "r: the figure steps.jsonl reports" in table
     html = render_report(str(out), now=2e9)
     assert f"{rows[labels[0].run_id]['reward_mean']:.3f} (reported)" in html
-    assert "reward: reported by the trainer (nothing to recompute it from)" in html
+    assert "<title>reward: reported only</title>" in html
     assert "no data for this figure</text></svg></div>" in html  # discards: truly none
     a, b = (lb.run_id for lb in labels)
     assert main(["compare", str(out), a, b, "--json"]) == 0
