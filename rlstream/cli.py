@@ -203,16 +203,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    import json
-
-    from rlstream.fleet.compare import (
-        CompareConfig,
-        as_json,
-        comparable,
-        compare_runs,
-        render,
-        verdict_line,
-    )
+    from rlstream.fleet.compare import CompareConfig, compare_runs, print_result
 
     opts = storage_options(args.storage_options)
     checked_out(args.out, opts)
@@ -221,16 +212,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if cfg.window < 2 or cfg.sustain < 1 or cfg.k <= 0:
         raise ConfigError("--window must be >= 2, --sustain >= 1 and --k > 0")
     rows = compare_runs(args.out, [args.run_a, *args.runs], cfg, opts)
-    line = verdict_line(rows, cfg)
     with contextlib.suppress(BrokenPipeError):
-        if args.json:
-            doc = {"reference": args.run_a, "divergences": as_json(rows), "verdict": line}
-            print(json.dumps(doc, indent=1))
-        else:
-            print(render(rows) + line)
-    if not comparable(rows):
-        print(f"rlstream compare: {line}", file=sys.stderr)
-        return EXIT_FAILURE
+        return print_result(rows, args.run_a, cfg, args.json)
     return 0
 
 

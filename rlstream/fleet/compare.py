@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rlstream.errors import InputError
+from rlstream.errors import EXIT_FAILURE, InputError
 
 FIGURES = (
     "reward_mean",
@@ -259,3 +259,23 @@ def render(rows: list[Divergence]) -> str:
 
 def as_json(rows: list[Divergence]) -> list[dict[str, Any]]:
     return [asdict(d) for d in rows]
+
+
+def print_result(
+    rows: list[Divergence], reference: str, cfg: CompareConfig, json_out: bool = False
+) -> int:
+    """Print the table (or JSON) and the verdict line; the exit status: 1 when nothing
+    could be compared (also said on stderr), else 0."""
+    import json
+    import sys
+
+    line = verdict_line(rows, cfg)
+    if json_out:
+        doc = {"reference": reference, "divergences": as_json(rows), "verdict": line}
+        print(json.dumps(doc, indent=1))
+    else:
+        print(render(rows) + line)
+    if comparable(rows):
+        return 0
+    print(f"rlstream compare: {line}", file=sys.stderr)
+    return EXIT_FAILURE
