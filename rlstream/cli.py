@@ -203,9 +203,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    import json
-
-    from rlstream.fleet.compare import CompareConfig, as_json, compare_runs, render
+    from rlstream.fleet.compare import CompareConfig, compare_runs, print_result
 
     opts = storage_options(args.storage_options)
     checked_out(args.out, opts)
@@ -215,10 +213,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError("--window must be >= 2, --sustain >= 1 and --k > 0")
     rows = compare_runs(args.out, [args.run_a, *args.runs], cfg, opts)
     with contextlib.suppress(BrokenPipeError):
-        if args.json:
-            print(json.dumps({"reference": args.run_a, "divergences": as_json(rows)}, indent=1))
-        else:
-            print(render(rows), end="")
+        return print_result(rows, args.run_a, cfg, args.json)
     return 0
 
 

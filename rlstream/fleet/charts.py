@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlstream.fleet.svg import Band, Chart, Marker, Series
+import numpy as np
+
+from rlstream.fleet.svg import Band, Chart, Marker, Series, as_floats
 from rlstream.metrics.digest import RunDigest
 
 # Which chart a finding is marked on; codes not listed go on the reward chart.
@@ -50,6 +52,25 @@ BAND_OF = {
 NO_TRAINED = "no trained attempt at these steps"
 NO_TOKENS = "no trained tokens with both logprobs at these steps"
 NO_SAMPLES = "no full-trace transcript at these steps"
+
+
+REPORTED_ONLY = "reported only"
+"""Said after a chart's title when only the trainer's reported figure has values (the
+run's files give nothing to recompute it from)."""
+
+
+def _has(series: Series) -> bool:
+    return bool(np.isfinite(as_floats(series.values)).any())
+
+
+def _reported_only(title: str, series: list[Series]) -> tuple[str, list[Series]]:
+    """A chart whose recomputed line is empty but whose reported (dashed) line is not
+    says so in its title and leads with the reported line (its gaps are then the
+    steps without a reported value)."""
+    rep = [x for x in series if x.dashed and "reported" in x.label and _has(x)]
+    if not series or _has(series[0]) or not rep:
+        return title, series
+    return f"{title}: {REPORTED_ONLY}", [*rep, *(x for x in series if all(x is not r for r in rep))]
 
 
 def run_charts(
@@ -146,6 +167,7 @@ def run_charts(
     bands = bands or {}
     out = []
     for key, (title, series, opts) in charts.items():
+        title, series = _reported_only(title, series)
         b = bands.get(BAND_OF.get(key, ""))
         if b is not None and b["step"]:
             n = max(b["n"])

@@ -11,8 +11,8 @@ Two sources, rendered in the text exposition format (version 0.0.4):
 
 Cardinality is bounded: the only unbounded label is `run_id`, one value per run, and
 at most `max_runs` runs are exported (worst first, see `status.sort_key`); the others
-are counted in `rlstream_runs` and `rlstream_runs_not_exported`. `status` takes 5
-values, `code` the finding codes, `severity` 3, `cohort` one value per cohort (at most
+are counted in `rlstream_runs` and `rlstream_runs_not_exported`. `status` takes 6
+values (`insufficient`: the rules cannot judge the run), `code` the finding codes, `severity` 3, `cohort` one value per cohort (at most
 one per run). A run has at most 16 series plus one per firing finding. The cohort is
 an info series (`rlstream_run_cohort{run_id,cohort} 1`) to join on `run_id`, and
 `rlstream_run_unlike_peers{run_id,cohort}` is 1 while the run's `unlike_peers` fires. docs/fleet.md lists every series.
@@ -147,7 +147,9 @@ def render_metrics(
         o.add(
             "rlstream_run_status",
             "gauge",
-            "1 for the run's current status (critical, stalled, warning, healthy, finished).",
+            "1 for the run's current status (critical, stalled, warning, insufficient: "
+            "the rules cannot judge it, healthy, finished: judged with no warning or "
+            "critical finding ever; a finished run that had one keeps that severity).",
             1,
             run_id=rid,
             status=r["status"],
@@ -173,8 +175,8 @@ def render_metrics(
         o.add(
             "rlstream_run_finished",
             "gauge",
-            "1 if the run finished.",
-            int(r["status"] == "finished"),
+            "1 if the run finished (whatever its status).",
+            int(bool(r["finished"])),
             run_id=rid,
         )
         o.add("rlstream_run_last_step", "gauge", "Highest step read.", r["last_step"], run_id=rid)

@@ -37,9 +37,8 @@ from rlstream.fleet.read import (
     read_latest,
 )
 from rlstream.fleet.status import (
-    STATUS_LABEL,
     STATUS_ORDER,
-    counts,
+    count_parts,
     fmt_age,
     fmt_num,
     status_rows,
@@ -84,6 +83,7 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 6px;border-top
 .sub{color:#666} .counts span{display:inline-block;padding:4px 10px;margin:8px 6px 8px 0;border-radius:4px;color:#fff}
 .s-critical{background:#c0392b} .s-stalled{background:#7d3c98} .s-warning{background:#d68910}
 .s-healthy{background:#229954} .s-finished{background:#566573} .s-unknown{background:#999}
+.s-insufficient{background:#85929e}
 .s-rejected{background:#6e2c00} .counts .s-rejected a{color:#fff}
 table{border-collapse:collapse;margin:6px 0} th,td{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap}
 th{cursor:pointer;background:#f4f6f7;user-select:none} td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -107,9 +107,10 @@ def _e(v: Any) -> str:
     return escape("" if v is None else str(v), quote=True)
 
 
-def _badge(status: str | None) -> str:
+def _badge(status: str | None, text: str | None = None) -> str:
+    """A status badge; `text`: the words shown (the row's `verdict`), else the status."""
     s = status if status in STATUS_ORDER else "unknown"
-    return f'<span class="badge s-{s}">{_e(status or "?")}</span>'
+    return f'<span class="badge s-{s}">{_e(text or status or "?")}</span>'
 
 
 def _numcell(v: float | None, text: str) -> str:
@@ -141,10 +142,10 @@ def overview_table(rows: list[dict[str, Any]]) -> str:
             "<tr>"
             f'<td data-v="{_e(r["run_id"])}"><a href="#run-{i}">{_e(r["run_id"])}</a></td>'
             f'<td data-v="{_e(r.get("cohort") or "")}">{_e(r.get("cohort") or "-")}</td>'
-            f'<td data-v="{STATUS_ORDER.get(r.get("status") or "", 9)}">{_badge(r.get("status"))}</td>'
+            f'<td data-v="{STATUS_ORDER.get(r.get("status") or "", 9)}">{_badge(r.get("status"), r.get("verdict"))}</td>'
             + _numcell(r.get("last_step"), fmt_num(r.get("last_step"), "d"))
             + _numcell(r.get("seconds_since_update"), fmt_age(r.get("seconds_since_update")))
-            + _numcell(r.get("reward_mean"), fmt_num(r.get("reward_mean"), ".3f"))
+            + _numcell(r.get("reward_mean"), _reward_text(r))
             + _numcell(trend, trend_arrow(trend) or "-")
             + _numcell(kl, fmt_num(kl, ".2e"))
             + _numcell(ess, fmt_num(ess, ".3f"))
@@ -247,13 +248,14 @@ def run_section(
         for f in unplaced
     )
     return (
-        f'<section class="run" id="run-{i}"><h2>{_e(row["run_id"])} {_badge(row.get("status"))}</h2>'
+        f'<section class="run" id="run-{i}"><h2>{_e(row["run_id"])} {_badge(row.get("status"), row.get("verdict"))}</h2>'
         f'<div class="sub">{_e(row.get("run_uri"))} · {_e(row.get("format") or "loops")} format · '
         f"cohort {_e(row.get('cohort') or '-')} · "
         f"last step {_e(row.get('last_step'))} · "
         f"{plural(digest.rows, 'final step')} · {plural(len(findings), 'finding')}"
         + _replaced(row)
         + "</div>"
+        + _judged(row)
         + _not_evaluable(row)
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
@@ -269,6 +271,20 @@ def _replaced(row: dict[str, Any]) -> str:
     return f" · {plural(n, 'step')} logged again, the newest record kept" if n else ""
 
 
+def _reward_text(r: dict[str, Any]) -> str:
+    """The reward cell, marked when it is the trainer's reported figure."""
+    text = fmt_num(r.get("reward_mean"), ".3f")
+    return f"{text} (reported)" if "reward_mean" in r.get("reported_figures", ()) else text
+
+
+def _judged(row: dict[str, Any]) -> str:
+    """The run's line saying what its judgement lacks, if anything."""
+    if not row.get("missing"):
+        return ""
+    word = "not judged" if row.get("status") == "insufficient" else "partly judged"
+    return f'<div class="sub judged">{word}: {_e(row["missing"])}</div>'
+
+
 def _not_evaluable(row: dict[str, Any]) -> str:
     """The run's line naming the rules its files cannot evaluate (docs/formats.md)."""
     codes = row.get("not_evaluable") or []
@@ -282,11 +298,9 @@ def _not_evaluable(row: dict[str, Any]) -> str:
 
 def count_badges(rows: list[dict[str, Any]], rejected: int) -> str:
     """One badge per status (they add up to the runs), then the rejected runs."""
-    c = counts(rows)
     badges = [
-        f'<span class="s-{s}">{n} {_e(STATUS_LABEL.get(s, s))}</span>'
-        for s, n in c.items()
-        if n or s in STATUS_ORDER
+        f'<span class="s-{s.removesuffix("-untimed")}">{_e(words)}</span>'
+        for s, _, words in count_parts(rows)
     ]
     if rejected:
         badges.append(

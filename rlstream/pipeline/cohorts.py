@@ -267,6 +267,6 @@ class PeerFold:
         if not judged:
             return False
         ctx = RunContext(st.run_id, st.config, is_finished(st))
-        apply_health(st, hs, ctx)
+        apply_health(st, hs, ctx, self.rules, transitions)
         st.out_alerts.extend({"run_id": st.run_id, **asdict(t)} for t in transitions)
         return True

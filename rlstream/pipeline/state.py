@@ -307,20 +307,34 @@ TREND_WINDOW = 20
 
 def _update_headline(state: RunState, rows: list[dict[str, Any]], reported: bool = False) -> None:
     """Latest non-null headline figures, and the reward trend (slope per step) over
-    the last TREND_WINDOW final steps; bounded memory whatever the run length. With
+    the last TREND_WINDOW final steps; bounded memory whatever the run length. A
+    figure's reported column stands in for a null recomputed one: at any step with
     `reported` (formats other than Loops, which often report what they cannot give to
-    recompute), a figure's reported column stands in for a null recomputed one."""
+    recompute), else (Loops) while the run has no recomputed value of it (a run with
+    only steps.jsonl). `_reported` names the figures whose value is the reported one."""
     recent = state.headline.setdefault("_recent_rewards", [])
+    computed = state.headline.setdefault("_recomputed", [])
+    from_steps = set(state.headline.get("_reported", ()))
     for r in rows:
         for k in HEADLINE_KEYS:
             v = r.get(k)
-            if v is None and reported:
-                v = r.get(f"reported_{k}")
             if v is not None:
                 state.headline[k] = v
-        if r.get("reward_mean") is not None:
-            recent.append((r["step"], r["reward_mean"]))
+                from_steps.discard(k)
+                if k not in computed:
+                    computed.append(k)
+            elif reported or k not in computed:
+                v = r.get(f"reported_{k}")
+                if v is not None:
+                    state.headline[k] = v
+                    from_steps.add(k)
+        reward = r.get("reward_mean")
+        if reward is None and "reward_mean" in from_steps:
+            reward = r.get("reported_reward_mean")
+        if reward is not None:
+            recent.append((r["step"], reward))
     del recent[:-TREND_WINDOW]
+    state.headline["_reported"] = sorted(from_steps)
     state.headline["reward_trend"] = _slope(recent)
 
 

@@ -45,7 +45,8 @@ def test_report_overview_and_sections(fleet_out):
         statuses, key=["critical", "stalled", "warning", "healthy", "finished"].index
     )
     assert html.count('<section class="run"') == 4
-    assert '<span class="s-critical">2 critical</span>' in html
+    # finished runs keep their severity and say that they finished
+    assert '<span class="s-critical">2 critical (2 finished)</span>' in html
     # every run has its eight charts
     assert html.count('<svg xmlns="http://www.w3.org/2000/svg"') == 4 * 8
     # example completions only for runs with degenerate_outputs / entropy_collapse
@@ -224,9 +225,13 @@ def test_report_figures_agree_with_the_findings_and_counts_add_up(fleet_out):
     assert f"mismatch KL {run['mismatch_kl_recent']:.4f} over the last 5 steps" in kl["message"]
     assert f">{run['mismatch_kl_recent']:.2e}</td>" in html
     assert "<th>mismatch KL (median of last 5 steps)</th>" in html
-    badges = re.findall(r'<span class="s-[a-z]+">(\d+) ([a-z ]+)</span>', html)
+    badges = re.findall(r'<span class="s-[a-z]+">(\d+) ([^<]+)</span>', html)
     assert sum(int(n) for n, _ in badges) == len(latest) == 4
-    assert {label for _, label in badges} >= {"finished healthy", "healthy running"}
+    assert {label for _, label in badges} == {
+        "critical (2 finished)",
+        "warning (1 finished)",
+        "finished healthy",
+    }
     assert not re.search(r"[ >]1 (findings|final steps|runs)\b", html)
     assert re.search(r"· \d+ findings?</div>", html)
 

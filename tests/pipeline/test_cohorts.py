@@ -39,6 +39,7 @@ def _drive(states, fold, odd=None, steps=STEPS, factor=3.0, lag=None):
                 continue
             rows[st.run_url] = [{"step": t, "mismatch_kl": _kl(i, t, odd, factor)}]
             st.final_through = t
+            st.counters["steps_final"] += 1  # as the group counts a final row
         fold.fold(states, rows, now=1000.0 + s)
         for st in states:
             alerts += st.out_alerts
