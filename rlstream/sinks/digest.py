@@ -238,6 +238,46 @@ def refresh_digest(sink: DeltaSink, compact: Compact | None = None) -> int | Non
     return rewrite(sink, DIGEST_TABLE, build)
 
 
+def files_holding(sink: DeltaSink, table: str, column: str, values: list[str]) -> set[str]:
+    """Names of `table`'s data files that may hold rows whose `column` is one of
+    `values`, from the files' statistics (a file without them may hold any)."""
+    dt = sink.handle(table)
+    if dt is None:
+        return set()
+    acts = pa.table(dt.get_add_actions(flatten=True))
+    names = [_name(p) for p in acts.column("path").to_pylist()]
+    if f"min.{column}" not in acts.column_names:
+        return set(names)
+    lows = acts.column(f"min.{column}").to_pylist()
+    highs = acts.column(f"max.{column}").to_pylist()
+    return {
+        n
+        for n, lo, hi in zip(names, lows, highs, strict=True)
+        if lo is None or hi is None or any(lo <= v <= hi for v in values)
+    }
+
+
+def rewind_runs(sink: DeltaSink, run_ids: list[str]) -> None:
+    """Drop runs from the digest and uncover the `steps` files that may hold their
+    rows, after rows of theirs were deleted (`pipeline.rewind`): the next pass, and a
+    reader, fold those runs again from the rows the table holds now. The other runs'
+    rows in those files are at or below their `last_step`: nothing is folded twice.
+    With no digest yet, an empty one is created, as in `drop_run`."""
+
+    def build(dt: Any) -> pa.Table | None:
+        if dt is None:
+            return to_table({}, [])
+        digests, covered = read_digest(sink, dt)
+        holding = covered & files_holding(sink, "steps", "run_id", run_ids)
+        if not holding and not any(r in digests for r in run_ids):
+            return None
+        for r in run_ids:
+            digests.pop(r, None)
+        return to_table(digests, sorted(covered - holding))
+
+    rewrite(sink, DIGEST_TABLE, build)
+
+
 def drop_run(sink: DeltaSink, run_id: str) -> None:
     """Remove one run from the digest (`--reset-run`, after its steps rows are
     deleted), creating the digest empty if it does not exist yet, so that a first pass

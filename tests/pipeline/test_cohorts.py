@@ -41,9 +41,8 @@ def _drive(states, fold, odd=None, steps=STEPS, factor=3.0, lag=None):
             st.final_through = t
         fold.fold(states, rows, now=1000.0 + s)
         for st in states:
-            alerts += st.out_alerts
-            bands += st.out_cohorts
-            st.out_alerts, st.out_cohorts = [], []
+            alerts += st.out.pop("alerts", [])
+            bands += st.out.pop("cohorts", [])
     return alerts, bands
 
 
