@@ -86,7 +86,7 @@ def test_bands_are_quantiles_of_the_runs_at_each_step_and_grow_with_late_runs():
     at10 = [b for b in bands if b["step"] == 10 and b["figure"] == "mismatch_kl"]
     assert [b["n"] for b in at10] == [3, 4]
     want = band([_kl(i, 10, None) for i in range(4)])
-    assert at10[-1] == {"cohort": "c", "step": 10, "figure": "mismatch_kl", **want}
+    assert at10[-1] == {"cohort": "c", "step": 10, "figure": "mismatch_kl", "as_of": 1015.0, **want}
     assert want["p10"] < want["median"] < want["p90"]
 
 
