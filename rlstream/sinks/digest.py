@@ -152,17 +152,17 @@ def uncovered_rows(
     sink: DeltaSink,
     covered: set[str],
     table: str = "steps",
-    columns: tuple[str, ...] = COLUMNS,
+    columns: tuple[str, ...] | None = COLUMNS,
     compact: Compact | None = None,
 ) -> tuple[pa.Table, list[str]]:
-    """(`columns` (those the table has) of the rows of `table` in data files not in
-    `covered`, the names of every data file of the snapshot read, or with `compact`
-    of the files covered after it compacted that snapshot); the table's key column
-    (`run_id`, `cohort`) first."""
+    """(`columns` (those the table has; None: all) of the rows of `table` in data files
+    not in `covered`, the names of every data file of the snapshot read, or with
+    `compact` of the files covered after it compacted that snapshot); the table's key
+    column (`cohort` for `cohorts`, else `run_id`) first."""
     import pyarrow.dataset as pds
     from deltalake import DeltaTable
 
-    key = "run_id" if table == "steps" else "cohort"
+    key = "cohort" if table == "cohorts" else "run_id"
     if not sink.exists(table):
         return pa.table({key: pa.array([], pa.string())}), []
     dt = DeltaTable(sink.uri(table), storage_options=sink.options)
@@ -170,7 +170,8 @@ def uncovered_rows(
     frags = list(ds.get_fragments())
     names = [_name(f.path) for f in frags]
     new = [f for f, n in zip(frags, names, strict=True) if n not in covered]
-    cols = [key, *(c for c in columns if c in ds.schema.names and c != key)]
+    want = ds.schema.names if columns is None else columns
+    cols = [key, *(c for c in want if c in ds.schema.names and c != key)]
     part = pds.FileSystemDataset(new, ds.schema, ds.format, ds.filesystem)
     rows = part.to_table(columns=cols, memory_pool=pa.system_memory_pool())
     return rows, names if compact is None else compact(dt, names)
