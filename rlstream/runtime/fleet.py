@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -94,11 +95,26 @@ class Fleet:
                     "tailer %d died (%s); restoring its %d runs", i, e, len(self.assigned[i])
                 )
                 self.tailer_restarts += 1
-                t = self.tailers[i]
-                ray.get(t.set_workers.remote(self.workers))
-                ray.get(t.add_runs.remote(self.assigned[i]))
-                out.append(ray.get(getattr(t, method).remote(*args)))
+                out.append(self._restore(i, method, args))
         return out
+
+    def _restore(self, i: int, method: str, args: tuple[Any, ...], wait: float = 120.0) -> Any:
+        """Give restarted tailer `i` its workers and runs, then call `method` again. While
+        Ray is still restarting it, calls fail at once (`ActorUnavailableError`): they are
+        made again until it answers or `wait` seconds have passed."""
+        t = self.tailers[i]
+        deadline = time.monotonic() + wait
+        pause = 0.05
+        while True:
+            try:
+                ray.get(t.set_workers.remote(self.workers))
+                ray.get(t.add_runs.remote(self.assigned[i]))  # runs it has are skipped
+                return ray.get(getattr(t, method).remote(*args))
+            except ray.exceptions.RayActorError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
 
     def ready(self) -> None:
         """Wait until every tailer has started (raises if one could not)."""
