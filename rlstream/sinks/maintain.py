@@ -230,11 +230,12 @@ def covered_by(latest: Any) -> set[str] | None:
     overwrite, which the deletes since (`--reset-run`, a rewind) leave valid. None:
     unknown (written by an earlier rlstream, or a retention so short that log cleanup
     removed that entry): the reader then reads every `run_health` file."""
-    for commit in latest.history(50):
-        if COVERED_KEY in commit:
-            return set(orjson.loads(commit[COVERED_KEY]))
-        if commit.get("operation") in ("WRITE", "CREATE TABLE"):
-            return None
+    for limit in (3, 50):  # the overwrite, then its vacuum's two commits, usually
+        for commit in latest.history(limit):
+            if COVERED_KEY in commit:
+                return set(orjson.loads(commit[COVERED_KEY]))
+            if commit.get("operation") in ("WRITE", "CREATE TABLE"):
+                return None
     return None
 
 
