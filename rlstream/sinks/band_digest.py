@@ -167,16 +167,15 @@ def rewind_cohorts(sink: DeltaSink, cohorts: list[str]) -> None:
     their rows, after band rows of theirs were deleted (`pipeline.rewind`): the next
     pass, and a reader, fold them again from the rows the table holds now (a row seen
     twice changes nothing). With no digest yet, an empty one is created, so that a
-    pass that read the rows before the delete cannot create it."""
+    pass that read the rows before the delete cannot create it; it is written even
+    when it changes nothing, so that such a pass's overwrite fails and builds again."""
 
-    def build(dt: Any) -> pa.Table | None:
+    def build(dt: Any) -> pa.Table:
         if dt is None:
             return to_table(fold_bands(None, _ROWS.empty_table()), [])
         digest, covered = read_band_digest(sink, None, dt)
         holding = covered & files_holding(sink, "cohorts", "cohort", cohorts)
         drop = pc.field("cohort").isin(sorted(set(cohorts)))
-        if not holding and not digest.filter(drop).num_rows:
-            return None
         return to_table(
             _folded(digest.filter(~drop), _ROWS.empty_table()), sorted(covered - holding)
         )

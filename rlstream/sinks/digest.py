@@ -263,15 +263,15 @@ def rewind_runs(sink: DeltaSink, run_ids: list[str]) -> None:
     rows, after rows of theirs were deleted (`pipeline.rewind`): the next pass, and a
     reader, fold those runs again from the rows the table holds now. The other runs'
     rows in those files are at or below their `last_step`: nothing is folded twice.
-    With no digest yet, an empty one is created, as in `drop_run`."""
+    With no digest yet, an empty one is created, as in `drop_run`. It is written even
+    when it changes nothing: a pass that read the rows before the delete then fails
+    its overwrite (the `_pass` row) and builds again from the rows left."""
 
-    def build(dt: Any) -> pa.Table | None:
+    def build(dt: Any) -> pa.Table:
         if dt is None:
             return to_table({}, [])
         digests, covered = read_digest(sink, dt)
         holding = covered & files_holding(sink, "steps", "run_id", run_ids)
-        if not holding and not any(r in digests for r in run_ids):
-            return None
         for r in run_ids:
             digests.pop(r, None)
         return to_table(digests, sorted(covered - holding))

@@ -120,3 +120,46 @@ def _steps_rows(sink, run_id, steps):
     t = read_table(sink.out, "steps", where=("run_id", run_id)).to_pylist()
     by_step = {r["step"]: r for r in t}
     return [by_step[s] for s in steps if s in by_step]
+
+
+def test_a_pass_that_read_a_dead_commit_never_writes_over_its_rewind(tmp_path):
+    """A pass that read the rows of a dead commit before the rewind deleted them
+    cannot write its digest after it: the rewind's overwrite makes the pass's fail
+    (the `_pass` row), and it builds again from the rows left. Also when the run is in
+    no digest yet (the rewind then changes nothing but the version)."""
+    from rlstream.fleet.read import out_sink
+    from rlstream.pipeline.commit import TABLES
+    from rlstream.pipeline.rewind import rewind
+    from rlstream.pipeline.state import RunState
+    from rlstream.sinks.delta import DIGEST_TABLE
+    from rlstream.sinks.digest import rewrite, to_table
+
+    sink = out_sink(str(tmp_path / "out"), retention_seconds=0)
+
+    def rows(run_id, steps, seq, value):
+        return steps_table(
+            [
+                {"run_id": run_id, "step": s, "reward_mean": value + s, "commit_seq": seq}
+                for s in steps
+            ]
+        )
+
+    sink.append("steps", rows("r0", range(20), 1, 0.0), {app_id("r0"): 1})
+    maintain(sink)  # a digest of r0 only
+    sink.append("steps", rows("r1", range(10), 1, 0.0), {app_id("r1"): 1})
+    sink.append("steps", rows("r1", range(10, 15), 2, ODD), {app_id("r1"): 2})  # dead
+    state = RunState(run_id="r1", run_url="", seq=1)  # its last state: commit 1
+    seen: list[bool] = []
+
+    def build(dt):
+        digests, files = current_digest(sink, dt)
+        seen.append(any(v >= ODD for v in digests["r1"].series[("reward_mean", "")][1]))
+        if len(seen) == 1:
+            assert rewind(sink, [state], TABLES) == 5  # lands between the read and the write
+        return to_table(digests, files)
+
+    rewrite(sink, DIGEST_TABLE, build)
+    assert seen == [True, False]
+    stored, _ = read_digest(sink)
+    assert_same(stored, _reference(sink))
+    assert stored["r1"].last_step == 9
