@@ -206,7 +206,8 @@ def _compact_and_digest(
         else:
             report[digest] = {"rows": rows} if rows is not None else {"unchanged": True}
         if rows is not None:
-            _tidy(DeltaTable(sink.uri(digest), storage_options=sink.options))
+            dt = DeltaTable(sink.uri(digest), storage_options=sink.options)
+            _tidy(dt, _covered_props(dt) if digest == "run_latest" else None)
     except Exception as e:  # retried next pass, as for the tables
         log.warning("maintenance of %s failed: %s", digest, e)
         report[digest] = {"error": str(e)}
@@ -215,26 +216,43 @@ def _compact_and_digest(
     return removed
 
 
-def _tidy(dt: Any) -> None:
+def _tidy(dt: Any, commit_properties: Any = None) -> None:
     # A full vacuum: every file under the table that the current version does not
     # reference, once older than the retention. The log's remove actions alone (a
     # plain vacuum) miss a removal that a commit's checkpoint dropped as expired before
-    # this pass, and the files of an append whose commit never landed.
-    dt.vacuum(retention_hours=None, enforce_retention_duration=False, dry_run=False, full=True)
+    # this pass, and the files of an append whose commit never landed. Its commits
+    # carry `commit_properties` (run_latest's covered files: log cleanup may remove
+    # the overwrite's entry, never the newest).
+    dt.vacuum(
+        retention_hours=None,
+        enforce_retention_duration=False,
+        dry_run=False,
+        full=True,
+        commit_properties=commit_properties,
+    )
     dt.create_checkpoint()
     dt.cleanup_metadata()
 
 
+def _covered_props(latest: Any) -> Any:
+    from deltalake import CommitProperties
+
+    covered = covered_by(latest)
+    if covered is None:
+        return None
+    return CommitProperties(custom_metadata={COVERED_KEY: orjson.dumps(sorted(covered)).decode()})
+
+
 def covered_by(latest: Any) -> set[str] | None:
     """The `run_health` files a `run_latest` version covers, recorded by its last
-    overwrite, which the deletes since (`--reset-run`, a rewind) leave valid. None:
-    unknown (written by an earlier rlstream, or a retention so short that log cleanup
-    removed that entry): the reader then reads every `run_health` file."""
+    overwrite (and by the vacuum after it), which the deletes since (`--reset-run`, a
+    rewind) leave valid. None: unknown (written by an earlier rlstream): the reader
+    then reads every `run_health` file."""
     for limit in (3, 50):  # the overwrite, then its vacuum's two commits, usually
         for commit in latest.history(limit):
             if COVERED_KEY in commit:
                 return set(orjson.loads(commit[COVERED_KEY]))
-            if commit.get("operation") in ("WRITE", "CREATE TABLE"):
+            if commit.get("operation") not in ("DELETE", "VACUUM START", "VACUUM END"):
                 return None
     return None
 
