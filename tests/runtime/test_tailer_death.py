@@ -44,9 +44,9 @@ def test_a_tailer_killed_mid_watch_resumes_its_runs_exactly(ray_session, tmp_pat
             fleet.poll()
             if killed_at is None and (out / "steps").exists() and writer.is_alive():
                 # Die while committing: the commit's appends may land, its states not.
-                pid = _pid(fleet.tailers[0])
-                threading.Timer(0.02, os.kill, (pid, signal.SIGKILL)).start()
                 killed_at = len(read_steps(out))
+                pid = _pid(fleet.tailers[0])
+                threading.Timer(0.05, os.kill, (pid, signal.SIGKILL)).start()
             fleet.commit()
             if not writer.is_alive() and fleet.all_finished():
                 fleet.poll(final=True)
