@@ -64,11 +64,6 @@ class PipelineConfig:
     fsync: bool = True
     """fsync every resume state on local disk before its rename, so a
     commit survives power loss. Off: still atomic across process crashes (kill -9)."""
-    commit_max_rows: int = 128
-    """New `steps` (or `quarantine`) rows of one run that a commit carries in the run's
-    resume state (its outbox). A run catching up on a backlog has more: they are
-    appended before its state is written instead (a spill, `rlstream.pipeline.spill`),
-    so a resume state stays within tens of KB however far behind the watch is."""
     commit_threads: int = 8
     """Threads writing runs' resume states in parallel at a commit."""
     analyze_chunk_runs: int = 8

@@ -13,12 +13,12 @@ from typing import Any
 
 from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
+from rlstream.pipeline.commit import open_sink
 from rlstream.pipeline.discover import find_runs, normalize_root
 from rlstream.pipeline.outcome import Outcome
 from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import RunState, summary
 from rlstream.pipeline.work import Unit, UnitResult, execute
-from rlstream.sinks.delta import DeltaSink
 from rlstream.sinks.maintain import MaintenanceConfig, maintain
 
 
@@ -93,10 +93,7 @@ def _group_and_runs(
     roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: Any
 ) -> tuple[RunGroup, list[str]]:
     storage = input_storage(roots, cfg.storage_options, cfg.read_inflight_bytes, cfg.max_file_bytes)
-    out_url = normalize_root(out)
-    out_storage = Storage.for_url(out_url, cfg.storage_options)
-    sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
-    sink.check_layout()
+    sink = open_sink(out, cfg)
     urls = [u for root in roots for u in find_runs(storage, root, fmt=cfg.input_format)]
     return RunGroup(storage, sink, cfg, **hooks), urls
 

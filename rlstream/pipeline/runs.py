@@ -48,8 +48,6 @@ def resume_run(group: Any, run_id: str, run_url: str) -> RunState | None:
     if state.run_url != run_url:
         log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
         return None
-    if state.unconfirmed:
-        group.dirty.add(run_url)  # the next commit checks what landed
     return state
 
 

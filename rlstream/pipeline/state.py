@@ -34,21 +34,9 @@ from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
 
-TRANSIENT = frozenset(
-    {
-        "out_rows",
-        "out_quarantine",
-        "out_alerts",
-        "out_cohorts",
-        "listed",
-        "unconfirmed",
-        "spill_check",
-        "durable_through",
-        "durable_seq",
-    }
-)
-"""Fields a resume state does not hold: rows waiting for the next commit (a commit
-moves them into `outbox` first), and what one poll or process learnt."""
+TRANSIENT = frozenset({"out", "out_quarantine", "listed", "check", "durable_seq"})
+"""Fields a resume state does not hold: rows waiting for the next commit (it writes
+them to the tables before the state), and what one poll or process learnt."""
 
 
 @dataclass(slots=True)
@@ -79,9 +67,10 @@ class RunState:
     last_change: float | None = None
     seq: int = 0
     counters: Counter[str] = field(default_factory=Counter)
-    out_rows: list[dict[str, Any]] = field(default_factory=list)
+    out: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Table -> rows for the run's next commit (`rlstream.pipeline.commit`, `emit`)."""
     out_quarantine: list[QuarantineRow] = field(default_factory=list)
-    out_alerts: list[dict[str, Any]] = field(default_factory=list)
+    """Quarantine rows for the next commit (the readers' `QuarantineRow`s)."""
     noted: set[str] = field(default_factory=set)
     health: Any = None
     status: str | None = None
@@ -90,12 +79,6 @@ class RunState:
     headline: dict[str, Any] = field(default_factory=dict)
     health_sig: str | None = None
     """Digest of the last run_health row written (as_of and commit_seq aside)."""
-    outbox_seq: int = 0
-    outbox: dict[str, bytes] = field(default_factory=dict)
-    """table -> Arrow IPC rows of commit `outbox_seq` not yet known to be in that table."""
-    unconfirmed: set[str] = field(default_factory=set)
-    """Tables of `outbox` whose append is not known to have landed (all of them after a
-    restart): the next commit checks their txn versions."""
     listed: list[str] = field(default_factory=list)
     """Transcript names above `names_low` in this poll's listing."""
     format: str = "loops"
@@ -122,11 +105,9 @@ class RunState:
     step_below: dict[str, int] = field(default_factory=dict)
     """Stream folder -> entries listed at or below its `step_low`: more of them on a
     later listing arrived late and are quarantined (`step_file_below_window`)."""
-    spill_check: bool = True
-    """Look for orphaned spilled rows before the next commit (`rlstream.pipeline.spill`):
-    once per process, and after a spill or state write that failed."""
-    durable_through: int = -1
-    """`final_through` of the last resume state written (or loaded)."""
+    check: bool = True
+    """Look for rows of commits above `durable_seq` in the tables before the next
+    commit (`rlstream.pipeline.rewind`): once per process, and after a failed commit."""
     durable_seq: int = 0
     """`seq` of the last resume state written (or loaded)."""
     cohort: str = ""
@@ -136,11 +117,9 @@ class RunState:
     (`rlstream.pipeline.cohorts`): what its cohort's bands and judging read."""
     peer_judged: int = -1
     """Highest step judged against its peers (`unlike_peers`)."""
-    out_cohorts: list[dict[str, Any]] = field(default_factory=list)
-    """Band rows for OUT/cohorts this run's next commit carries."""
 
     def __post_init__(self) -> None:
-        self.durable_through, self.durable_seq = self.final_through, self.seq
+        self.durable_seq = self.seq
 
     @property
     def max_known_step(self) -> int:
@@ -224,6 +203,13 @@ def replace_step(prev: StepRecord, rec: StepRecord) -> StepRecord:
     )
 
 
+def emit(state: RunState, table: str, rows: list[dict[str, Any]]) -> None:
+    """Hand rows of `table` to the run's next commit, which writes them once, each
+    stamped with the run's `run_id` and commit number `commit_seq`."""
+    if rows:
+        state.out.setdefault(table, []).extend(rows)
+
+
 def is_finished(state: RunState) -> bool:
     ms = state.max_steps
     return state.finished or (ms is not None and state.max_reported_step >= ms - 1)
@@ -296,7 +282,7 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
     state.final_through = upto
     for s in [s for s in state.read_at if s <= upto]:
         del state.read_at[s]
-    state.out_rows.extend(rows)
+    emit(state, "steps", rows)
     state.counters["steps_final"] += len(rows)
     _update_headline(state, rows, reported=fmt != "loops")
     return rows

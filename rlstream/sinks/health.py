@@ -80,6 +80,7 @@ ALERTS_SCHEMA = pa.schema(
         pa.field("step", pa.int64()),
         pa.field("time", pa.timestamp("ms", tz="UTC")),
         pa.field("message", pa.string()),
+        pa.field("commit_seq", pa.int64()),
     ],
     metadata={"rlstream.schema_version": "1", "rlstream.table": "alerts"},
 )
