@@ -10,7 +10,9 @@ truncation) stay within 0-1, counts, lengths, lags and entropy never go below 0.
 Steps where a chart's main series has no value (for example a step with no trained
 attempt has no reward, KL or ESS) are shaded, and the legend says why. With the run's
 cohort bands (`fleet.read.read_bands`), a chart whose main figure has one
-(`BAND_OF`) draws the p10-p90 of the cohort's runs under the run's curves.
+(`BAND_OF`) draws the cohort's median ± 2 robust deviations under the run's curves
+when the cohort has at least 3 other runs, and the siblings' own curves otherwise
+(`cohort_overlay`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ BAND_OF = {
     "truncation": "truncated_frac",
 }
 """Chart -> the figure whose cohort band it draws."""
+MIN_PEERS = 3
+"""Other runs a cohort needs at a step for its band to be drawn."""
+BAND_K = 2.0
+"""Half-width of the cohort band in robust standard deviations."""
+MAX_SIBLING_CURVES = 4
 
 
 NO_TRAINED = "no trained attempt at these steps"
@@ -56,8 +63,11 @@ def run_charts(
     digest: RunDigest,
     findings: list[dict[str, Any]],
     bands: dict[str, dict[str, list[Any]]] | None = None,
+    siblings: dict[str, RunDigest] | None = None,
 ) -> list[Chart]:
-    """The run's charts; `bands`: figure -> {step, p10, p90, n} of its cohort."""
+    """The run's charts; `bands`: figure -> {step, n, median, mad, ...} of its cohort;
+    `siblings`: name -> digest of the other runs of its cohort, drawn as their own
+    curves where the cohort has too few runs for a band (`cohort_overlay`)."""
     width = digest.width
 
     def s(col: str, label: str, dashed: bool = False, key: str = "") -> Series:
@@ -143,15 +153,43 @@ def run_charts(
                 n,
             )
         )
-    bands = bands or {}
     out = []
     for key, (title, series, opts) in charts.items():
-        b = bands.get(BAND_OF.get(key, ""))
-        if b is not None and b["step"]:
-            n = max(b["n"])
-            opts = {
-                **opts,
-                "band": Band(f"cohort p10-p90 ({n} runs)", b["step"], b["p10"], b["p90"]),
-            }
-        out.append(Chart(title, series, markers[key], steps=digest.steps_range(), **opts))
+        band, extra = cohort_overlay(key, bands or {}, siblings or {})
+        if band is not None:
+            opts = {**opts, "band": band}
+        out.append(
+            Chart(title, [*series, *extra], markers[key], steps=digest.steps_range(), **opts)
+        )
     return out
+
+
+def cohort_overlay(
+    key: str,
+    bands: dict[str, dict[str, list[Any]]],
+    siblings: dict[str, RunDigest],
+) -> tuple[Band | None, list[Series]]:
+    """What a chart shows of the run's cohort: with at least `MIN_PEERS` other runs,
+    the band median ± `BAND_K` robust deviations (1.4826 × MAD) of the cohort's runs
+    per step, which one sick sibling neither widens nor drags (a p10-p90 of a few runs
+    follows its most extreme member); with fewer, the siblings' own curves, dashed
+    (with two runs a band would sit between them, so each looks outside its cohort)."""
+    figure = BAND_OF.get(key)
+    if figure is None:
+        return None, []
+    b = bands.get(figure)
+    if b is not None and b.get("step") and max(n or 0 for n in b["n"]) - 1 >= MIN_PEERS:
+        rows = zip(b["n"], b["median"], b["mad"], strict=True)
+        low, high = [], []
+        for n, med, mad in rows:
+            ok = n is not None and n - 1 >= MIN_PEERS and med is not None and mad is not None
+            low.append(med - BAND_K * 1.4826 * mad if ok else None)
+            high.append(med + BAND_K * 1.4826 * mad if ok else None)
+        n = max(b["n"])
+        label = f"cohort median ± {BAND_K:g} robust sd ({n} runs)"
+        return Band(label, b["step"], low, high), []
+    extra = [
+        Series(f"sibling {name}", *d.points(figure), True, d.width)
+        for name, d in sorted(siblings.items())[:MAX_SIBLING_CURVES]
+    ]
+    return None, extra
