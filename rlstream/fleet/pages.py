@@ -290,7 +290,7 @@ def document(title: str, main: str, etag: str, refresh: float, controls: str = "
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title>"
-        '<link rel="stylesheet" href="/static/live.css"></head>'
+        '<link rel="icon" href="data:,"><link rel="stylesheet" href="/static/live.css"></head>'
         f'<body data-etag="{_e(etag)}" data-refresh="{refresh:g}">'
         f'<header><a href="/">rlstream fleet</a> <span class="sub">{_e(title)}</span>'
         ' <span id="live" class="sub">live</span></header>'

@@ -90,7 +90,7 @@ def test_compare_page_and_unknown_run(server, fleet_out):
 
 def test_version_etag_304_and_reads_bounded(server):
     srv, pages = server
-    status, head, body = _get(srv, "/api/version")
+    status, head, _ = _get(srv, "/api/version")
     assert status == 200 and head["ETag"].startswith('"')
     before = pages.reads
     for _ in range(5):
