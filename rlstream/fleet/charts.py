@@ -47,6 +47,11 @@ BAND_OF = {
     "truncation": "truncated_frac",
 }
 """Chart -> the figure whose cohort band it draws."""
+KL_MIN_DECADES = 2.0
+"""The KL axis spans at least two decades: a KL wandering between 2e-4 and 3e-4 is
+flat noise, a rise to 1e-2 is not."""
+ESS_MIN_SPAN = 0.3
+"""The ESS axis spans at least 0.3 (e.g. 0.7 to 1): 0.93 to 1 is noise."""
 MIN_PEERS = 3
 """Other runs a cohort needs at a step for its band to be drawn."""
 BAND_K = 2.0
@@ -98,7 +103,7 @@ def run_charts(
         "kl": (
             "sampler/trainer mismatch KL (k3, log scale)",
             [s("mismatch_kl", "recomputed"), s("reported_mismatch_kl", "reported", True)],
-            {"log_y": True, "gap_note": NO_TOKENS},
+            {"log_y": True, "gap_note": NO_TOKENS, "min_span": KL_MIN_DECADES},
         ),
         "ess": (
             "importance-weight ESS (share, 0-1)",
@@ -107,7 +112,7 @@ def run_charts(
                 s("reported_mismatch_ess", "reported", True),
                 s("mismatch_ess_seq", "recomputed (sequence)"),
             ],
-            {**share, "gap_note": NO_TOKENS},
+            {**share, "gap_note": NO_TOKENS, "min_span": ESS_MIN_SPAN},
         ),
         "entropy": (
             "entropy (nats/token), repetition, distinct completions",
