@@ -125,9 +125,7 @@ def render(
         doc = {"id": message_id, "source": "rlstream", "out": out, "transitions": items}
         return orjson.dumps(doc)
     n_fire = sum(i["to_state"] == "firing" for i in items)
-    lines = [
-        f"rlstream: {n_fire} firing, {len(items) - n_fire} resolved ({_slack_escape(out)})"
-    ]
+    lines = [f"rlstream: {n_fire} firing, {len(items) - n_fire} resolved ({_slack_escape(out)})"]
     for i in items:
         mark = ":red_circle:" if i["to_state"] == "firing" else ":white_check_mark:"
         link = f" <{i['url']}|run page>" if i["url"] else ""

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rlstream.fleet.notify import NotifyConfig, Notifier, transition_key
+from rlstream.fleet.notify import Notifier, NotifyConfig, transition_key
 from rlstream.fleet.read import read_table
 from tests.fleet.conftest import HOSTILE_ID
 
