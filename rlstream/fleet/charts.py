@@ -59,6 +59,10 @@ BAND_K = 2.0
 MAX_SIBLING_CURVES = 4
 
 
+UNUSABLE_LABEL = "all attempts (incl. rejected groups)"
+"""`reward_mean_with_unusable`: the mean over the trained attempts and those of the
+groups the trainer rejected (docs/schema.md); above `mean` when rejected groups
+scored alike and high."""
 NO_TRAINED = "no trained attempt at these steps"
 NO_TOKENS = "no trained tokens with both logprobs at these steps"
 NO_SAMPLES = "no full-trace transcript at these steps"
@@ -69,10 +73,13 @@ def run_charts(
     findings: list[dict[str, Any]],
     bands: dict[str, dict[str, list[Any]]] | None = None,
     siblings: dict[str, RunDigest] | None = None,
+    heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
 ) -> list[Chart]:
     """The run's charts; `bands`: figure -> {step, n, median, mad, ...} of its cohort;
     `siblings`: name -> digest of the other runs of its cohort, drawn as their own
-    curves where the cohort has too few runs for a band (`cohort_overlay`)."""
+    curves where the cohort has too few runs for a band (`cohort_overlay`);
+    `heldout`: eval name -> (steps, scores) of the run's held-out evaluations
+    (`fleet.read.read_heldout`), drawn on the reward chart."""
     width = digest.width
 
     def s(col: str, label: str, dashed: bool = False, key: str = "") -> Series:
@@ -86,7 +93,7 @@ def run_charts(
             "reward",
             [
                 s("reward_mean", "mean"),
-                s("reward_mean_with_unusable", "mean with unusable"),
+                s("reward_mean_with_unusable", UNUSABLE_LABEL),
                 s("reward_group_std_mean", "within-group std"),
                 s("reported_reward_mean", "reported mean", True),
             ],
@@ -158,6 +165,8 @@ def run_charts(
                 n,
             )
         )
+    for name, (st, vals) in sorted((heldout or {}).items())[:MAX_SIBLING_CURVES]:
+        charts["reward"][1].append(Series(f"held-out {name}", st, vals))
     out = []
     for key, (title, series, opts) in charts.items():
         band, extra = cohort_overlay(key, bands or {}, siblings or {})

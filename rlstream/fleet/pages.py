@@ -118,7 +118,7 @@ def fleet_row(r: dict[str, Any]) -> str:
         + _num(r.get("seconds_since_update"), fmt_age(r.get("seconds_since_update")))
         + _num(r.get("reward_mean"), fmt_num(r.get("reward_mean"), ".3f"))
         + _num(r.get("reward_trend"), trend_arrow(r.get("reward_trend")) or "-")
-        + _num(kl, fmt_num(kl, ".1e"))
+        + _num(kl, fmt_num(kl, ".2e"))
         + _num(ess, fmt_num(ess, ".3f"))
         + _num(ent, fmt_num(ent, ".3f"))
         + _num(trunc, fmt_num(trunc, ".2f"))
@@ -237,12 +237,13 @@ def run_main(
     sibling_digests: dict[str, RunDigest],
     quarantine: dict[str, int],
     samples: list[dict[str, Any]] | None,
+    heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
 ) -> str:
     """The run page's content."""
     findings = list(latest.get("findings") or [])
     names = {s["run_id"]: run_name(s) for s in siblings}
     others = {names[k]: d for k, d in sibling_digests.items() if k in names}
-    charts = run_charts(digest, findings, bands, others)
+    charts = run_charts(digest, findings, bands, others, heldout)
     ne = row.get("not_evaluable") or []
     return (
         f'<h2 class="run-title">{_e(run_name(row))} {badge(row.get("status"))}</h2>'

@@ -5,7 +5,8 @@ plain dicts with JSON-ready values; `render_table(rows, rejected=...)` lays them
 a terminal: a count line whose parts add up to the runs, the rows, a legend for the
 starred columns (KL, ESS, entropy, truncation: the window medians the health rules
 judge, so a row never contradicts its firing findings) and for `n/e` (how many rules
-the run's format cannot evaluate; `--json` names them) and a footer naming the runs
+the run's format cannot evaluate; `--json` names them) and for `quar` (the run's
+quarantined lines), and a footer naming the runs
 rejected for an unreadable run.json (`outdir.read_rejected`); `follow(...)` redraws
 the table in place until interrupted. Order: status severity (critical, stalled,
 warning, healthy, finished), then more firing findings first, then run_id. Only OUT is
@@ -130,11 +131,14 @@ def trend_arrow(slope: float | None) -> str:
 
 
 HEADS = ("run", "format", "cohort", "status", "step", "updated", "reward", "trend/100")
-HEADS += ("kl*", "ess*", "entropy*", "trunc*", "n/e", "findings")
+HEADS += ("kl*", "ess*", "entropy*", "trunc*", "quar", "n/e", "findings")
 NE_LEGEND = (
     "n/e: how many health rules the run's files cannot evaluate (its format lacks their "
     "figures; names under not_evaluable in --json and in the report)"
 )
+
+
+QUAR_LEGEND = "quar: lines quarantined (file, offset, reason in OUT/quarantine)"
 
 
 def table_cells(r: dict[str, Any]) -> list[str]:
@@ -151,6 +155,7 @@ def table_cells(r: dict[str, Any]) -> list[str]:
         fmt_num(r.get("mismatch_ess_recent"), ".3f"),
         fmt_num(r.get("entropy_recent"), ".3f"),
         fmt_num(r.get("truncated_recent"), ".2f"),
+        fmt_num(r.get("quarantined"), "d"),
         str(len(r.get("not_evaluable") or [])) if r.get("not_evaluable") else "-",
         ",".join(f["code"] for f in r["firing"]) or "-",
     ]
@@ -217,6 +222,7 @@ def render_table(
         lines.append(line)
     if rows:
         lines.append(recent_legend(rows))
+        lines.append(QUAR_LEGEND)
         if any(r.get("not_evaluable") for r in rows):
             lines.append(NE_LEGEND)
     elif rejected:

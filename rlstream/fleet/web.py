@@ -178,7 +178,7 @@ class FleetPages:
         return pages.document(title, main, snap.etag, self.refresh, controls)
 
     def _run(self, rid: str, rows: list[dict[str, Any]], snap: Snapshot) -> str:
-        from rlstream.fleet.read import read_bands, read_digests
+        from rlstream.fleet.read import read_bands, read_digests, read_heldout
 
         by_id = {r["run_id"]: r for r in snap.latest}
         row = next((r for r in rows if r["run_id"] == rid), None)
@@ -200,6 +200,7 @@ class FleetPages:
             sib,
             self._quarantine(rid),
             self._samples(rid),
+            read_heldout(self.out, rid, self.opts),
         )
 
     def _quarantine(self, rid: str) -> dict[str, int]:

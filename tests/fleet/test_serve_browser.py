@@ -165,3 +165,21 @@ def test_a_step_committed_by_a_running_watch_appears_without_reload(ray_session,
         exporter.close()
         writer.join(120)
     assert not failed, failed
+
+
+def test_report_overview_fits_1400_px(fleet_out, tmp_path):
+    from rlstream.fleet.report import write_report
+
+    report = tmp_path / "report.html"
+    write_report(str(fleet_out.out), str(report))
+    b = Browser(tmp_path / "profile")
+    try:
+        b.call("Page.navigate", url=report.as_uri())
+        assert b.wait_for("document.body && document.body.getAttribute('data-sortable')", 60)
+        right = b.evaluate("document.getElementById('fleet').getBoundingClientRect().right")
+        assert right <= 1400, right
+        shot = _artifacts(tmp_path) / "report-1400.png"
+        b.screenshot(shot)
+        assert b.errors() == []
+    finally:
+        b.close()
