@@ -40,7 +40,9 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
     latest = {r["run_id"]: r["format"] for r in read_latest(str(tmp_path / "out"))}
     assert sorted(latest.values()) == sorted(["loops", *FORMATS])
     text = render_table(status_rows(read_latest(str(tmp_path / "out"))))
-    rows = [ln for ln in text.splitlines()[2:] if not ln.startswith(("*", "n/e:", "quar:"))]  # legends
+    rows = [
+        ln for ln in text.splitlines()[2:] if not ln.startswith(("*", "n/e:", "quar:"))
+    ]  # legends
     table_formats = {ln.split()[0]: ln.split()[1] for ln in rows}
     assert table_formats == latest
     steps = table(tmp_path / "out", "steps")

@@ -6,7 +6,6 @@ exactly the bands and alerts of an uninterrupted run (nothing lost, nothing twic
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import numpy as np
