@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from rlstream.fleet.advice import advice
 from rlstream.fleet.charts import run_charts
+from rlstream.fleet.report import run_name
 from rlstream.fleet.status import (
     STATUS_LABEL,
     STATUS_ORDER,
@@ -46,13 +47,6 @@ SAMPLES_SHOWN = 20
 
 def _e(v: Any) -> str:
     return escape("" if v is None else str(v), quote=True)
-
-
-def run_name(row: dict[str, Any]) -> str:
-    """How a run is named on a page: its folder's name (the last part of its URI),
-    else its id."""
-    uri = str(row.get("run_uri") or "").rstrip("/")
-    return uri.rsplit("/", 1)[-1] or str(row.get("run_id"))
 
 
 def run_href(run_id: str) -> str:
@@ -293,7 +287,7 @@ def document(title: str, main: str, etag: str, refresh: float, controls: str = "
         f"<title>{_e(title)}</title>"
         '<link rel="icon" href="data:,"><link rel="stylesheet" href="/static/live.css"></head>'
         f'<body data-etag="{_e(etag)}" data-refresh="{refresh:g}">'
-        f'<header><a href="/">rlstream fleet</a> <span class="sub">{_e(title)}</span>'
+        f'<header><a href="/">rlstream</a> <span class="sub">· {_e(title)}</span>'
         ' <span id="live" class="sub">live</span></header>'
         f"{controls}<main>{main}</main>"
         '<script src="/static/live.js"></script></body></html>\n'

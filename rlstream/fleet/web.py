@@ -169,7 +169,8 @@ class FleetPages:
             controls = pages.fleet_controls(rows)
         elif path == "/run":
             rid = (query.get("id") or [""])[0]
-            title, main, controls = f"run {rid}", self._run(rid, rows, snap), ""
+            row = next((r for r in rows if r["run_id"] == rid), {"run_id": rid})
+            title, main, controls = f"run {pages.run_name(row)}", self._run(rid, rows, snap), ""
         else:
             ids = query.get("id") or []
             title, main, controls = "compare", self._compare(ids, rows), ""
@@ -213,12 +214,20 @@ class FleetPages:
         return out
 
     def _samples(self, rid: str) -> list[dict[str, Any]] | None:
-        from rlstream.fleet.read import out_sink, read_table
+        """The first `pages.SAMPLES_SHOWN` rows of the run in OUT/samples (a bounded
+        read however many it kept); None when OUT has no samples table."""
+        import pyarrow.compute as pc
+        from deltalake import DeltaTable
 
-        if not out_sink(self.out, self.opts).exists("samples"):
+        from rlstream.fleet.read import out_sink
+
+        sink = out_sink(self.out, self.opts)
+        if not sink.exists("samples"):
             return None
-        t = read_table(self.out, "samples", self.opts, where=("run_id", rid))
-        return t.slice(max(t.num_rows - pages.SAMPLES_SHOWN, 0)).to_pylist()
+        ds = sink.dataset(DeltaTable(sink.uri("samples"), storage_options=sink.options))
+        if "run_id" not in ds.schema.names:
+            return []
+        return ds.head(pages.SAMPLES_SHOWN, filter=pc.field("run_id") == rid).to_pylist()
 
     def _compare(self, ids: list[str], rows: list[dict[str, Any]]) -> str:
         from rlstream.fleet.compare import CompareConfig, as_json, compare_runs

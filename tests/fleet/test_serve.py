@@ -136,3 +136,21 @@ def test_serve_refuses_a_folder_that_is_not_out(tmp_path):
         timeout=120,
     )
     assert got.returncode == 2 and "rlstream: error:" in got.stderr
+
+
+def test_samples_panel_reads_the_samples_table_when_there_is_one(fleet_out, tmp_path):
+    import shutil
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    out = tmp_path / "out"
+    shutil.copytree(fleet_out.out, out)
+    rid = fleet_out.run_ids["healthy"]
+    rows = {"run_id": [rid, rid, "other"], "step": [1, 2, 3], "text": ["<b>x</b>", "y", "z"]}
+    write_deltalake(str(out / "samples"), pa.table(rows))
+    status, _, body = FleetPages(str(out)).handle("/run?id=" + quote(rid))
+    html = body.decode()
+    assert status == 200 and "no samples table" not in html
+    assert html.count("<td class='sample'>") == 4  # its 2 rows, step and text
+    assert "&lt;b&gt;x&lt;/b&gt;" in html and "<b>x</b>" not in html
