@@ -143,8 +143,11 @@ def start_live(args: argparse.Namespace, opts: dict) -> tuple[Any, Callable[[], 
 
         base = None
         if ui is not None:
+            import socket
+
             h, p = listeners[0].address
-            base = f"http://{h}:{p}"
+            # bound to every address: link by the machine's name, not 0.0.0.0
+            base = f"http://{socket.gethostname() if h in ('0.0.0.0', '::') else h}:{p}"
         notifier = Notifier(
             args.out, NotifyConfig(tuple(args.notify), args.notify_format, base), opts
         ).start()

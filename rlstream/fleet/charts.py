@@ -63,6 +63,11 @@ UNUSABLE_LABEL = "all attempts (incl. rejected groups)"
 """`reward_mean_with_unusable`: the mean over the trained attempts and those of the
 groups the trainer rejected (docs/schema.md); above `mean` when rejected groups
 scored alike and high."""
+UNUSABLE_NOTE = (
+    "reward, all attempts (incl. rejected groups): the mean over the trained attempts and "
+    "the attempts of groups the trainer rejected (no reward variance, too small); above "
+    "the mean when rejected groups all scored high"
+)
 NO_TRAINED = "no trained attempt at these steps"
 NO_TOKENS = "no trained tokens with both logprobs at these steps"
 NO_SAMPLES = "no full-trace transcript at these steps"

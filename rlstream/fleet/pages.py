@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import quote
 
 from rlstream.fleet.advice import advice
-from rlstream.fleet.charts import run_charts
+from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.report import run_name
 from rlstream.fleet.status import (
     STATUS_LABEL,
@@ -247,6 +247,7 @@ def run_main(
         f'<span class="quarantine">{_quarantine(quarantine)}</span></div>'
         + (f'<div class="sub">not evaluable on this run: {_e(", ".join(ne))}</div>' if ne else "")
         + f'<div class="charts">{"".join(f"<div class=fig>{line_chart(c)}</div>" for c in charts)}</div>'
+        + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + "<h3>Findings</h3>"
         + _timeline(findings)
         + f"<h3>Cohort {_e(row.get('cohort') or '-')}: siblings</h3>"

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from typing import Any
 
-from rlstream.fleet.charts import run_charts
+from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
 from rlstream.fleet.read import (
     example_completions,
@@ -273,6 +273,7 @@ def run_section(
         + _not_evaluable(row)
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
+        + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + _examples(latest, out, storage_options)
         + _metadata(digest)
         + "</section>"
