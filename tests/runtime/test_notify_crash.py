@@ -1,12 +1,12 @@
 """`watch --notify` killed with SIGKILL between a finding's transition (committed to
 OUT's alerts) and its message (the endpoint was failing), then restarted: every
 transition reaches the receiver on 127.0.0.1 exactly once, and a further restart
-sends nothing again."""
+sends nothing again; with `--ui-port` the messages link to the run pages."""
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,7 +58,7 @@ def test_kill_between_transition_and_message_then_exactly_once(tmp_path):
         rec.fail = 0
         writer.join(300)
         for _ in range(2):  # the restart sends what is pending; the next one nothing
-            proc = _watch(root, out, rec.url, log, "--exit-when-finished")
+            proc = _watch(root, out, rec.url, log, "--exit-when-finished", "--ui-port", "0")
             assert proc.wait(timeout=400) == 0, log.read_text()[-3000:]
             if not rec.bodies:
                 raise AssertionError(log.read_text()[-3000:])
@@ -67,7 +67,11 @@ def test_kill_between_transition_and_message_then_exactly_once(tmp_path):
             assert set(got) == {transition_key(t) for t in _firing(out)}  # never lost
             assert any(t["code"] == "entropy_collapse" for b in rec.bodies
                        for t in b["transitions"])  # fmt: skip
-        assert all(len(json.dumps(b)) > 0 for b in rec.bodies)
+        # with --ui-port, each transition links to its run's page on this machine
+        for t in (t for b in rec.bodies for t in b["transitions"]):
+            assert re.fullmatch(r"http://127\.0\.0\.1:\d+/run\?id=" + re.escape(t["run_id"]),
+                                t["url"]), t["url"]  # fmt: skip
+        assert all(b["source"] == "rlstream" and b["id"] for b in rec.bodies)
     finally:
         rec.close()
         writer.join(300)
