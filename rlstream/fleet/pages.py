@@ -171,7 +171,44 @@ def fleet_controls(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def _timeline(findings: list[dict[str, Any]]) -> str:
+SEVERITY_COLOR = {"critical": "#c0392b", "warning": "#d68910", "info": "#2e86c1"}
+
+
+def timeline_svg(items: list[dict[str, Any]], last_step: int | None, width: int = 900) -> str:
+    """One bar per finding from its `since_step` to the run's last step (solid while
+    pending or firing, faint once resolved), on the run's step axis."""
+    placed = [f for f in items if f.get("since_step") is not None]
+    if not placed:
+        return ""
+    end = max([int(last_step or 0), *(int(f["since_step"]) for f in placed)]) or 1
+    left, right, row = 150, 10, 16
+    pw = width - left - right
+
+    def x(step: int) -> float:
+        return left + step / end * pw
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline-chart" width="{width}" '
+        f'height="{row * len(placed) + 18}" role="img">'
+    ]
+    for i, f in enumerate(placed):
+        y = i * row + 4
+        color = SEVERITY_COLOR.get(str(f.get("severity")), "#888")
+        faint = ' opacity="0.35"' if f.get("state") == "resolved" else ""
+        x0 = x(int(f["since_step"]))
+        parts.append(
+            f'<text x="{left - 6}" y="{y + 10}" class="yt">{_e(f.get("code"))}</text>'
+            f'<rect x="{x0:.1f}" y="{y}" width="{max(x(end) - x0, 2):.1f}" height="11" '
+            f'fill="{color}"{faint}><title>{_e(f.get("code"))} ({_e(f.get("state"))}) since '
+            f"step {_e(f['since_step'])}: {_e(f.get('message'))}</title></rect>"
+        )
+    y = row * len(placed) + 14
+    parts.append(f'<text x="{left}" y="{y}" class="xt">step 0</text>')
+    parts.append(f'<text x="{left + pw}" y="{y}" class="xt">{end}</text></svg>')
+    return "".join(parts)
+
+
+def _timeline(findings: list[dict[str, Any]], last_step: int | None = None) -> str:
     items = sorted(findings, key=lambda f: (f.get("since_step") is None, f.get("since_step") or 0))
     if not items:
         return '<p class="sub">No finding.</p>'
@@ -183,7 +220,7 @@ def _timeline(findings: list[dict[str, Any]]) -> str:
         f'<div class="advice">{_e(advice(f.get("code")))}</div></li>'
         for f in items
     )
-    return f'<ol class="timeline">{li}</ol>'
+    return timeline_svg(items, last_step) + f'<ol class="timeline">{li}</ol>'
 
 
 def _quarantine(by_reason: dict[str, int]) -> str:
@@ -249,7 +286,7 @@ def run_main(
         + f'<div class="charts">{"".join(f"<div class=fig>{line_chart(c)}</div>" for c in charts)}</div>'
         + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + "<h3>Findings</h3>"
-        + _timeline(findings)
+        + _timeline(findings, row.get("last_step"))
         + f"<h3>Cohort {_e(row.get('cohort') or '-')}: siblings</h3>"
         + _siblings(siblings)
         + "<h3>Samples</h3>"

@@ -61,14 +61,27 @@ def test_run_page_has_charts_timeline_advice_quarantine_and_samples_panel(server
     rid = fleet_out.run_ids["entropy_collapse"]
     status, _, body = _get(srv, "/run?id=" + quote(rid))
     assert status == 200
-    assert body.count('<svg xmlns="http://www.w3.org/2000/svg"') == 8
+    assert body.count('role="img" class="chart"') == 8
     assert "<b>entropy_collapse</b>" in body
+    # the timeline: one bar per placed finding, from its since_step to the last step
+    latest = {r["run_id"]: r for r in read_latest(str(fleet_out.out))}
+    placed = sorted(
+        (f for f in latest[rid]["findings"] if f["since_step"] is not None),
+        key=lambda f: f["since_step"],
+    )
+    bars = re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="11"', body)
+    assert len(bars) == len(placed) >= 1
+    f = placed[0]
+    x0 = 150 + f["since_step"] / latest[rid]["last_step"] * 740
+    assert (
+        abs(float(bars[0][0]) - x0) < 0.06
+        and abs(float(bars[0][0]) + float(bars[0][1]) - 890) < 0.1
+    )
     assert "the policy stopped exploring" in body  # its advice
     assert "no quarantined line" in body
     assert "no samples table in OUT" in body
     # its cohort's other runs are listed and drawn as their own curves: with fewer
     # than 3 peers no band is drawn
-    latest = {r["run_id"]: r for r in read_latest(str(fleet_out.out))}
     peers = [k for k, r in latest.items() if k != rid and r["cohort"] == latest[rid]["cohort"]]
     assert 1 <= len(peers) < 3
     assert body.count('href="/run?id=') == len(peers)
