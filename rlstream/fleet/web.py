@@ -9,7 +9,8 @@ body) by reading OUT only, through the readers `status` and `report` use
 - `/api/version`: the fleet's version as an ETag (a hash of every run's commit
   sequence, last step and status, and the rejected runs), 304 when the browser's
   `If-None-Match` still matches; the page's script polls it every `refresh` seconds
-  on one connection at a time and fetches the fragment only when it changed;
+  one request at a time on one kept-alive connection, and fetches the fragment only
+  when it changed;
 - `/static/live.js`, `/static/live.css`: shipped in the package.
 
 Reads are bounded per refresh: the run_health and rejected reads (one log replay each,
@@ -257,6 +258,9 @@ def make_handler(
     class Handler(BaseHTTPRequestHandler):
         server_version = "rlstream"
         sys_version = ""
+        # Keep-alive: a tab's polls reuse one connection; an idle one closes after 60 s.
+        protocol_version = "HTTP/1.1"
+        timeout = 60
 
         def do_HEAD(self) -> None:
             self._answer(head_only=True)

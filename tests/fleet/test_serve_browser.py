@@ -98,7 +98,19 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
 def test_a_step_committed_by_a_running_watch_appears_without_reload(ray_session, tmp_path):
     root, out = tmp_path / "runs", tmp_path / "out"
     sim = SimConfig(runs=2, steps=60, scenarios=("healthy", "entropy_collapse"), seed=5)
-    writer = threading.Thread(target=simulate_live, args=(root, sim, 0.25), daemon=True)
+    # The writer holds after 10 steps of each run until the page is open, so steps are
+    # still to come however slowly the watch starts.
+    page_open = threading.Event()
+
+    def gated_sleep(seconds: float) -> None:
+        written = sum(p.read_bytes().count(b"\n") for p in root.glob("*/steps.jsonl"))
+        if written >= 2 * 10:
+            page_open.wait(timeout=600)
+        time.sleep(seconds)  # the simulated trainer's step time
+
+    writer = threading.Thread(
+        target=simulate_live, args=(root, sim, 0.25), kwargs={"sleep": gated_sleep}, daemon=True
+    )
     writer.start()
     refresh = 1.0
     exporter = MetricsExporter(
@@ -135,6 +147,7 @@ def test_a_step_committed_by_a_running_watch_appears_without_reload(ray_session,
         b.evaluate("window.__sameDocument = 'yes'")
         first = b.evaluate("Math.max(...Array.from(document.querySelectorAll('#fleet tbody tr'))"
                            ".map(r => Number(r.cells[4].getAttribute('data-v'))))")  # fmt: skip
+        page_open.set()
         # The next step committed to OUT (as `status` reads it) must be on the page
         # within two refresh intervals of being readable, with no reload.
         while True:
@@ -147,7 +160,9 @@ def test_a_step_committed_by_a_running_watch_appears_without_reload(ray_session,
         got = b.wait_for(
             "Math.max(...Array.from(document.querySelectorAll('#fleet tbody tr'))"
             f".map(r => Number(r.cells[4].getAttribute('data-v')))) >= {seen}",
-            timeout=2 * refresh + 1.0,  # the page's poll, plus the server's read
+            # two of the page's polls, plus slack for the server's read and the
+            # browser's render on a loaded machine
+            timeout=2 * refresh + 3.0,
         )
         took = time.monotonic() - committed_at
         assert got, f"step {seen} not shown {took:.1f}s after it was committed"
@@ -158,6 +173,7 @@ def test_a_step_committed_by_a_running_watch_appears_without_reload(ray_session,
         assert _nonblank(shot) > 0.03
         assert b.errors() == []
     finally:
+        page_open.set()
         if b is not None:
             b.close()
         done.set()
