@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from rlstream.fleet.status import STATUS_ORDER, status_rows
@@ -273,7 +273,9 @@ def render_metrics(
 
 
 class MetricsExporter:
-    """Serves /metrics on host:port from a daemon thread; the driver feeds it."""
+    """Serves /metrics on host:port from a daemon thread; the driver feeds it. With
+    `pages` (a `fleet.web.FleetPages`: `watch --ui-port`), the same server serves the
+    live pages too."""
 
     def __init__(
         self,
@@ -285,6 +287,7 @@ class MetricsExporter:
         min_refresh_seconds: float = 1.0,
         load: Callable[[], list[dict[str, Any]]] | None = None,
         load_rejected: Callable[[], list[dict[str, Any]]] | None = None,
+        pages: Any = None,
     ) -> None:
         from rlstream.fleet.outdir import read_rejected
         from rlstream.fleet.read import read_latest
@@ -302,21 +305,9 @@ class MetricsExporter:
         self._loaded_at = float("-inf")
         exporter = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?")[0] != "/metrics":
-                    self.send_error(404, "only /metrics is served here")
-                    return
-                body = exporter.page().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        from rlstream.fleet.web import make_handler
 
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("metrics: " + format, *args)
-
+        Handler = make_handler(pages, exporter, host)
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

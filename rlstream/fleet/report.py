@@ -6,8 +6,9 @@ entropy and truncation are the window medians the health rules judge), the run
 folders rejected for an unreadable run.json with their reason, and one section per
 run, worst first: the charts of `fleet.charts` (reward, discards by reason, mismatch
 KL and ESS, entropy, completion length, truncation and lag), each finding marked on
-its chart at `since_step` with its message, its cohort's band (p10-p90 of the runs of
-its cohort, `OUT/cohorts`) under the figures that have one, and, for degenerate_outputs and
+its chart at `since_step` with its message, its cohort (`OUT/cohorts`) under the figures that have one: the
+cohort's median ± 2 robust deviations with at least 3 other runs, else the siblings'
+own curves; the held-out evaluations on the reward chart; and, for degenerate_outputs and
 entropy_collapse, example completions read from the run's newest transcripts (the one
 read outside OUT).
 
@@ -27,13 +28,14 @@ from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from typing import Any
 
-from rlstream.fleet.charts import run_charts
+from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
 from rlstream.fleet.read import (
     example_completions,
     newest_names,
     read_bands,
     read_digests,
+    read_heldout,
     read_latest,
 )
 from rlstream.fleet.status import (
@@ -85,7 +87,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 6px;border-top
 .s-healthy{background:#229954} .s-finished{background:#566573} .s-unknown{background:#999}
 .s-insufficient{background:#85929e}
 .s-rejected{background:#6e2c00} .counts .s-rejected a{color:#fff}
-table{border-collapse:collapse;margin:6px 0} th,td{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap}
+table{border-collapse:collapse;margin:6px 0} th,td{padding:3px 6px;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap;vertical-align:top}
+#fleet{max-width:1360px} #fleet td.codes,#fleet td.name{white-space:normal;overflow-wrap:anywhere;max-width:240px} .id{font-size:11px}
 th{cursor:pointer;background:#f4f6f7;user-select:none} td.n{text-align:right;font-variant-numeric:tabular-nums}
 .badge{padding:1px 6px;border-radius:3px;color:#fff;font-size:12px}
 .charts{display:flex;flex-wrap:wrap;gap:10px}.fig{border:1px solid #e5e5e5;padding:4px}
@@ -122,25 +125,30 @@ def _window(rows: list[dict[str, Any]]) -> str:
     return f"median of last {ns[0]} steps" if len(ns) == 1 else "median of last steps"
 
 
+def run_name(row: dict[str, Any]) -> str:
+    """A run's folder name (the last part of its URI), else its id."""
+    uri = str(row.get("run_uri") or "").rstrip("/")
+    return uri.rsplit("/", 1)[-1] or str(row.get("run_id"))
+
+
 def overview_table(rows: list[dict[str, Any]]) -> str:
     """The fleet table. KL, ESS, entropy and truncation are the window medians the
-    health rules judge (as in `rlstream status`), so they agree with the findings."""
-    w = _window(rows)
-    head = (
-        "<tr><th>run</th><th>cohort</th><th>status</th><th>last step</th><th>updated</th>"
-        "<th>reward (last step)</th><th>trend/100 steps</th>"
-        f"<th>mismatch KL ({w})</th><th>ESS ({w})</th><th>entropy ({w})</th>"
-        f"<th>truncation ({w})</th><th>firing findings</th></tr>"
-    )
+    health rules judge (as in `rlstream status`), so they agree with the findings;
+    runs are named by folder (id below); quar.: the run's quarantined lines."""
+    heads = ("run", "cohort", "status", "step", "updated", "reward", "trend/100")
+    heads += ("KL*", "ESS*", "entropy*", "trunc*", "quar.", "findings")
+    head = "<tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>"
     body = []
     for i, r in enumerate(rows):
         codes = ", ".join(f["code"] for f in r["firing"]) or "-"
         trend = r.get("reward_trend")
         kl, ess = r.get("mismatch_kl_recent"), r.get("mismatch_ess_recent")
         ent, trunc = r.get("entropy_recent"), r.get("truncated_recent")
+        name = run_name(r)
         body.append(
             "<tr>"
-            f'<td data-v="{_e(r["run_id"])}"><a href="#run-{i}">{_e(r["run_id"])}</a></td>'
+            f'<td class="name" data-v="{_e(name)}"><a href="#run-{i}">{_e(name)}</a>'
+            f'<div class="sub id">{_e(r["run_id"])}</div></td>'
             f'<td data-v="{_e(r.get("cohort") or "")}">{_e(r.get("cohort") or "-")}</td>'
             f'<td data-v="{STATUS_ORDER.get(r.get("status") or "", 9)}">{_badge(r.get("status"), r.get("verdict"))}</td>'
             + _numcell(r.get("last_step"), fmt_num(r.get("last_step"), "d"))
@@ -151,11 +159,17 @@ def overview_table(rows: list[dict[str, Any]]) -> str:
             + _numcell(ess, fmt_num(ess, ".3f"))
             + _numcell(ent, fmt_num(ent, ".3f"))
             + _numcell(trunc, fmt_num(trunc, ".2f"))
-            + f'<td data-v="{len(r["firing"])}">{_e(codes)}</td></tr>'
+            + _numcell(r.get("quarantined"), fmt_num(r.get("quarantined"), "d"))
+            + f'<td class="codes" data-v="{len(r["firing"])}">{_e(codes)}</td></tr>'
         )
+    legend = (
+        f'<p class="sub">* {_window(rows)}, the value the health rules judge (reward: the '
+        "last step); quar.: lines quarantined (OUT/quarantine holds file, offset and "
+        "reason).</p>"
+    )
     return (
         f'<table class="sortable" id="fleet"><thead>{head}</thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f"<tbody>{''.join(body)}</tbody></table>{legend}"
     )
 
 
@@ -238,9 +252,11 @@ def run_section(
     out: str,
     storage_options: dict[str, Any] | None,
     bands: dict[str, dict[str, list[Any]]] | None = None,
+    siblings: dict[str, RunDigest] | None = None,
+    heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
 ) -> str:
     findings = list(latest.get("findings") or [])
-    charts = run_charts(digest, findings, bands)
+    charts = run_charts(digest, findings, bands, siblings, heldout)
     unplaced = [f for f in findings if f.get("since_step") is None]
     extra = "".join(
         f"<li class='msg'><b>{_e(f.get('code'))}</b> [{_e(f.get('severity'))}, "
@@ -248,8 +264,10 @@ def run_section(
         for f in unplaced
     )
     return (
-        f'<section class="run" id="run-{i}"><h2>{_e(row["run_id"])} {_badge(row.get("status"), row.get("verdict"))}</h2>'
-        f'<div class="sub">{_e(row.get("run_uri"))} · {_e(row.get("format") or "loops")} format · '
+        f'<section class="run" id="run-{i}"><h2>{_e(run_name(row))} {_badge(row.get("status"), row.get("verdict"))}</h2>'
+        f'<div class="sub">id {_e(row["run_id"])} · {_e(row.get("run_uri"))} · '
+        f"{_e(row.get('format') or 'loops')} format · "
+        f"{plural(int(row.get('quarantined') or 0), 'quarantined line')} · "
         f"cohort {_e(row.get('cohort') or '-')} · "
         f"last step {_e(row.get('last_step'))} · "
         f"{plural(digest.rows, 'final step')} · {plural(len(findings), 'finding')}"
@@ -259,6 +277,7 @@ def run_section(
         + _not_evaluable(row)
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
+        + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + _examples(latest, out, storage_options)
         + _metadata(digest)
         + "</section>"
@@ -325,7 +344,18 @@ def render_report(
     rejected = read_rejected(out, storage_options, [r["run_uri"] for r in latest])
     by_id = {r["run_id"]: r for r in latest}
     rows = status_rows(latest, now)
+    with ThreadPoolExecutor(8, thread_name_prefix="rlstream-report") as pool:
+        evals = list(pool.map(lambda r: read_heldout(out, r["run_id"], storage_options), rows))
     now_dt = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
+
+    def siblings(r: dict[str, Any]) -> dict[str, RunDigest]:
+        c = r.get("cohort")
+        return {
+            run_name(o): digests[o["run_id"]]
+            for o in rows
+            if c and o.get("cohort") == c and o is not r and o["run_id"] in digests
+        }
+
     sections = "".join(
         run_section(
             i,
@@ -335,6 +365,8 @@ def render_report(
             out,
             storage_options,
             bands.get(r.get("cohort")),
+            siblings(r),
+            evals[i],
         )
         for i, r in enumerate(rows)
     )

@@ -5,15 +5,15 @@ plain dicts with JSON-ready values; `render_table(rows, rejected=...)` lays them
 a terminal: a count line whose parts add up to the runs, the rows, a legend for the
 starred columns (KL, ESS, entropy, truncation: the window medians the health rules
 judge, so a row never contradicts its firing findings) and for `n/e` (how many rules
-the run's format cannot evaluate; `--json` names them), the runs the rules could
-not judge or not fully judge and what is missing (`missing_lines`), and a footer
-naming the runs rejected for an unreadable run.json (`outdir.read_rejected`);
-`follow(...)` redraws the table in place until interrupted. Order: status severity
-(critical, stalled, warning, insufficient, healthy, finished), then more firing
-findings first, then run_id. The status cell says what a run is (`verdict`): a
-finished run with a warning or critical finding reads `finished: critical CODE, steps
-A-B` (its worst finding and the steps it fired over), one the rules cannot judge `not
-judged`. Only OUT is read, never the runs.
+the run's format cannot evaluate; `--json` names them) and for `quar` (the run's
+quarantined lines), the runs the rules could not judge or not fully judge and what
+is missing (`missing_lines`), and a footer naming the runs rejected for an unreadable
+run.json (`outdir.read_rejected`); `follow(...)` redraws the table in place until
+interrupted. Order: status severity (critical, stalled, warning, insufficient,
+healthy, finished), then more firing findings first, then run_id. The status cell
+says what a run is (`verdict`): a finished run with a warning or critical finding
+reads `finished: critical CODE, steps A-B` (its worst finding and the steps it fired
+over), one the rules cannot judge `not judged`. Only OUT is read, never the runs.
 """
 
 from __future__ import annotations
@@ -176,11 +176,14 @@ def trend_arrow(slope: float | None) -> str:
 
 
 HEADS = ("run", "format", "cohort", "status", "step", "updated", "reward", "trend/100")
-HEADS += ("kl*", "ess*", "entropy*", "trunc*", "n/e", "findings")
+HEADS += ("kl*", "ess*", "entropy*", "trunc*", "quar", "n/e", "findings")
 NE_LEGEND = (
     "n/e: how many health rules the run's files cannot evaluate (its format lacks their "
     "figures; names under not_evaluable in --json and in the report)"
 )
+
+
+QUAR_LEGEND = "quar: lines quarantined (file, offset, reason in OUT/quarantine)"
 
 
 def table_cells(r: dict[str, Any]) -> list[str]:
@@ -197,6 +200,7 @@ def table_cells(r: dict[str, Any]) -> list[str]:
         fmt_num(r.get("mismatch_ess_recent"), ".3f"),
         fmt_num(r.get("entropy_recent"), ".3f"),
         fmt_num(r.get("truncated_recent"), ".2f"),
+        fmt_num(r.get("quarantined"), "d"),
         str(len(r.get("not_evaluable") or [])) if r.get("not_evaluable") else "-",
         ",".join(f["code"] for f in r["firing"]) or "-",
     ]
@@ -314,6 +318,7 @@ def render_table(
         lines.append(line)
     if rows:
         lines.append(recent_legend(rows))
+        lines.append(QUAR_LEGEND)
         if any(r.get("not_evaluable") for r in rows):
             lines.append(NE_LEGEND)
         replaced = [r for r in rows if r.get("replaced_steps")]

@@ -40,7 +40,7 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
     latest = {r["run_id"]: r["format"] for r in read_latest(str(tmp_path / "out"))}
     assert sorted(latest.values()) == sorted(["loops", *FORMATS])
     text = render_table(status_rows(read_latest(str(tmp_path / "out"))))
-    legends = ("*", "n/e:", "r:", "not judged:", "partly judged:")
+    legends = ("*", "n/e:", "r:", "not judged:", "partly judged:", "quar:")
     rows = [ln for ln in text.splitlines()[2:] if not ln.startswith(legends)]
     table_formats = {ln.split()[0]: ln.split()[1] for ln in rows}
     assert table_formats == latest
@@ -72,7 +72,7 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
     assert n_e == {k: str(len(v["not_evaluable"]) or "-") for k, v in by_id.items()}
     html = render_report(str(tmp_path / "out"))
     for section in html.split('<section class="run"')[1:]:
-        run = by_id[re.search(r"<h2>(\S+) ", section).group(1)]
+        run = by_id[re.search(r'<div class="sub">id (\S+) ', section).group(1)]
         codes = run["not_evaluable"]
         assert (
             f"not evaluable on this run ({run['format']} files lack their figures): "
