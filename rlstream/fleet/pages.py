@@ -53,9 +53,10 @@ def run_href(run_id: str) -> str:
     return "/run?id=" + quote(run_id, safe="")
 
 
-def badge(status: str | None) -> str:
+def badge(status: str | None, text: str | None = None) -> str:
+    """A status badge; `text`: the words shown (the row's `verdict`), else the status."""
     s = status if status in STATUS_ORDER else "unknown"
-    return f'<span class="badge s-{s}">{_e(status or "?")}</span>'
+    return f'<span class="badge s-{s}">{_e(text or status or "?")}</span>'
 
 
 def _num(v: Any, text: str) -> str:
@@ -105,7 +106,7 @@ def fleet_row(r: dict[str, Any]) -> str:
         f'<td data-v="{_e(name)}"><input type="checkbox" class="pick" value="{_e(r["run_id"])}" '
         f'title="compare"> <a href="{_e(run_href(r["run_id"]))}">{_e(name)}</a>'
         f'<div class="id">{_e(r["run_id"])}</div></td>'
-        f'<td data-v="{STATUS_ORDER.get(r.get("status") or "", 9)}">{badge(r.get("status"))}</td>'
+        f'<td data-v="{STATUS_ORDER.get(r.get("status") or "", 9)}">{badge(r.get("status"), r.get("verdict"))}</td>'
         f'<td data-v="{_e(r.get("cohort") or "")}">{_e(r.get("cohort") or "-")}</td>'
         f'<td data-v="{_e(r.get("format"))}">{_e(r.get("format"))}</td>'
         + _num(r.get("last_step"), fmt_num(r.get("last_step"), "d"))
@@ -277,7 +278,7 @@ def run_main(
     charts = run_charts(digest, findings, bands, others, heldout)
     ne = row.get("not_evaluable") or []
     return (
-        f'<h2 class="run-title">{_e(run_name(row))} {badge(row.get("status"))}</h2>'
+        f'<h2 class="run-title">{_e(run_name(row))} {badge(row.get("status"), row.get("verdict"))}</h2>'
         f'<div class="sub">id {_e(row["run_id"])} · {_e(row.get("run_uri"))} · '
         f"{_e(row.get('format'))} format · cohort {_e(row.get('cohort') or '-')} · "
         f'last step <span id="last-step">{_e(row.get("last_step"))}</span> · '

@@ -14,6 +14,7 @@ from urllib.parse import quote
 import pytest
 
 from rlstream.fleet.read import read_latest
+from rlstream.fleet.status import STATUS_ORDER
 from rlstream.fleet.web import CSP, FleetPages, PageServer
 from tests.fleet.conftest import HOSTILE_ID
 
@@ -43,7 +44,7 @@ def test_fleet_page_lists_every_run_escaped_with_counts(server, fleet_out):
     assert head["X-Content-Type-Options"] == "nosniff"
     runs = re.findall(r'<tr data-status="([a-z]+)"', body)
     assert len(runs) == 4
-    assert body.count('data-count="') == 5  # one badge per status, even at 0
+    assert body.count('data-count="') == len(STATUS_ORDER)  # one badge per status, even at 0
     for scenario, rid in fleet_out.run_ids.items():
         if rid != HOSTILE_ID:
             assert f'data-run="{rid}"' in body, scenario
@@ -52,7 +53,7 @@ def test_fleet_page_lists_every_run_escaped_with_counts(server, fleet_out):
     # only our own script, from this origin
     assert re.findall(r"<script[^>]*>", body) == ['<script src="/static/live.js">']
     # worst first: a critical run before the healthy one
-    order = {"critical": 0, "stalled": 1, "warning": 2, "healthy": 3, "finished": 4}
+    order = STATUS_ORDER
     assert [order[s] for s in runs] == sorted(order[s] for s in runs)
 
 
