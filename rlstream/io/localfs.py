@@ -8,7 +8,10 @@ Run folders are untrusted input (docs/runtime.md, "What rlstream reads"):
   only when the file's real location (the descriptor's own path, from
   /proc/self/fd, else the real path of its folder) lies inside one of them: a linked
   *folder* inside a run that leads out of ROOT is caught too, after the open and before
-  any byte is read. Refusals raise `UnsafeFile` with the reason, never any byte.
+  any byte is read; and only when the file is on the same mount as its ROOT (the mount
+  ids of /proc/self/fdinfo): a folder from elsewhere bind-mounted inside a run shows a
+  path inside ROOT, but its mount says where it comes from. Refusals raise
+  `UnsafeFile` with the reason, never any byte.
 - `dotdot(path)`: the reason a path (or an object key) with a `..` component is
   refused, or None.
 - `write_atomic_local(path, data)`: a whole file replaced atomically (temp, fsync, rename).
@@ -28,6 +31,12 @@ from rlstream.errors import UnsafeFile
 
 OUTSIDE = "outside ROOT (reached through a linked folder)"
 """The reason of a file refused because its real location is not under any ROOT."""
+
+
+MOUNTED = "on another mount than its ROOT (a folder mounted inside ROOT)"
+"""The reason of a file refused because it lies on a mount inside ROOT."""
+
+_ROOT_MOUNTS: dict[str, int | None] = {}
 
 
 def dotdot(path: str) -> str | None:
@@ -55,6 +64,42 @@ def _fd_path(fd: int, path: str) -> str:
         return os.path.join(os.path.realpath(folder), name)
 
 
+def _mount_id(fd: int) -> int | None:
+    """The mount id of an open descriptor (Linux /proc/self/fdinfo), or None."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+            for line in f:
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _root_mount(root: str) -> int | None:
+    """The mount id of a ROOT folder, once per process."""
+    if root not in _ROOT_MOUNTS:
+        try:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            _ROOT_MOUNTS[root] = _mount_id(fd)
+        finally:
+            os.close(fd)
+    return _ROOT_MOUNTS[root]
+
+
+def _refusal(fd: int, path: str, roots: Sequence[str]) -> str | None:
+    """Why the open file `fd` is refused for where it lies, or None."""
+    real = _fd_path(fd, path)
+    home = [r for r in roots if inside(real, [r])]
+    if not home:
+        return OUTSIDE
+    mine, theirs = _mount_id(fd), _root_mount(max(home, key=len))
+    return MOUNTED if mine is not None and theirs is not None and mine != theirs else None
+
+
 def open_regular(path: str, roots: Sequence[str] = ()) -> int:
     """A read-only descriptor of the regular file at `path` (see the module docstring);
     `UnsafeFile` with no byte read when it is a link, a special file, has a `..` in its
@@ -75,9 +120,10 @@ def open_regular(path: str, roots: Sequence[str] = ()) -> int:
         if os.path.isdir(path):
             raise IsADirectoryError(path)
         raise UnsafeFile(path, "a special file (FIFO, socket or device)")
-    if roots and not inside(_fd_path(fd, path), roots):
+    why = _refusal(fd, path, roots) if roots else None
+    if why is not None:
         os.close(fd)
-        raise UnsafeFile(path, OUTSIDE)
+        raise UnsafeFile(path, why)
     return fd
 
 

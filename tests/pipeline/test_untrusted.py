@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -223,3 +224,34 @@ def test_a_nested_linked_folder_of_a_run_is_not_read(tmp_path):
     assert _leaked(out) == []
     rows = out_sql(out, "select file, reason, detail from quarantine where reason <> 'late'")
     assert rows and all(r[1] == "unsafe_file" and r[0].startswith("rollouts/step_1/") for r in rows)
+
+
+def test_a_folder_mounted_inside_a_run_is_quarantined_never_read(tmp_path):
+    """A bind mount shows paths inside ROOT; its mount id says where it comes from."""
+    run = write_run(tmp_path / "runs", steps=3)
+    outside = tmp_path / "outside"
+    shutil.move(run / "transcripts", outside)
+    for f in outside.iterdir():
+        f.write_bytes(SECRET)
+    target = run / "transcripts"
+    target.mkdir()
+    r = subprocess.run(["mount", "--bind", str(outside), str(target)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {r.stderr.decode().strip()}")
+    try:
+        out = tmp_path / "out"
+        analyze_local([str(tmp_path / "runs")], str(out))
+        rows = out_sql(out, "select reason, detail, count(*) from quarantine group by all")
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+    n = len(list(outside.iterdir()))
+    assert n > 0
+    assert rows == [
+        (
+            "unsafe_file",
+            "not opened: on another mount than its ROOT (a folder mounted inside ROOT)",
+            n,
+        )
+    ]
+    assert out_sql(out, "select count(*) from steps") == [(3,)]
+    assert _leaked(out) == []
