@@ -76,7 +76,7 @@ def test_runs_read_while_they_grow_equal_one_batch_read(grown, tmp_path):
     assert want["tbx"][5] > 0  # the TensorBoard restart is replaced while watched too
 
 
-@pytest.mark.parametrize("failpoint", ["after_state:3", "after_states:2", "after_append:5"])
+@pytest.mark.parametrize("failpoint", ["after_state:3", "after_state:1", "after_append:5"])
 def test_kill_while_growing_then_restart_equals_uninterrupted(grown, tmp_path, failpoint):
     _, want = grown
     root, out = tmp_path / "root", tmp_path / "out"
