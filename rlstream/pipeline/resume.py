@@ -7,6 +7,9 @@ A resume state file is three parts, each on its own line but the last:
     <body>                     JSON (tagged values, see below), zstd-compressed (n bytes
                                once decompressed)
 
+The header's `snapshot` is the body's version: the run's fields that
+`rlstream.pipeline.snapshot` lists (none: version 1, the whole `RunState`).
+
 `python -m rlstream.pipeline.resume FILE` prints a file's header and body as JSON.
 The body is JSON. Values JSON cannot carry exactly are written as one-key
 objects whose key starts with `$`:
