@@ -8,7 +8,9 @@
 - a state written by main before snapshots (version 1, `fixtures/resume_v1_mid_run.state`,
   see `fixtures/make_resume_v1.py` for the command) loads into the same snapshot the
   current code builds from the same run and poll, and continues with the same rows;
-- a snapshot of a newer version is refused, naming the file and the way out.
+- a snapshot of a newer version is refused, naming the file and the way out;
+- a restored run is polled at once, even a quiet one, so its status is derived before
+  any commit writes its run_health row.
 """
 
 from __future__ import annotations
@@ -151,3 +153,25 @@ def test_a_newer_snapshot_is_refused():
     assert data.startswith(MAGIC)
     with pytest.raises(ResumeStateError, match=rf"OUT/r.*snapshot version {VERSION + 1}.*reset"):
         decode_state(data, "OUT/r", "rerun with --reset-run r")
+
+
+def test_a_restored_quiet_run_gets_its_status_at_the_first_poll(tmp_path):
+    """A run idle past `idle_backoff_seconds` is polled only now and then, but one just
+    restored is due at once: its status is derived by that poll's health hook."""
+    from tests.pipeline.runfiles import write_run
+
+    write_run(tmp_path / "runs", steps=3, finished=False)
+    cfg = PipelineConfig(idle_backoff_seconds=1.0, idle_poll_every=10**9)
+    args = ([str(tmp_path / "runs")], str(tmp_path / "out"), cfg)
+    group = build_group(*args, **health_hooks())
+    group.poll(local_executor(group.storage), now=100.0)
+    group.commit(now=100.0)
+    status = next(iter(group.states())).status
+    assert status == "insufficient"
+    again = build_group(*args, **health_hooks())
+    back = next(iter(again.states()))
+    assert back.status is None
+    again.poll(local_executor(again.storage), now=102.0)
+    assert back.status == status
+    back.status = "x"  # once it has one, a quiet run waits its turn
+    assert not again._due(back, 102.0)
