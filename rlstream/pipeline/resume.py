@@ -7,6 +7,9 @@ A resume state file is three parts, each on its own line but the last:
     <body>                     JSON (tagged values, see below), zstd-compressed (n bytes
                                once decompressed)
 
+The header's `snapshot` is the body's version: the run's fields that
+`rlstream.pipeline.snapshot` lists (none: version 1, the whole `RunState`).
+
 `python -m rlstream.pipeline.resume FILE` prints a file's header and body as JSON.
 The body is JSON. Values JSON cannot carry exactly are written as one-key
 objects whose key starts with `$`:
@@ -259,38 +262,22 @@ def peek_field(data: bytes, where: str, name: str) -> Any:
 
 
 def encode_state(state: Any) -> bytes:
-    """A `RunState`'s resume state file (its fields but the transient ones)."""
-    from rlstream.pipeline.state import TRANSIENT
+    """A `RunState`'s resume state file: its snapshot (`rlstream.pipeline.snapshot`)."""
+    from rlstream.pipeline.snapshot import VERSION, snapshot
 
-    body = {
-        f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.name not in TRANSIENT
-    }
-    return encode({"run_id": state.run_id, "seq": state.seq}, body)
+    return encode({"run_id": state.run_id, "seq": state.seq, "snapshot": VERSION}, snapshot(state))
 
 
 def decode_state(data: bytes, where: str, way_out: str) -> Any:
-    """The `RunState` of a resume state file (see `decode` for errors)."""
-    from rlstream.pipeline.state import TRANSIENT, RunState
+    """The `RunState` of a resume state file, of any snapshot version (a header
+    without `snapshot` is version 1); see `decode` for errors."""
+    from rlstream.pipeline.snapshot import SnapshotError, restore
 
-    _, body = decode(data, where, way_out)
-    if body.pop("outbox", None):
-        raise ResumeStateError(
-            f"resume state {where} was written by an earlier rlstream and holds rows of its "
-            "last commit that may not be in the tables yet (an outbox): finish that commit "
-            f"with `rlstream analyze` of that version (its state is then written without "
-            f"them), or {way_out}"
-        )
-    body.pop("outbox_seq", None)
-    known = {f.name for f in dataclasses.fields(RunState)} - TRANSIENT
-    extra = sorted(set(body) - known)
-    if extra or not isinstance(body.get("run_id"), str) or not isinstance(body.get("seq"), int):
-        why = f"fields this version does not know: {extra}" if extra else "no run_id or seq"
-        raise ResumeStateError(f"resume state {where} is corrupt ({why}); {way_out}")
+    head, body = decode(data, where, way_out)
     try:
-        state = RunState(**body)
-    except TypeError as e:
-        raise ResumeStateError(f"resume state {where} is corrupt ({e}); {way_out}") from e
-    return state
+        return restore(body, head.get("snapshot", 1))
+    except SnapshotError as e:
+        raise ResumeStateError(f"resume state {where} {e}; {way_out}") from e
 
 
 if __name__ == "__main__":

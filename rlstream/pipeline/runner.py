@@ -290,6 +290,8 @@ class RunGroup:
         """Runs with no new bytes for `idle_backoff_seconds` are polled only every
         `idle_poll_every` polls (staggered by run), so a quiet fleet costs little; a
         run that wakes up is seen within that many polls."""
+        if self.health is not None and state.status is None:
+            return True  # just restored: the health hook derives its status (snapshot)
         if state.last_change is None or now - state.last_change < self.cfg.idle_backoff_seconds:
             return True
         every = max(1, self.cfg.idle_poll_every)

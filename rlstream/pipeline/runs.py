@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rlstream.formats import get_format
 from rlstream.formats.base import Tail
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import BadRecord
 from rlstream.pipeline.commit import load_state
 from rlstream.pipeline.resume import ResumeStateError
+from rlstream.pipeline.snapshot import set_format
 from rlstream.pipeline.state import RunState
 from rlstream.pipeline.streams import identify, plan_streams
 from rlstream.pipeline.work import Unit, token_cap
@@ -71,10 +71,7 @@ def add_other_run(
     state = resume_run(group, info.run_id, run_url)
     if state is None:
         return None
-    state.format = fmt
-    state.parts = tuple(getattr(get_format(fmt), "parts", ()))
-    state.repeated_parts = tuple(getattr(get_format(fmt), "repeated_parts", ()))
-    state.spread = bool(getattr(get_format(fmt), "spread", False))
+    set_format(state, fmt)
     state.config = info.config
     state.created_at = info.created_at
     state.finished = info.finished

@@ -2,9 +2,10 @@
 
 `RunState` is everything the pipeline knows about one run between commits: file
 cursors, a bounded window over the transcript names consumed, the partial aggregates
-of steps that are not final yet, and counters. Its fields (but the `TRANSIENT` ones)
-are exactly what its resume state holds (`rlstream.pipeline.resume`, never a pickle),
-so a restarted process continues from it with nothing lost or counted twice. Its size
+of steps that are not final yet, and counters. Its resume state is a snapshot of the
+fields listed in `rlstream.pipeline.snapshot.FIELDS` (the others are derived or
+transient; encoded by `rlstream.pipeline.resume`, never a pickle), so a restarted
+process continues from it with nothing lost or counted twice. Its size
 is O(1) in the run's length (the pending steps, the name windows of transcripts and
 per-step files, and the health window).
 
@@ -34,14 +35,10 @@ from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
 
-TRANSIENT = frozenset({"out", "out_quarantine", "listed", "check", "durable_seq"})
-"""Fields a resume state does not hold: rows waiting for the next commit (it writes
-them to the tables before the state), and what one poll or process learnt."""
-
 
 @dataclass(slots=True)
 class RunState:
-    """What the pipeline holds for one run; what its resume state holds."""
+    """What the pipeline holds for one run (its snapshot: `pipeline.snapshot`)."""
 
     run_id: str
     run_url: str
