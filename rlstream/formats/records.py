@@ -213,6 +213,21 @@ def _float_array(v: Any, n: int, name: str) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
+class TranscriptText:
+    """An attempt's text: per model call what it was sent (prompt or rendered messages,
+    tool results included; "" where not recorded) and what it returned, with the
+    attempt's fields the samples table shows (None where the format does not say)."""
+
+    sent: tuple[str, ...]
+    returned: tuple[str, ...]
+    reward: float | None = None
+    group_id: str = ""
+    policy_version: int | None = None
+    stop_reason: str | None = None
+    file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Transcript:
     """A validated transcript: per-generation arrays ready to concatenate."""
 
@@ -228,6 +243,8 @@ class Transcript:
     tokens: list[np.ndarray]
     topk: list[np.ndarray] | None
     vocab: int | None
+    text: TranscriptText | None = None
+    """What the attempt's calls were sent and returned, where the format records it."""
 
 
 def quarantine(

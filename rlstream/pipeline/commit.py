@@ -54,10 +54,11 @@ from rlstream.pipeline.state import RunState, is_finished
 from rlstream.sinks.cohorts import cohorts_table
 from rlstream.sinks.delta import DeltaSink, quarantine_table
 from rlstream.sinks.health import alerts_table, health_row, run_health_table
+from rlstream.sinks.samples import samples_table
 
 log = logging.getLogger("rlstream")
 
-COMMIT_TABLES = ("steps", "quarantine", "alerts", "run_health", "cohorts")
+COMMIT_TABLES = ("steps", "quarantine", "alerts", "run_health", "cohorts", "samples")
 """Tables the commits append to, in this order (run_latest is maintenance's)."""
 
 
@@ -143,6 +144,7 @@ def _new_rows(states: list[RunState], now: float) -> list[dict[str, pa.Table]]:
             ],
             cohorts_table,
         ),
+        "samples": (lambda st, _h: st.out_samples, samples_table),
     }
     out: list[dict[str, pa.Table]] = [{} for _ in states]
     for table, (rows_of, build) in kinds.items():
@@ -206,9 +208,13 @@ def commit_runs(
         if spilled:
             spills[id(st)] = spilled
         _prepare(st, new)
-    pending = [(st.out_rows, st.out_quarantine, st.out_alerts, st.out_cohorts) for st in states]
+    pending = [
+        (st.out_rows, st.out_quarantine, st.out_alerts, st.out_cohorts, st.out_samples)
+        for st in states
+    ]
     for st in states:
         st.out_rows, st.out_quarantine, st.out_alerts, st.out_cohorts = [], [], [], []
+        st.out_samples = []
     unspilled = append_spills(sink, [(st, spills[id(st)]) for st in states if id(st) in spills])
 
     def save(st: RunState) -> bool:
@@ -237,7 +243,7 @@ def commit_runs(
                 count_spilled(written, spills[id(st)])
         else:
             _undo(st, saved[id(st)])
-            st.out_rows, st.out_quarantine, st.out_alerts, st.out_cohorts = rows
+            st.out_rows, st.out_quarantine, st.out_alerts, st.out_cohorts, st.out_samples = rows
             retry.append(st)
     failpoint("after_states")
     failed = append_outboxes(sink, saved_ok, written)

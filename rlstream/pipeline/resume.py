@@ -65,6 +65,7 @@ _KIND_SOURCES = {
         "CountHistogram",
         "GroupStats",
         "RolloutAgg",
+        "SampleAgg",
         "StepAgg",
         "TokenAgg",
         "TopKEntropyAgg",

@@ -170,12 +170,10 @@ class RunGroup:
             )
         names = self._new_transcripts(state)
         n = self.cfg.transcripts_per_unit
+        tail = (state.final_through, self.cfg.samples, tuple(state.probe_panel))
         for i in range(0, len(names), n):
-            units.append(
-                TranscriptsUnit(
-                    state.run_id, state.run_url, tuple(names[i : i + n]), state.final_through
-                )
-            )
+            part = tuple(names[i : i + n])
+            units.append(TranscriptsUnit(state.run_id, state.run_url, part, *tail))
         state.polls += 1
         return units
 

@@ -23,7 +23,7 @@ the first time in a process, and after a failed spill or state write, `clean_orp
 reads its spill transaction: a version above the seq of its last written state means
 orphans, which are deleted:
 
-    steps:      run_id = <id> and step > F        F: final_through of the last written state
+    steps, samples: run_id = <id> and step > F    F: final_through of the last written state
     quarantine: run_id = <id> and commit_seq > S  S: seq of the last written state
 
 Only rows of commits whose state was never written match: the rows a written state
@@ -45,7 +45,7 @@ from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
 
-SPILL_TABLES = ("steps", "quarantine", "cohorts")
+SPILL_TABLES = ("steps", "quarantine", "cohorts", "samples")
 """Tables whose rows can be spilled: their orphans can be told by a column (a band row
 carries the run that wrote it and that run's commit_seq)."""
 
@@ -115,7 +115,7 @@ def clean_orphans(sink: DeltaSink, states: list[RunState]) -> dict[str, int]:
             quoted = s.run_id.replace("'", "''")
             cut = (
                 f"step > {int(s.durable_through)}"
-                if table == "steps"
+                if table in ("steps", "samples")
                 else f"commit_seq > {int(s.durable_seq)}"
             )
             n = sink.delete_where(table, f"run_id = '{quoted}' AND {cut}")

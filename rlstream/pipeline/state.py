@@ -32,6 +32,7 @@ from rlstream.io.tail import FileCursor
 from rlstream.metrics.step import HEADLINE_KEYS
 from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
+from rlstream.pipeline.samples import fix_panel, sample_rows
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
 
 TRANSIENT = frozenset(
@@ -40,6 +41,7 @@ TRANSIENT = frozenset(
         "out_quarantine",
         "out_alerts",
         "out_cohorts",
+        "out_samples",
         "listed",
         "unconfirmed",
         "spill_check",
@@ -129,6 +131,11 @@ class RunState:
     """Highest step judged against its peers (`unlike_peers`)."""
     out_cohorts: list[dict[str, Any]] = field(default_factory=list)
     """Band rows for OUT/cohorts this run's next commit carries."""
+    probe_panel: list[str] = field(default_factory=list)
+    """The run's probe tasks (`rlstream.pipeline.samples`), fixed at its first final
+    step holding tasks with text."""
+    out_samples: list[dict[str, Any]] = field(default_factory=list)
+    """Kept-sample rows for OUT/samples this run's next commit carries."""
 
     def __post_init__(self) -> None:
         self.durable_through, self.durable_seq = self.final_through, self.seq
@@ -246,10 +253,14 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
         return []
     steps = sorted(s for s in {*state.pending, *state.reported} if s <= upto)
     fmt = state.format
-    rows = [
-        step_row(state.run_id, s, state.reported.pop(s, None), state.pending.pop(s, None), fmt)
-        for s in steps
-    ]
+    rows = []
+    for s in steps:
+        part = state.pending.pop(s, None)
+        rows.append(step_row(state.run_id, s, state.reported.pop(s, None), part, fmt))
+        kept = part.agg.samples if part is not None else None
+        if kept is not None:
+            state.probe_panel = fix_panel(state.probe_panel, kept)
+            state.out_samples.extend(sample_rows(state.run_id, s, kept, state.probe_panel))
     state.final_through = upto
     for s in [s for s in state.read_at if s <= upto]:
         del state.read_at[s]

@@ -18,7 +18,10 @@ import numpy as np
 from rlstream.formats.loops import decode_transcript, simd_parser
 from rlstream.formats.records import BadRecord, Transcript
 from rlstream.metrics import CompletionAgg, StepAgg, TokenAgg, TopKEntropyAgg
+from rlstream.metrics.samples import SampleAgg
+from rlstream.metrics.scanners import SamplesConfig
 from rlstream.pipeline.partial import StepPartial
+from rlstream.pipeline.samples import attempt_of
 
 
 @dataclass
@@ -39,6 +42,7 @@ class _StepArrays:
     text_tokens: list[np.ndarray] = field(default_factory=list)
     text_tasks: list[str] = field(default_factory=list)
     sampler_ls: list[np.ndarray] = field(default_factory=list)
+    attempts: list[dict] = field(default_factory=list)
     vocab: int | None = None
     transcripts: int = 0
     full: int = 0
@@ -52,11 +56,19 @@ class TranscriptParser:
     simdjson when it takes them (`_simd_transcript`), else with orjson.
     """
 
-    def __init__(self, vocab_size: int | None = None) -> None:
+    def __init__(
+        self,
+        vocab_size: int | None = None,
+        samples: SamplesConfig | None = None,
+        panel: tuple[str, ...] = (),
+    ) -> None:
         self._steps: dict[int, _StepArrays] = {}
         self.vocab_size = vocab_size
         self.tokens = 0
         self._simd = simd_parser()
+        self.samples = samples or SamplesConfig()
+        self._scanners = self.samples.all_scanners()
+        self.panel = panel
 
     def add(self, data: bytes, name: str, final_through: int = -1) -> tuple[int | None, str | None]:
         """Parse one file; returns (step, None), or (step or None, quarantine reason).
@@ -75,6 +87,8 @@ class TranscriptParser:
     def add_transcript(self, t: Transcript) -> None:
         """Fold one validated transcript (of any format) into its step's arrays."""
         acc = self._steps.setdefault(t.step, _StepArrays())
+        if t.text is not None:  # scanned here, kept (bounded) by SampleAgg
+            acc.attempts.append(attempt_of(t, self._scanners))
         if t.trace == "text":  # words of a text-only completion: not a transcript
             acc.text_tokens.extend(t.tokens)
             acc.text_tasks.extend([t.task_id] * len(t.tokens))
@@ -141,6 +155,11 @@ class TranscriptParser:
             if a.text_tokens:
                 text = _text_completions(a.text_tokens, a.text_tasks)
                 agg.completions = text if agg.completions is None else agg.completions.merge(text)
+            if a.attempts:
+                c = self.samples
+                agg.samples = SampleAgg.from_attempts(
+                    a.attempts, c.top, self.panel, c.probes, c.high_reward
+                )
             out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
         return out
 

@@ -2,7 +2,7 @@
 the staged watch (tests/pipeline/staged.py) is killed by a failpoint (os._exit, as
 SIGKILL would) after a resume state, after all states of a commit, or after one
 table's append; rerun with the same arguments it must leave the same rows as an
-uninterrupted run, row for row, in steps, quarantine and alerts, and the same
+uninterrupted run, row for row, in steps, quarantine, alerts and samples, and the same
 latest health per run."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ def _tables(out: Path) -> dict[str, list[tuple]]:
         "steps": out_sql(out, "select * exclude (reported_other) from steps order by run_id, step"),
         "quarantine": out_sql(out, "select * from quarantine order by all"),
         "alerts": out_sql(out, "select * from alerts order by all"),
+        "samples": out_sql(out, "select * from samples order by run_id, step, attempt_id"),
         "latest": out_sql(
             out,
             "select * exclude (as_of, commit_seq, run_uri) from latest order by run_id",
