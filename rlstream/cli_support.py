@@ -111,7 +111,32 @@ def pipeline_config(args: argparse.Namespace) -> PipelineConfig:
         kw["input_format"] = args.format
     if getattr(args, "max_file_bytes", None) is not None:
         kw["max_file_bytes"] = args.max_file_bytes
+    kw["samples"] = samples_settings(args)
     return PipelineConfig(**kw)
+
+
+def samples_settings(args: argparse.Namespace):
+    """Kept samples and scanners: the rules file's `[samples]`, then `--samples-top`."""
+    import dataclasses
+    import tomllib
+
+    from rlstream.metrics.scanners import SamplesConfig, samples_config
+
+    cfg = SamplesConfig()
+    path = getattr(args, "rules", None)
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                table = tomllib.load(fh).get("samples")
+        except (OSError, tomllib.TOMLDecodeError):
+            table = None  # the health rules' loader reports an unreadable file
+        if table is not None:
+            try:
+                cfg = samples_config(table)
+            except ValueError as e:
+                raise ConfigError(f"rules file {path}: [samples] {e}") from e
+    top = getattr(args, "samples_top", None)
+    return dataclasses.replace(cfg, top=top) if top is not None else cfg
 
 
 def format_names() -> list[str]:
@@ -184,6 +209,13 @@ def common(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="largest whole run file read (a transcript, a per-step file, run.json; "
         "default 64 MiB): a larger one is quarantined as file_too_large, unread",
+    )
+    p.add_argument(
+        "--samples-top",
+        type=int,
+        metavar="K",
+        help="kept samples per run and step: the K highest- and K lowest-reward trained "
+        "attempts, up to K flagged ones (default 4, rules file [samples] top; docs/schema.md)",
     )
     retention(p)
 

@@ -40,6 +40,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "heldout_gap": (("eval",),),
     "metric_disagreement": (("pairs",),),
     "stalled": (("time",),),
+    "transcript_hack_flags": (("flagged",),),
 }
 
 

@@ -235,6 +235,8 @@ class SampleAgg:
             ("samples_scanned", int),
             ("flagged_frac", float),
             ("flagged_high_frac", float),
+            ("flagged_high_n", int),
+            ("flagged_attempts", list),
             ("flag_share", dict),
             ("flag_share_high", dict),
         )
@@ -245,6 +247,8 @@ class SampleAgg:
             "samples_scanned": self.n_text,
             "flagged_frac": self.any_trained / nt if nt else None,
             "flagged_high_frac": self.any_high / nh if nh else None,
+            "flagged_high_n": self.any_high,
+            "flagged_attempts": [c["attempt"] for c in self.flagged],
             "flag_share": {s: n / nt for s, n in sorted(self.flag_trained.items())} if nt else None,
             "flag_share_high": (
                 {s: self.flag_high.get(s, 0) / nh for s in sorted(self.flag_trained)}

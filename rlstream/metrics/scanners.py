@@ -18,6 +18,7 @@ outputs, printing a grader's success marker, and degenerate repetition.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from collections.abc import Callable
@@ -188,3 +189,49 @@ class SamplesConfig:
 
     def all_scanners(self) -> tuple[Scanner, ...]:
         return (DEFAULT_SCANNERS if self.default_scanners else ()) + self.scanners
+
+
+def samples_config(values: Any, base: SamplesConfig | None = None) -> SamplesConfig:
+    """A `SamplesConfig` from a rules file's `[samples]` table (over `base`); keys
+    `top`, `probes`, `high_reward`, `default_scanners` and `[[samples.scanner]]`
+    tables of `name` with `pattern` (and `on`) or `entry`. ValueError naming the key."""
+    base = base or SamplesConfig()
+    if not isinstance(values, dict):
+        raise ValueError(f"must be a table, got {values!r}")
+    kinds = {"top": int, "probes": int, "high_reward": float, "default_scanners": bool}
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        if key == "scanner":
+            if not isinstance(value, list) or not all(isinstance(x, dict) for x in value):
+                raise ValueError("scanner must be an array of tables ([[samples.scanner]])")
+            scs = []
+            for t in value:
+                extra = set(t) - {"name", "pattern", "on", "entry"}
+                if extra or not isinstance(t.get("name"), str):
+                    raise ValueError(
+                        f"scanner {t!r}: keys are name, pattern, on, entry (unknown: {sorted(extra)})"
+                    )
+                scs.append(
+                    Scanner(
+                        t["name"],
+                        t.get("pattern", ""),
+                        t.get("on", "completion"),
+                        t.get("entry", ""),
+                    )
+                )
+            changes["scanners"] = tuple(scs)
+            continue
+        if key not in kinds:
+            raise ValueError(f"unknown key {key!r}; valid keys: {', '.join([*kinds, 'scanner'])}")
+        kind = kinds[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ValueError(f"{key} must be {kind.__name__}, got {value!r}")
+        if kind is int and value < 0:
+            raise ValueError(f"{key} must be >= 0")
+        changes[key] = value
+    names = [s.name for s in changes.get("scanners", base.scanners)]
+    if len(set(names)) != len(names):
+        raise ValueError(f"scanner names repeat: {names}")
+    return dataclasses.replace(base, **changes)

@@ -43,7 +43,7 @@ REPORTED: dict[str, str] = {
 _MAP_F = pa.map_(pa.string(), pa.float64())
 _MAP_I = pa.map_(pa.string(), pa.int64())
 _MAP_S = pa.map_(pa.string(), pa.string())
-_PY = {int: pa.int64(), float: pa.float64()}
+_PY = {int: pa.int64(), float: pa.float64(), list: pa.list_(pa.string())}
 _DICT_TYPES = {
     "discards": _MAP_I,
     "rollout_metadata": _MAP_F,
