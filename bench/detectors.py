@@ -85,6 +85,8 @@ class Batch:
     groups: int
     group_size: int
     fmt: str = "loops"
+    scenarios: tuple[str, ...] = ()
+    """The suite's scenarios (empty: every one)."""
 
     def key(self) -> str:
         """The batch and the simulator source it depends on: changing a scenario
@@ -132,10 +134,11 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
         mode = "async" if batch.kind.endswith("-async") else "sync"
         sim = None
     elif batch.kind == "suite":
+        scen = batch.scenarios or SCENARIOS
         sim = SimConfig(
-            runs=len(SCENARIOS) * batch.runs,
+            runs=len(scen) * batch.runs,
             steps=batch.steps,
-            scenarios=SCENARIOS,
+            scenarios=scen,
             seed=batch.seed,
             tokens=batch.tokens,
             groups=batch.groups,
@@ -370,6 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=("loops", "tinker", "verl", "prime-rl", "trl"),
         help="write the simulated runs as this trainer does before analysing them",
     )
+    p.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=(),
+        metavar="NAME",
+        help="only these scenarios in the suite (default: every one)",
+    )
     args = p.parse_args(argv)
     cfg = load_rules(args.rules) if args.rules else DEFAULT_RULES
 
@@ -392,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.healthy - half:
                 batches.append(Batch(seed, "learn-healthy-async", args.healthy - half, **common))
             continue
-        batches.append(Batch(seed, "suite", args.per_scenario, **common))
+        scen = tuple(args.scenarios)
+        batches.append(Batch(seed, "suite", args.per_scenario, **common, scenarios=scen))
         if half:
             batches.append(Batch(seed, "healthy-sync", half, **common))
         if args.healthy - half:
