@@ -355,8 +355,23 @@ TEXT_ONLY = frozenset(
 """Completion columns text-only formats cannot give (lengths in tokens, stop reasons)."""
 
 
-def text_completion(attempt_id: str, task_id: str, step: int, text: str) -> Transcript:
-    """A text-only completion: trace "text", words as ids, no logprobs."""
+def text_completion(
+    attempt_id: str,
+    task_id: str,
+    step: int,
+    text: str,
+    sent: str = "",
+    roll: dict[str, Any] | None = None,
+    file: str = "",
+) -> Transcript:
+    """A text-only completion: trace "text", words as ids, no logprobs; with its text
+    (`sent`: the prompt) and, from its rollout record `roll`, reward and trained."""
+    roll = roll or {}
+    tx = TranscriptText(
+        (sent,), (text,), roll.get("reward"), roll.get("group_id") or "", None, None, file
+    )
+    trains = bool(roll.get("trained", True))
+    ids = [word_ids(text)]
     return Transcript(
-        attempt_id, task_id, step, True, "text", [], [], [], [], [word_ids(text)], None, None
+        attempt_id, task_id, step, trains, "text", [], [], [], [], ids, None, None, tx
     )
