@@ -74,6 +74,9 @@ class StepData:
     reporting_bug: bool = False
     hack_p: float = 0.0
     """P(a passing attempt's text shows a shortcut), `Knobs.hack`."""
+    note_A: list[str] | None = None
+    """Text appended to an attempt's last completion ("" for none): the learning
+    trainer's loophole shows there."""
 
 
 class RunEngine:

@@ -116,9 +116,12 @@ def transcript(plan: RunPlan, sd: StepData, a: int) -> Transcript:
         gens
         and plan.trace == "full"
         and reward == 1.0
+        and sd.hack_p > 0.0
         and text.hacks(sd.attempt_ids[a], plan.seed, sd.hack_p)
     ):
         gens[-1]["text"] += "\n" + text.shortcut(sd.attempt_ids[a])
+    if gens and plan.trace == "full" and sd.note_A is not None and sd.note_A[a]:
+        gens[-1]["text"] += "\n" + sd.note_A[a]
     doc = {
         "attempt_id": sd.attempt_ids[a],
         "group_id": sd.group_ids[int(sd.group_A[a])],

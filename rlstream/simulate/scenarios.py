@@ -219,10 +219,11 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     elif name == "stalled":
         k.stop = onset
     elif name == "transcript_hack_flags":
-        # Text-level hacking: from the onset a growing share of the attempts that pass
-        # write a shortcut (rlstream.simulate.text); rewards are drawn as in the
-        # healthy twin, so the reward curve rises no faster and only the text differs.
-        k.hack = 0.6 * r
+        # Text-level hacking: from the onset a fast-growing share (over about 8 steps,
+        # as published onsets go: low, then fast) of the attempts that pass write a
+        # shortcut (rlstream.simulate.text); rewards are drawn as in the healthy twin,
+        # so the reward curve rises no faster and only the text differs.
+        k.hack = 0.6 * _ramp(steps, onset, 8)
     else:  # pragma: no cover - SimConfig validates names
         raise ValueError(f"unknown scenario {name!r}")
     for f in fields(Knobs):
