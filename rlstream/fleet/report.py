@@ -9,7 +9,8 @@ KL and ESS, entropy, completion length, truncation and lag), each finding marked
 its chart at `since_step` with its message, its cohort's band (p10-p90 of the runs of
 its cohort, `OUT/cohorts`) under the figures that have one, and, for degenerate_outputs and
 entropy_collapse, example completions read from the run's newest transcripts (the one
-read outside OUT).
+read outside OUT), and its Samples (`fleet.report_samples`: kept samples, flagged first,
+and a probe task at two steps with a word diff).
 
 Safety: every string from run data (ids, URIs, discard reasons, metadata labels,
 messages, completion text) goes through `html.escape`; no run data is ever placed
@@ -36,6 +37,7 @@ from rlstream.fleet.read import (
     read_digests,
     read_latest,
 )
+from rlstream.fleet.report_samples import run_samples_html
 from rlstream.fleet.status import (
     STATUS_LABEL,
     STATUS_ORDER,
@@ -256,6 +258,7 @@ def run_section(
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
         + _examples(latest, out, storage_options)
+        + run_samples_html(row["run_id"], out, storage_options)
         + _metadata(digest)
         + "</section>"
     )
