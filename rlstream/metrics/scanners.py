@@ -175,6 +175,9 @@ class SamplesConfig:
     """What the samples table keeps and which scanners flag (rules file `[samples]`,
     `--samples-top`)."""
 
+    enabled: bool = True
+    """Scan transcripts and keep samples at all (false: neither, as before samples; the
+    bench's baseline)."""
     top: int = 4
     """K: the K highest- and K lowest-reward trained attempts kept per step (and up to
     K flagged ones)."""
@@ -198,7 +201,13 @@ def samples_config(values: Any, base: SamplesConfig | None = None) -> SamplesCon
     base = base or SamplesConfig()
     if not isinstance(values, dict):
         raise ValueError(f"must be a table, got {values!r}")
-    kinds = {"top": int, "probes": int, "high_reward": float, "default_scanners": bool}
+    kinds = {
+        "enabled": bool,
+        "top": int,
+        "probes": int,
+        "high_reward": float,
+        "default_scanners": bool,
+    }
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key == "scanner":

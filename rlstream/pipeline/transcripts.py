@@ -87,7 +87,7 @@ class TranscriptParser:
     def add_transcript(self, t: Transcript) -> None:
         """Fold one validated transcript (of any format) into its step's arrays."""
         acc = self._steps.setdefault(t.step, _StepArrays())
-        if t.text is not None:  # scanned here, kept (bounded) by SampleAgg
+        if t.text is not None and self.samples.enabled:  # scanned; kept (bounded) by SampleAgg
             acc.attempts.append(attempt_of(t, self._scanners))
         if t.trace == "text":  # words of a text-only completion: not a transcript
             acc.text_tokens.extend(t.tokens)
