@@ -144,11 +144,18 @@ def _regex(rx: re.Pattern[str], on: str, hint: tuple[str, ...]) -> Callable[[Sam
 
 
 def repetition(text: SampleText, min_bytes: int = 400, max_ratio: float = 0.12) -> bool:
-    """Degenerate repetition: a completion of at least `min_bytes` bytes that zlib
-    compresses to at most `max_ratio` of its size (text repeating itself compresses
-    far better than prose or code, about 0.3-0.5; one pass in C)."""
+    """Degenerate repetition: a completion of at least `min_bytes` bytes whose last
+    `REPETITION_TAIL` bytes zlib compresses to at most `max_ratio` of their size (text
+    repeating itself compresses far better than prose or code, about 0.3-0.5; one
+    pass in C over a fixed number of bytes, whatever the completion's length)."""
     data = text.completion.encode()
-    return len(data) >= min_bytes and len(zlib.compress(data, 1)) <= max_ratio * len(data)
+    if len(data) < min_bytes:
+        return False
+    tail = data[-REPETITION_TAIL:]
+    return len(zlib.compress(tail, 1)) <= max_ratio * len(tail)
+
+
+REPETITION_TAIL = 1024
 
 
 _TESTS = (
