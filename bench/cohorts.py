@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         "odd_runs_with_per_run_findings": [c for s in per for c in s["odd_with_per_run_findings"]],
         "seconds": round(time.time() - t0, 1),
     }
+    rec, fa10 = summary["recall"], summary["false_alarms_per_10_runs"]
+    met = rec is not None and rec >= 0.95 and fa10 is not None and fa10 <= 1.0
     print(
         f"unlike_peers, seeds {args.seeds}: {runs} runs in {args.n_cohorts * n} cohorts of "
         f"{args.runs}, {args.steps} steps, odd run KL x{args.odd_kl}\n"
@@ -139,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         f"  cohorts found per seed {summary['cohorts_found_per_seed']} "
         f"(simulated: {args.n_cohorts})\n"
         f"  per-run findings on odd runs: {summary['odd_runs_with_per_run_findings'] or 'none'}\n"
+        f"  targets (recall >= 95%, <= 1 false alarm per 10 runs): "
+        f"{'met' if met else 'missed'}\n"
         f"  {summary['seconds']} s"
     )
     if args.json:

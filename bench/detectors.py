@@ -29,6 +29,9 @@ too_hard, stale_sampler) and `--healthy` healthy runs (half sync, half async). E
 run is scored as the code its observed label expects (labels.json); a run whose
 preset's pathology did not happen is not scored and is counted apart.
 
+`--agent` simulates the scripted runs in multi-turn agent mode (`rlstream simulate
+--agent`): attempts of 4 to 8 generations around fixed tool-call turns.
+
 With `--format NAME` each simulated run is rewritten the way that trainer writes it
 (`rlstream simulate --format`, docs/formats.md) before the analysis; a code whose
 figures never appear in its scenario's runs is reported as not evaluable.
@@ -87,6 +90,7 @@ class Batch:
     fmt: str = "loops"
     scenarios: tuple[str, ...] = ()
     """The suite's scenarios (empty: every one)."""
+    agent: bool = False
 
     def key(self) -> str:
         """The batch and the simulator source it depends on: changing a scenario
@@ -143,6 +147,7 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
             tokens=batch.tokens,
             groups=batch.groups,
             group_size=batch.group_size,
+            agent=batch.agent,
         )
     else:
         sim = SimConfig(
@@ -155,6 +160,7 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
             group_size=batch.group_size,
             mode="async" if batch.kind == "healthy-async" else "sync",
             vary_healthy=True,
+            agent=batch.agent,
         )
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
 
@@ -171,6 +177,7 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
                 steps=batch.steps,
                 seed=batch.seed,
                 mode=mode,
+                agent=batch.agent,
             )
         else:
             labels = simulate(os.path.join(tmp, "runs"), sim)
@@ -212,6 +219,12 @@ def load_batch(batch: Batch, cache: Path | None) -> list[RunData]:
         cache.mkdir(parents=True, exist_ok=True)
         path.write_bytes(pickle.dumps(data))
     return data
+
+
+RECALL_TARGET = 0.95
+"""Recall each code must reach on its own scenario's runs."""
+FALSE_ALARM_TARGET = 1.0
+"""Warning-or-critical firing episodes allowed per ten healthy runs."""
 
 
 @dataclass
@@ -334,6 +347,18 @@ def report(
             "Runs whose preset's pathology was not observed (not scored): "
             + ", ".join(f"{k.split(':', 1)[1]} {n}" for k, n in sorted(unobserved.items()))
         )
+    low = [
+        f"{c} {v['recall']:.0%}"
+        for c, v in summary.items()
+        if "recall" in v and v["recall"] == v["recall"] and v["recall"] < RECALL_TARGET
+    ]
+    fa_ok = per_run <= FALSE_ALARM_TARGET / 10
+    lines.append(
+        f"Targets (recall >= {RECALL_TARGET:.0%} per code, <= {FALSE_ALARM_TARGET:g} false "
+        f"alarm per ten healthy runs): recall {'missed: ' + ', '.join(low) if low else 'met'}; "
+        f"false alarms {'met' if fa_ok else 'missed'}"
+    )
+    summary["_targets_met"] = not low and fa_ok
     summary["_false_alarms_per_healthy_run"] = per_run
     summary["_healthy_runs"] = len(healthy)
     summary["_unobserved"] = dict(unobserved)
@@ -370,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--format",
         default="loops",
-        choices=("loops", "tinker", "verl", "prime-rl", "trl"),
+        choices=("loops", "tinker", "verl", "prime-rl", "trl", "tensorboard"),
         help="write the simulated runs as this trainer does before analysing them",
     )
     p.add_argument(
@@ -379,6 +404,12 @@ def main(argv: list[str] | None = None) -> int:
         default=(),
         metavar="NAME",
         help="only these scenarios in the suite (default: every one)",
+    )
+    p.add_argument(
+        "--agent",
+        action="store_true",
+        help="simulate in multi-turn agent mode (simulate --agent): every scripted run's "
+        "attempts are 4-8 generations between fixed tool-call turns",
     )
     args = p.parse_args(argv)
     cfg = load_rules(args.rules) if args.rules else DEFAULT_RULES
@@ -391,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
             groups=args.groups,
             group_size=args.group_size,
             fmt=args.format,
+            agent=args.agent,
         )
         half = args.healthy // 2
         if args.learn:
@@ -421,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     table, summary = report(results, args.steps, codes)
     print(
         ("learning trainer, " if args.learn else "scripted simulator, ")
+        + ("agent mode, " if args.agent else "")
         + f"format {args.format}, seeds {args.seeds}: {len(runs)} runs of {args.steps} steps "
         f"(simulate + analyze {t1 - t0:.0f} s, rules {t2 - t1:.1f} s)\n"
     )

@@ -6,6 +6,7 @@ rlstream watch ROOT... --out OUT    keep OUT current while runs are written
 rlstream status OUT                 every run of OUT, worst first (reads only OUT)
 rlstream samples OUT RUN            a run's kept samples: top, bottom, flagged, probes
 rlstream report OUT [-o FILE.html]  a self-contained HTML report with plots
+rlstream serve OUT [--port P]       live fleet, run and compare pages (reads only OUT)
 rlstream compact OUT                compact OUT's tables, checkpoint logs, vacuum
 rlstream demo                       simulate live runs, watch them, write the report
 rlstream --version                  the installed version
@@ -24,6 +25,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from rlstream.cli_live import add_serve, add_watch_options, cmd_serve
 from rlstream.cli_support import (
     check_inputs,
     checked_out,
@@ -96,21 +98,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
     check_inputs(args, cfg)
     hooks = rules_hooks(args)
     rt = runtime_config(args)
+    from rlstream.cli_live import start_live
     from rlstream.runtime.driver import run
 
-    metrics = None
-    if args.metrics_port is not None:
-        from rlstream.fleet.prometheus import MetricsExporter
-
-        try:
-            metrics = MetricsExporter(
-                args.out, args.metrics_host, args.metrics_port, cfg.storage_options
-            ).start()
-        except OSError as e:
-            raise ConfigError(
-                f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}; "
-                "choose another --metrics-port"
-            ) from e
+    metrics, close_live = start_live(args, cfg.storage_options)
     outcome = Outcome()
     try:
         run(
@@ -133,8 +124,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         )
         return 130
     finally:
-        if metrics is not None:
-            metrics.close()
+        close_live()
     print()
     return finish(outcome, args.out, "watched", cfg.storage_options)
 
@@ -204,9 +194,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    import json
-
-    from rlstream.fleet.compare import CompareConfig, as_json, compare_runs, render
+    from rlstream.fleet.compare import CompareConfig, compare_runs, print_result
 
     opts = storage_options(args.storage_options)
     checked_out(args.out, opts)
@@ -216,10 +204,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError("--window must be >= 2, --sustain >= 1 and --k > 0")
     rows = compare_runs(args.out, [args.run_a, *args.runs], cfg, opts)
     with contextlib.suppress(BrokenPipeError):
-        if args.json:
-            print(json.dumps({"reference": args.run_a, "divergences": as_json(rows)}, indent=1))
-        else:
-            print(render(rows), end="")
+        return print_result(rows, args.run_a, cfg, args.json)
     return 0
 
 
@@ -305,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="127.0.0.1",
         help="address to bind the metrics endpoint to (default 127.0.0.1; 0.0.0.0 for all)",
     )
+    add_watch_options(w)
     w.set_defaults(func=cmd_watch)
 
     st = sub.add_parser("status", help="every run of OUT in a table, worst first")
@@ -346,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     cm.add_argument("--sustain", type=int, help="consecutive divergent steps (default 10)")
     cm.add_argument("--storage-options", help="JSON object passed to fsspec for OUT")
     cm.set_defaults(func=cmd_compare)
+
+    add_serve(sub, cmd_serve)
 
     c = sub.add_parser(
         "compact",

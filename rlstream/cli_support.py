@@ -33,6 +33,11 @@ def positive_int(text: str) -> int:
     return _number(text, int, 1, False, "a whole number")
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number >= 0."""
+    return _number(text, int, 0, False, "a whole number")
+
+
 def seconds(text: str) -> float:
     """An argparse type: a number of seconds > 0."""
     return _number(text, float, 0, True, "a number of seconds")
@@ -109,10 +114,23 @@ def pipeline_config(args: argparse.Namespace) -> PipelineConfig:
     kw.update(retention_kw(args))
     if getattr(args, "format", None) is not None:
         kw["input_format"] = args.format
-    if getattr(args, "max_file_bytes", None) is not None:
-        kw["max_file_bytes"] = args.max_file_bytes
+    kw.update(limits_kw(args))
     kw["samples"] = samples_settings(args)
     return PipelineConfig(**kw)
+
+
+def limits_kw(args: argparse.Namespace) -> dict:
+    """`[limits]` of the `--rules` file, each overridden by its flag when given."""
+    kw: dict = {}
+    if getattr(args, "rules", None):
+        from rlstream.health import load_rules
+
+        limits = load_rules(args.rules).limits
+        kw = {"max_file_bytes": limits.max_file_bytes, "max_tokens_slack": limits.max_tokens_slack}
+    for name in ("max_file_bytes", "max_tokens_slack"):
+        if getattr(args, name, None) is not None:
+            kw[name] = getattr(args, name)
+    return kw
 
 
 def samples_settings(args: argparse.Namespace):
@@ -208,7 +226,15 @@ def common(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         metavar="N",
         help="largest whole run file read (a transcript, a per-step file, run.json; "
-        "default 64 MiB): a larger one is quarantined as file_too_large, unread",
+        "default 64 MiB, or [limits] of --rules): a larger one is quarantined as "
+        "file_too_large, unread",
+    )
+    p.add_argument(
+        "--max-tokens-slack",
+        type=non_negative_int,
+        metavar="N",
+        help="tokens a generation may have above its run's sampling.max_tokens before it "
+        "is quarantined as exceeds_max_tokens (default 0, or [limits] of --rules)",
     )
     p.add_argument(
         "--samples-top",
@@ -269,7 +295,7 @@ def check_inputs(args: argparse.Namespace, cfg: PipelineConfig) -> None:
 
     storage = input_storage(args.roots, cfg.storage_options)
     for root in args.roots:
-        check_root(storage, root)
+        check_root(storage, root, cfg.input_format)
     out = normalize_root(args.out)
     if "://" not in out and os.path.isfile(out):
         raise InputError(f"OUT {args.out} is a file: give a folder for the tables")

@@ -42,15 +42,21 @@ class PipelineConfig:
     read_inflight_bytes: int = 64 << 20
     """Bytes a worker holds in flight while reading a unit's transcripts from an object
     store: up to 64 reads run at once (each costs a first-byte round trip, 10-50 ms on
-    S3), as long as the bytes read ahead and not yet parsed, with each running read
-    counted at the largest transcript seen, stay within this. Smaller: less memory,
-    fewer reads overlapped; one read is always allowed. Local disk reads serially."""
+    S3), as long as the reads held (read ahead, not yet parsed) and running, each
+    counted at its decoded cost (`rlstream.io.window.DECODE_FACTOR` times its size, taken
+    from the listing before the GET), stay within this. Smaller: less memory, fewer
+    reads overlapped; one read is always allowed. Local disk reads serially."""
     max_file_bytes: int = 64 << 20
-    """Largest whole file read (a transcript, a per-step file, run.json; on local disk):
+    """Largest whole file read (a transcript, a per-step file, run.json; on S3 told
+    from the listing before the GET; `[limits]` of the rules file, `--max-file-bytes`):
     a larger one gets a quarantine row `file_too_large` with its size and is not read.
     Decoding a file costs several times its size, so this bounds a worker's memory
     whatever a run folder holds; a long agent transcript with full traces (100k tokens
     with ids, both logprobs and text) is a few MB, one with top-20 logprobs tens of MB."""
+    max_tokens_slack: int = 0
+    """Tokens a generation may have above its run's own `sampling.max_tokens` (where the
+    run's config gives it) before it is quarantined as `exceeds_max_tokens`: a longer
+    one contradicts the run's sampler and is not trusted."""
     full_relist_every: int = 30
     """Polls between full relists of a run's transcripts (on object stores; a local
     listing is always full): they find names that arrived below the window."""
@@ -60,11 +66,6 @@ class PipelineConfig:
     fsync: bool = True
     """fsync every resume state on local disk before its rename, so a
     commit survives power loss. Off: still atomic across process crashes (kill -9)."""
-    commit_max_rows: int = 128
-    """New `steps` (or `quarantine`) rows of one run that a commit carries in the run's
-    resume state (its outbox). A run catching up on a backlog has more: they are
-    appended before its state is written instead (a spill, `rlstream.pipeline.spill`),
-    so a resume state stays within tens of KB however far behind the watch is."""
     commit_threads: int = 8
     """Threads writing runs' resume states in parallel at a commit."""
     analyze_chunk_runs: int = 8

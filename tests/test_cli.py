@@ -53,7 +53,7 @@ def test_root_that_is_a_file(tmp_path, capsys, no_ray):
     f = tmp_path / "runs.txt"
     f.write_text("x")
     assert main(["analyze", str(f), "--out", str(tmp_path / "o")]) == EXIT_USAGE
-    assert f"ROOT {f} is a file, not a folder" in _error(capsys)
+    assert f"ROOT {f} is a file no format reads on its own" in _error(capsys)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads every folder: no permission error")
@@ -173,7 +173,11 @@ def test_analyze_reports_rows_written_and_rejected_runs(tmp_path, capsys):
     # status: its own footer; --json lists it
     assert main(["status", str(out)]) == 0
     table = capsys.readouterr().out.rstrip().splitlines()
-    assert table[0] == "2 runs: 2 finished healthy; 1 rejected run (not analysed, listed below)"
+    # 5 steps each: fewer than the rules' baseline needs, so not judged (not "healthy")
+    assert (
+        table[0] == "2 runs: 2 not judged (2 finished); 1 rejected run (not analysed, listed below)"
+    )
+    assert "not judged: 5 final steps, the rules need 17: " in table[-3]
     assert table[-2] == "rejected (1 run; run.json could not be read):"
     assert table[-1].startswith(f"  {root / 'broken-0'}: run.json is not valid JSON")
     assert main(["status", str(out), "--json"]) == 0
@@ -187,7 +191,7 @@ def test_analyze_reports_rows_written_and_rejected_runs(tmp_path, capsys):
     path = tmp_path / "out-report.html"
     assert said == f"wrote {path}: 2 runs and 1 rejected run from {out}"
     html = path.read_text()
-    assert '<span class="s-finished">2 finished healthy</span>' in html
+    assert '<span class="s-insufficient">2 not judged (2 finished)</span>' in html
     assert '<a href="#rejected">1 rejected</a>' in html
     assert html.count('<tr class="rejected-run">') == 1 and str(root / "broken-0") in html
 

@@ -10,14 +10,18 @@ truncation) stay within 0-1, counts, lengths, lags and entropy never go below 0.
 Steps where a chart's main series has no value (for example a step with no trained
 attempt has no reward, KL or ESS) are shaded, and the legend says why. With the run's
 cohort bands (`fleet.read.read_bands`), a chart whose main figure has one
-(`BAND_OF`) draws the p10-p90 of the cohort's runs under the run's curves.
+(`BAND_OF`) draws the cohort's median ± 2 robust deviations under the run's curves
+when the cohort has at least 3 other runs, and the siblings' own curves otherwise
+(`cohort_overlay`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlstream.fleet.svg import Band, Chart, Marker, Series
+import numpy as np
+
+from rlstream.fleet.svg import Band, Chart, Marker, Series, as_floats
 from rlstream.metrics.digest import RunDigest
 
 # Which chart a finding is marked on; codes not listed go on the reward chart.
@@ -45,19 +49,63 @@ BAND_OF = {
     "truncation": "truncated_frac",
 }
 """Chart -> the figure whose cohort band it draws."""
+KL_MIN_DECADES = 2.0
+"""The KL axis spans at least two decades: a KL wandering between 2e-4 and 3e-4 is
+flat noise, a rise to 1e-2 is not."""
+ESS_MIN_SPAN = 0.3
+"""The ESS axis spans at least 0.3 (e.g. 0.7 to 1): 0.93 to 1 is noise."""
+MIN_PEERS = 3
+"""Other runs a cohort needs at a step for its band to be drawn."""
+BAND_K = 2.0
+"""Half-width of the cohort band in robust standard deviations."""
+MAX_SIBLING_CURVES = 4
 
 
+UNUSABLE_LABEL = "all attempts (incl. rejected groups)"
+"""`reward_mean_with_unusable`: the mean over the trained attempts and those of the
+groups the trainer rejected (docs/schema.md); above `mean` when rejected groups
+scored alike and high."""
+UNUSABLE_NOTE = (
+    "reward, all attempts (incl. rejected groups): the mean over the trained attempts and "
+    "the attempts of groups the trainer rejected (no reward variance, too small); above "
+    "the mean when rejected groups all scored high"
+)
 NO_TRAINED = "no trained attempt at these steps"
 NO_TOKENS = "no trained tokens with both logprobs at these steps"
 NO_SAMPLES = "no full-trace transcript at these steps"
+
+
+REPORTED_ONLY = "reported only"
+"""Said after a chart's title when only the trainer's reported figure has values (the
+run's files give nothing to recompute it from)."""
+
+
+def _has(series: Series) -> bool:
+    return bool(np.isfinite(as_floats(series.values)).any())
+
+
+def _reported_only(title: str, series: list[Series]) -> tuple[str, list[Series]]:
+    """A chart whose recomputed line is empty but whose reported (dashed) line is not
+    says so in its title and leads with the reported line (its gaps are then the
+    steps without a reported value)."""
+    rep = [x for x in series if x.dashed and "reported" in x.label and _has(x)]
+    if not series or _has(series[0]) or not rep:
+        return title, series
+    return f"{title}: {REPORTED_ONLY}", [*rep, *(x for x in series if all(x is not r for r in rep))]
 
 
 def run_charts(
     digest: RunDigest,
     findings: list[dict[str, Any]],
     bands: dict[str, dict[str, list[Any]]] | None = None,
+    siblings: dict[str, RunDigest] | None = None,
+    heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
 ) -> list[Chart]:
-    """The run's charts; `bands`: figure -> {step, p10, p90, n} of its cohort."""
+    """The run's charts; `bands`: figure -> {step, n, median, mad, ...} of its cohort;
+    `siblings`: name -> digest of the other runs of its cohort, drawn as their own
+    curves where the cohort has too few runs for a band (`cohort_overlay`);
+    `heldout`: eval name -> (steps, scores) of the run's held-out evaluations
+    (`fleet.read.read_heldout`), drawn on the reward chart."""
     width = digest.width
 
     def s(col: str, label: str, dashed: bool = False, key: str = "") -> Series:
@@ -71,7 +119,7 @@ def run_charts(
             "reward",
             [
                 s("reward_mean", "mean"),
-                s("reward_mean_with_unusable", "mean with unusable"),
+                s("reward_mean_with_unusable", UNUSABLE_LABEL),
                 s("reward_group_std_mean", "within-group std"),
                 s("reported_reward_mean", "reported mean", True),
             ],
@@ -88,7 +136,7 @@ def run_charts(
         "kl": (
             "sampler/trainer mismatch KL (k3, log scale)",
             [s("mismatch_kl", "recomputed"), s("reported_mismatch_kl", "reported", True)],
-            {"log_y": True, "gap_note": NO_TOKENS},
+            {"log_y": True, "gap_note": NO_TOKENS, "min_span": KL_MIN_DECADES},
         ),
         "ess": (
             "importance-weight ESS (share, 0-1)",
@@ -97,7 +145,7 @@ def run_charts(
                 s("reported_mismatch_ess", "reported", True),
                 s("mismatch_ess_seq", "recomputed (sequence)"),
             ],
-            {**share, "gap_note": NO_TOKENS},
+            {**share, "gap_note": NO_TOKENS, "min_span": ESS_MIN_SPAN},
         ),
         "entropy": (
             "entropy (nats/token), repetition, distinct completions",
@@ -143,15 +191,46 @@ def run_charts(
                 n,
             )
         )
-    bands = bands or {}
+    for name, (st, vals) in sorted((heldout or {}).items())[:MAX_SIBLING_CURVES]:
+        charts["reward"][1].append(Series(f"held-out {name}", st, vals))
     out = []
     for key, (title, series, opts) in charts.items():
-        b = bands.get(BAND_OF.get(key, ""))
-        if b is not None and b["step"]:
-            n = max(b["n"])
-            opts = {
-                **opts,
-                "band": Band(f"cohort p10-p90 ({n} runs)", b["step"], b["p10"], b["p90"]),
-            }
-        out.append(Chart(title, series, markers[key], steps=digest.steps_range(), **opts))
+        title, series = _reported_only(title, series)
+        band, extra = cohort_overlay(key, bands or {}, siblings or {})
+        if band is not None:
+            opts = {**opts, "band": band}
+        out.append(
+            Chart(title, [*series, *extra], markers[key], steps=digest.steps_range(), **opts)
+        )
     return out
+
+
+def cohort_overlay(
+    key: str,
+    bands: dict[str, dict[str, list[Any]]],
+    siblings: dict[str, RunDigest],
+) -> tuple[Band | None, list[Series]]:
+    """What a chart shows of the run's cohort: with at least `MIN_PEERS` other runs,
+    the band median ± `BAND_K` robust deviations (1.4826 × MAD) of the cohort's runs
+    per step, which one sick sibling neither widens nor drags (a p10-p90 of a few runs
+    follows its most extreme member); with fewer, the siblings' own curves, dashed
+    (with two runs a band would sit between them, so each looks outside its cohort)."""
+    figure = BAND_OF.get(key)
+    if figure is None:
+        return None, []
+    b = bands.get(figure)
+    if b is not None and b.get("step") and max(n or 0 for n in b["n"]) - 1 >= MIN_PEERS:
+        rows = zip(b["n"], b["median"], b["mad"], strict=True)
+        low, high = [], []
+        for n, med, mad in rows:
+            ok = n is not None and n - 1 >= MIN_PEERS and med is not None and mad is not None
+            low.append(med - BAND_K * 1.4826 * mad if ok else None)
+            high.append(med + BAND_K * 1.4826 * mad if ok else None)
+        n = max(b["n"])
+        label = f"cohort median ± {BAND_K:g} robust sd ({n} runs)"
+        return Band(label, b["step"], low, high), []
+    extra = [
+        Series(f"sibling {name}", *d.points(figure), True, d.width)
+        for name, d in sorted(siblings.items())[:MAX_SIBLING_CURVES]
+    ]
+    return None, extra

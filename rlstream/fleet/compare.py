@@ -1,15 +1,20 @@
 """`rlstream compare OUT RUN_A RUN_B [...]`: where runs' curves part, figure by figure.
 
 Each run after the first is compared with the first (the reference) on every figure
-of `FIGURES` both have, over the steps both have, in step order. At each step the
-means of the last `window` common steps of both runs are compared: they diverge when
-the difference exceeds `k` times the pooled standard deviation of the two windows
-(sqrt((sd_a^2 + sd_b^2) / 2), at least `floor` times the reference window's |mean|:
-two flat curves never diverge by a hair). The first divergent step is the first of
-`sustain` consecutive divergent steps (the last step of its window): one noisy
-stretch does not count. A pair that
-never diverges reports None. Pure: `divergence` takes plain lists; `compare_runs`
-reads the `steps` table of OUT (`fleet.read.StepsTable`).
+of `FIGURES` both have, over the steps both have, in step order. A figure's
+recomputed column is used where the run has one, else its reported column
+(`reported_<figure>`, from steps.jsonl), and the row says which (`source`). At each
+step the means of the last `window` common steps of both runs are compared: they
+diverge when the difference exceeds `k` times the pooled noise of the two windows
+(sqrt((n_a^2 + n_b^2) / 2), a window's noise being the deviation of its successive
+differences, sqrt(mean(diff^2) / 2): the standard deviation of a noisy flat curve,
+but not inflated by a trend, so a curve climbing away is not hidden by its own
+climb), at least `floor` times the reference window's |mean| (two flat curves never
+diverge by a hair). The first divergent step is the first of `sustain` consecutive
+divergent steps (the last step of its window): one noisy stretch does not count. A
+pair that never diverges reports None and says why (`why`). Pure: `scan` and
+`divergence` take plain lists; `compare_runs` reads the `steps` table of OUT
+(`fleet.read.StepsTable`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rlstream.errors import InputError
+from rlstream.errors import EXIT_FAILURE, InputError
 
 FIGURES = (
     "reward_mean",
@@ -58,6 +63,76 @@ class Divergence:
     value: float | None
     reference_value: float | None
     common_steps: int
+    source: str = "recomputed"
+    """Which columns were compared: `recomputed`, `reported` (steps.jsonl's figure,
+    where the run has no recomputed one) or `reported/recomputed` (each run's own)."""
+    why: str | None = None
+    """Why no divergent step was found (None when one was)."""
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What `scan` saw: the first divergent step (None: none) and, either way, the
+    longest stretch of divergent steps and the largest gap in noise units."""
+
+    step: int | None
+    value: float | None
+    reference_value: float | None
+    longest: int
+    largest_gap: float | None
+    why: str | None
+
+
+def needed_steps(cfg: CompareConfig) -> int:
+    """Common steps needed before a divergence can be sustained."""
+    return cfg.window + cfg.sustain - 1
+
+
+def _noise(win: np.ndarray) -> np.ndarray:
+    """Per window: sqrt(mean of squared successive differences / 2)."""
+    d = np.diff(win, axis=1)
+    return np.sqrt((d * d).mean(axis=1) / 2.0)
+
+
+def scan(
+    steps: list[int], a: list[float], b: list[float], cfg: CompareConfig = CompareConfig()
+) -> Scan:
+    """Where b parts from a (see the module docstring), and why not when it does not."""
+    n, w = len(steps), cfg.window
+    if n < needed_steps(cfg):
+        why = f"too few common steps: {n} < --window + --sustain - 1 = {needed_steps(cfg)}"
+        return Scan(None, None, None, 0, None, why)
+    xa, xb = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    win_a = np.lib.stride_tricks.sliding_window_view(xa, w)
+    win_b = np.lib.stride_tricks.sliding_window_view(xb, w)
+    ma, mb = win_a.mean(axis=1), win_b.mean(axis=1)
+    pooled = np.sqrt((_noise(win_a) ** 2 + _noise(win_b) ** 2) / 2.0)
+    dev = np.maximum(pooled, cfg.floor * np.abs(ma))
+    gap = np.abs(mb - ma) / np.where(dev > 0, dev, np.inf)
+    apart = gap > cfg.k
+    run = longest = 0
+    for i, hit in enumerate(apart):
+        run = run + 1 if hit else 0
+        longest = max(longest, run)
+        if run == cfg.sustain:
+            first = i - cfg.sustain + 1
+            return Scan(
+                int(steps[first + w - 1]),
+                float(mb[first]),
+                float(ma[first]),
+                run,
+                float(gap.max()),
+                None,
+            )
+    big = float(gap.max())
+    if longest:
+        why = (
+            f"apart by more than --k {cfg.k:g} x noise for at most {longest} consecutive "
+            f"steps (--sustain {cfg.sustain} needed)"
+        )
+    else:
+        why = f"never apart by more than --k {cfg.k:g} x noise (at most {big:.2g}x)"
+    return Scan(None, None, None, longest, big, why)
 
 
 def divergence(
@@ -67,30 +142,24 @@ def divergence(
     cfg: CompareConfig = CompareConfig(),
 ) -> tuple[int | None, float | None, float | None]:
     """(first divergent step, b's and a's window means there), or (None, None, None)."""
-    n, w = len(steps), cfg.window
-    if n < w + cfg.sustain - 1:
-        return None, None, None
-    xa, xb = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    win_a = np.lib.stride_tricks.sliding_window_view(xa, w)
-    win_b = np.lib.stride_tricks.sliding_window_view(xb, w)
-    ma, mb = win_a.mean(axis=1), win_b.mean(axis=1)
-    pooled = np.sqrt((win_a.var(axis=1, ddof=1) + win_b.var(axis=1, ddof=1)) / 2.0)
-    dev = np.maximum(pooled, cfg.floor * np.abs(ma))
-    apart = np.abs(mb - ma) > cfg.k * np.where(dev > 0, dev, np.inf)
-    run = 0
-    for i, hit in enumerate(apart):
-        run = run + 1 if hit else 0
-        if run == cfg.sustain:
-            first = i - cfg.sustain + 1
-            return int(steps[first + w - 1]), float(mb[first]), float(ma[first])
-    return None, None, None
+    s = scan(steps, a, b, cfg)
+    return s.step, s.value, s.reference_value
+
+
+def _series(cols: dict[str, list[Any]], figure: str) -> tuple[dict[int, float], str]:
+    """{step: value} of a figure, recomputed if the run has any, else reported."""
+    for column, source in ((figure, "recomputed"), (f"reported_{figure}", "reported")):
+        got = {s: v for s, v in zip(cols["step"], cols[column], strict=True) if v is not None}
+        if got:
+            return got, source
+    return {}, "recomputed"
 
 
 def _pairs(ref: dict[str, list[Any]], other: dict[str, list[Any]], figure: str):
-    a = dict(zip(ref["step"], ref[figure], strict=True))
-    b = dict(zip(other["step"], other[figure], strict=True))
-    common = sorted(s for s in a.keys() & b.keys() if a[s] is not None and b[s] is not None)
-    return common, [a[s] for s in common], [b[s] for s in common]
+    (a, sa), (b, sb) = _series(ref, figure), _series(other, figure)
+    common = sorted(a.keys() & b.keys())
+    source = sa if sa == sb else "reported/recomputed"
+    return common, [a[s] for s in common], [b[s] for s in common], source
 
 
 def compare_runs(
@@ -106,7 +175,8 @@ def compare_runs(
     if len(run_ids) < 2:
         raise InputError("compare needs at least two runs: RUN_A RUN_B [...]")
     table = StepsTable(out, storage_options)
-    cols = {r: table.run(r, list(FIGURES)) for r in dict.fromkeys(run_ids)}
+    wanted = [c for f in FIGURES for c in (f, f"reported_{f}")]
+    cols = {r: table.run(r, wanted) for r in dict.fromkeys(run_ids)}
     unknown = [r for r, c in cols.items() if not c["step"]]
     if unknown:
         raise InputError(
@@ -118,17 +188,55 @@ def compare_runs(
     found = []
     for figure in FIGURES:
         for rid in list(cols)[1:]:
-            steps, a, b = _pairs(ref, cols[rid], figure)
+            steps, a, b, source = _pairs(ref, cols[rid], figure)
             if not steps:
                 continue
-            step, vb, va = divergence(steps, a, b, cfg)
-            found.append(Divergence(figure, rid, ref_id, step, vb, va, len(steps)))
+            s = scan(steps, a, b, cfg)
+            found.append(
+                Divergence(
+                    figure,
+                    rid,
+                    ref_id,
+                    s.step,
+                    s.value,
+                    s.reference_value,
+                    len(steps),
+                    source,
+                    s.why,
+                )
+            )
     return found
+
+
+def comparable(rows: list[Divergence]) -> bool:
+    """Whether any figure had the common steps a divergence needs."""
+    return any(not (d.why or "").startswith("too few common steps") for d in rows)
+
+
+def verdict_line(rows: list[Divergence], cfg: CompareConfig = CompareConfig()) -> str:
+    """One line under the table saying what was found, or why nothing was."""
+    hits = [d for d in rows if d.step is not None]
+    if hits:
+        names = ", ".join(f"{d.run_id} on {d.figure} at step {d.step}" for d in hits)
+        return f"diverged: {names}"
+    if not rows:
+        return "nothing compared: the runs share no step with a value of any figure"
+    if not comparable(rows):
+        most = max(d.common_steps for d in rows)
+        return (
+            f"nothing compared: at most {most} common steps, and a divergence needs "
+            f"--window + --sustain - 1 = {needed_steps(cfg)} (lower --window or --sustain)"
+        )
+    return (
+        f"no divergence: no figure apart by more than --k {cfg.k:g} x noise for "
+        f"--sustain {cfg.sustain} consecutive steps (each row's `why` says how close)"
+    )
 
 
 def render(rows: list[Divergence]) -> str:
     """A terminal table: figure, run, first divergent step, both window means."""
     heads = ("figure", "run", "vs", "diverges at step", "run mean", "reference mean", "steps")
+    heads += ("source", "why")
     cells = [
         (
             d.figure,
@@ -138,6 +246,8 @@ def render(rows: list[Divergence]) -> str:
             "-" if d.value is None else f"{d.value:.4g}",
             "-" if d.reference_value is None else f"{d.reference_value:.4g}",
             str(d.common_steps),
+            d.source,
+            d.why or "-",
         )
         for d in rows
     ]
@@ -149,3 +259,23 @@ def render(rows: list[Divergence]) -> str:
 
 def as_json(rows: list[Divergence]) -> list[dict[str, Any]]:
     return [asdict(d) for d in rows]
+
+
+def print_result(
+    rows: list[Divergence], reference: str, cfg: CompareConfig, json_out: bool = False
+) -> int:
+    """Print the table (or JSON) and the verdict line; the exit status: 1 when nothing
+    could be compared (also said on stderr), else 0."""
+    import json
+    import sys
+
+    line = verdict_line(rows, cfg)
+    if json_out:
+        doc = {"reference": reference, "divergences": as_json(rows), "verdict": line}
+        print(json.dumps(doc, indent=1))
+    else:
+        print(render(rows) + line)
+    if comparable(rows):
+        return 0
+    print(f"rlstream compare: {line}", file=sys.stderr)
+    return EXIT_FAILURE

@@ -19,6 +19,12 @@ the same steps in one pass.
 `bin_drawn(steps, values, resolution)` drops the missing points of a digest's series
 (rlstream.metrics.digest) whose bin has a value: only a bin with none breaks a line.
 
+`axis_range(lo, hi, log_y, y_min, y_max, min_span)` is a chart's y axis: the values'
+range padded by 6 %, never past what the quantity can be (`y_min`/`y_max`, linear
+axes), and at least `min_span` high (in decades on a log axis), so that flat noise
+(a KL between 2.0e-4 and 2.5e-4, an ESS between 0.93 and 1) is drawn flat, not as a
+crash.
+
 `coords_text(xs, ys)` writes points as "x,y x,y ...", each number exactly as Python's
 `"%.1f"` writes it (the same bytes), with numpy: the text of a series costs no Python
 per point. It returns the text and where each point's text ends, so that the runs
@@ -183,3 +189,36 @@ def coords_text(xs: np.ndarray, ys: np.ndarray) -> tuple[str, np.ndarray]:
     text = chars[keep].tobytes().decode("ascii")
     ends = np.cumsum(keep.sum(axis=1).reshape(n, 2).sum(axis=1))
     return text, ends
+
+
+def axis_range(
+    lo: float,
+    hi: float,
+    log_y: bool = False,
+    y_min: float | None = None,
+    y_max: float | None = None,
+    min_span: float | None = None,
+) -> tuple[float, float]:
+    """(bottom, top) of the y axis for values from `lo` to `hi` (log10 of them on a
+    log axis); see the module docstring."""
+    y0, y1 = lo, hi
+    if min_span is not None and y1 - y0 < min_span:
+        mid = (y0 + y1) / 2
+        y0, y1 = mid - min_span / 2, mid + min_span / 2
+        if not log_y and y_max is not None and y1 > y_max >= hi:  # keep it in bounds
+            y0, y1 = y0 - (y1 - y_max), y_max
+        if not log_y and y_min is not None and y0 < y_min <= lo:
+            y0, y1 = y_min, y1 + (y_min - y0)
+    elif y1 - y0 < 1e-12:
+        pad = abs(y0) * 0.1 or 1.0
+        y0, y1 = y0 - pad, y1 + pad
+    pad = (y1 - y0) * 0.06
+    y0, y1 = y0 - pad, y1 + pad
+    if not log_y:  # padding never takes the axis past what the quantity can be
+        if y_min is not None:
+            y0 = max(y0, min(y_min, lo))
+        if y_max is not None:
+            y1 = min(y1, max(y_max, hi))
+        if y1 - y0 < 1e-12:
+            y1 = y0 + 1.0
+    return y0, y1

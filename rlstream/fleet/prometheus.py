@@ -11,8 +11,8 @@ Two sources, rendered in the text exposition format (version 0.0.4):
 
 Cardinality is bounded: the only unbounded label is `run_id`, one value per run, and
 at most `max_runs` runs are exported (worst first, see `status.sort_key`); the others
-are counted in `rlstream_runs` and `rlstream_runs_not_exported`. `status` takes 5
-values, `code` the finding codes, `severity` 3, `cohort` one value per cohort (at most
+are counted in `rlstream_runs` and `rlstream_runs_not_exported`. `status` takes 6
+values (`insufficient`: the rules cannot judge the run), `code` the finding codes, `severity` 3, `cohort` one value per cohort (at most
 one per run). A run has at most 16 series plus one per firing finding. The cohort is
 an info series (`rlstream_run_cohort{run_id,cohort} 1`) to join on `run_id`, and
 `rlstream_run_unlike_peers{run_id,cohort}` is 1 while the run's `unlike_peers` fires. docs/fleet.md lists every series.
@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from rlstream.fleet.status import STATUS_ORDER, status_rows
@@ -147,7 +147,9 @@ def render_metrics(
         o.add(
             "rlstream_run_status",
             "gauge",
-            "1 for the run's current status (critical, stalled, warning, healthy, finished).",
+            "1 for the run's current status (critical, stalled, warning, insufficient: "
+            "the rules cannot judge it, healthy, finished: judged with no warning or "
+            "critical finding ever; a finished run that had one keeps that severity).",
             1,
             run_id=rid,
             status=r["status"],
@@ -173,8 +175,8 @@ def render_metrics(
         o.add(
             "rlstream_run_finished",
             "gauge",
-            "1 if the run finished.",
-            int(r["status"] == "finished"),
+            "1 if the run finished (whatever its status).",
+            int(bool(r["finished"])),
             run_id=rid,
         )
         o.add("rlstream_run_last_step", "gauge", "Highest step read.", r["last_step"], run_id=rid)
@@ -271,7 +273,9 @@ def render_metrics(
 
 
 class MetricsExporter:
-    """Serves /metrics on host:port from a daemon thread; the driver feeds it."""
+    """Serves /metrics on host:port from a daemon thread; the driver feeds it. With
+    `pages` (a `fleet.web.FleetPages`: `watch --ui-port`), the same server serves the
+    live pages too."""
 
     def __init__(
         self,
@@ -283,6 +287,7 @@ class MetricsExporter:
         min_refresh_seconds: float = 1.0,
         load: Callable[[], list[dict[str, Any]]] | None = None,
         load_rejected: Callable[[], list[dict[str, Any]]] | None = None,
+        pages: Any = None,
     ) -> None:
         from rlstream.fleet.outdir import read_rejected
         from rlstream.fleet.read import read_latest
@@ -300,21 +305,9 @@ class MetricsExporter:
         self._loaded_at = float("-inf")
         exporter = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?")[0] != "/metrics":
-                    self.send_error(404, "only /metrics is served here")
-                    return
-                body = exporter.page().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        from rlstream.fleet.web import make_handler
 
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("metrics: " + format, *args)
-
+        Handler = make_handler(pages, exporter, host)
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

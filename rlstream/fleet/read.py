@@ -18,6 +18,9 @@ first step of each bin of steps, per (cohort, figure) (OUT's `band_digest` and t
 while a cohort spans at most `metrics.digest.MAX_BINS` steps), as {cohort: {figure:
 {column: values}}} in step order.
 
+`read_heldout(out, run_id)` returns a run's held-out evaluation scores by eval name
+(the `reported_eval` map of its steps rows), for the reward chart.
+
 `example_completions(run_uri, since_step)` is the one read outside OUT: a few
 completion texts from the newest transcripts of a run, for the report's
 degenerate_outputs and entropy_collapse sections. Given the newest names the
@@ -317,3 +320,23 @@ def example_completions(
             }
     ranked = sorted(seen.values(), key=lambda e: (-e["count"], -(e["step"] or 0)))
     return ranked[:limit]
+
+
+def read_heldout(
+    out: str, run_id: str, storage_options: dict[str, Any] | None = None, max_points: int = 512
+) -> dict[str, tuple[list[int], list[float | None]]]:
+    """The run's held-out evaluations ({eval name: (steps, scores)}, in step order,
+    the last `max_points` eval steps): the `reported_eval` map of its steps rows that
+    have one. Reads one column of one run's partition of the steps table."""
+    t = read_table(out, "steps", storage_options, ["step", "reported_eval"], ("run_id", run_id))
+    if not t.num_rows or "reported_eval" not in t.column_names:
+        return {}
+    steps, evals = t.column("step").to_pylist(), t.column("reported_eval").to_pylist()
+    got = sorted((s, e) for s, e in zip(steps, evals, strict=True) if e)[-max_points:]
+    out_: dict[str, tuple[list[int], list[float | None]]] = {}
+    for step, e in got:
+        for name, v in e.items() if isinstance(e, dict) else e:
+            st, vs = out_.setdefault(name, ([], []))
+            st.append(step)
+            vs.append(v)
+    return out_

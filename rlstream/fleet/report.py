@@ -6,8 +6,9 @@ entropy and truncation are the window medians the health rules judge), the run
 folders rejected for an unreadable run.json with their reason, and one section per
 run, worst first: the charts of `fleet.charts` (reward, discards by reason, mismatch
 KL and ESS, entropy, completion length, truncation and lag), each finding marked on
-its chart at `since_step` with its message, its cohort's band (p10-p90 of the runs of
-its cohort, `OUT/cohorts`) under the figures that have one, and, for degenerate_outputs and
+its chart at `since_step` with its message, its cohort (`OUT/cohorts`) under the figures that have one: the
+cohort's median ± 2 robust deviations with at least 3 other runs, else the siblings'
+own curves; the held-out evaluations on the reward chart; and, for degenerate_outputs and
 entropy_collapse, example completions read from the run's newest transcripts (the one
 read outside OUT), and its Samples (`fleet.report_samples`: kept samples, flagged first,
 and a probe task at two steps with a word diff).
@@ -28,20 +29,20 @@ from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from typing import Any
 
-from rlstream.fleet.charts import run_charts
+from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
 from rlstream.fleet.read import (
     example_completions,
     newest_names,
     read_bands,
     read_digests,
+    read_heldout,
     read_latest,
 )
 from rlstream.fleet.report_samples import run_samples_html
 from rlstream.fleet.status import (
-    STATUS_LABEL,
     STATUS_ORDER,
-    counts,
+    count_parts,
     fmt_age,
     fmt_num,
     status_rows,
@@ -86,8 +87,10 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 6px;border-top
 .sub{color:#666} .counts span{display:inline-block;padding:4px 10px;margin:8px 6px 8px 0;border-radius:4px;color:#fff}
 .s-critical{background:#c0392b} .s-stalled{background:#7d3c98} .s-warning{background:#d68910}
 .s-healthy{background:#229954} .s-finished{background:#566573} .s-unknown{background:#999}
+.s-insufficient{background:#85929e}
 .s-rejected{background:#6e2c00} .counts .s-rejected a{color:#fff}
-table{border-collapse:collapse;margin:6px 0} th,td{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap}
+table{border-collapse:collapse;margin:6px 0} th,td{padding:3px 6px;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap;vertical-align:top}
+#fleet{max-width:1360px} #fleet td.codes,#fleet td.name{white-space:normal;overflow-wrap:anywhere;max-width:240px} .id{font-size:11px}
 th{cursor:pointer;background:#f4f6f7;user-select:none} td.n{text-align:right;font-variant-numeric:tabular-nums}
 .badge{padding:1px 6px;border-radius:3px;color:#fff;font-size:12px}
 .charts{display:flex;flex-wrap:wrap;gap:10px}.fig{border:1px solid #e5e5e5;padding:4px}
@@ -109,9 +112,10 @@ def _e(v: Any) -> str:
     return escape("" if v is None else str(v), quote=True)
 
 
-def _badge(status: str | None) -> str:
+def _badge(status: str | None, text: str | None = None) -> str:
+    """A status badge; `text`: the words shown (the row's `verdict`), else the status."""
     s = status if status in STATUS_ORDER else "unknown"
-    return f'<span class="badge s-{s}">{_e(status or "?")}</span>'
+    return f'<span class="badge s-{s}">{_e(text or status or "?")}</span>'
 
 
 def _numcell(v: float | None, text: str) -> str:
@@ -123,40 +127,51 @@ def _window(rows: list[dict[str, Any]]) -> str:
     return f"median of last {ns[0]} steps" if len(ns) == 1 else "median of last steps"
 
 
+def run_name(row: dict[str, Any]) -> str:
+    """A run's folder name (the last part of its URI), else its id."""
+    uri = str(row.get("run_uri") or "").rstrip("/")
+    return uri.rsplit("/", 1)[-1] or str(row.get("run_id"))
+
+
 def overview_table(rows: list[dict[str, Any]]) -> str:
     """The fleet table. KL, ESS, entropy and truncation are the window medians the
-    health rules judge (as in `rlstream status`), so they agree with the findings."""
-    w = _window(rows)
-    head = (
-        "<tr><th>run</th><th>cohort</th><th>status</th><th>last step</th><th>updated</th>"
-        "<th>reward (last step)</th><th>trend/100 steps</th>"
-        f"<th>mismatch KL ({w})</th><th>ESS ({w})</th><th>entropy ({w})</th>"
-        f"<th>truncation ({w})</th><th>firing findings</th></tr>"
-    )
+    health rules judge (as in `rlstream status`), so they agree with the findings;
+    runs are named by folder (id below); quar.: the run's quarantined lines."""
+    heads = ("run", "cohort", "status", "step", "updated", "reward", "trend/100")
+    heads += ("KL*", "ESS*", "entropy*", "trunc*", "quar.", "findings")
+    head = "<tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>"
     body = []
     for i, r in enumerate(rows):
         codes = ", ".join(f["code"] for f in r["firing"]) or "-"
         trend = r.get("reward_trend")
         kl, ess = r.get("mismatch_kl_recent"), r.get("mismatch_ess_recent")
         ent, trunc = r.get("entropy_recent"), r.get("truncated_recent")
+        name = run_name(r)
         body.append(
             "<tr>"
-            f'<td data-v="{_e(r["run_id"])}"><a href="#run-{i}">{_e(r["run_id"])}</a></td>'
+            f'<td class="name" data-v="{_e(name)}"><a href="#run-{i}">{_e(name)}</a>'
+            f'<div class="sub id">{_e(r["run_id"])}</div></td>'
             f'<td data-v="{_e(r.get("cohort") or "")}">{_e(r.get("cohort") or "-")}</td>'
-            f'<td data-v="{STATUS_ORDER.get(r.get("status") or "", 9)}">{_badge(r.get("status"))}</td>'
+            f'<td data-v="{STATUS_ORDER.get(r.get("status") or "", 9)}">{_badge(r.get("status"), r.get("verdict"))}</td>'
             + _numcell(r.get("last_step"), fmt_num(r.get("last_step"), "d"))
             + _numcell(r.get("seconds_since_update"), fmt_age(r.get("seconds_since_update")))
-            + _numcell(r.get("reward_mean"), fmt_num(r.get("reward_mean"), ".3f"))
+            + _numcell(r.get("reward_mean"), _reward_text(r))
             + _numcell(trend, trend_arrow(trend) or "-")
             + _numcell(kl, fmt_num(kl, ".2e"))
             + _numcell(ess, fmt_num(ess, ".3f"))
             + _numcell(ent, fmt_num(ent, ".3f"))
             + _numcell(trunc, fmt_num(trunc, ".2f"))
-            + f'<td data-v="{len(r["firing"])}">{_e(codes)}</td></tr>'
+            + _numcell(r.get("quarantined"), fmt_num(r.get("quarantined"), "d"))
+            + f'<td class="codes" data-v="{len(r["firing"])}">{_e(codes)}</td></tr>'
         )
+    legend = (
+        f'<p class="sub">* {_window(rows)}, the value the health rules judge (reward: the '
+        "last step); quar.: lines quarantined (OUT/quarantine holds file, offset and "
+        "reason).</p>"
+    )
     return (
         f'<table class="sortable" id="fleet"><thead>{head}</thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f"<tbody>{''.join(body)}</tbody></table>{legend}"
     )
 
 
@@ -239,9 +254,11 @@ def run_section(
     out: str,
     storage_options: dict[str, Any] | None,
     bands: dict[str, dict[str, list[Any]]] | None = None,
+    siblings: dict[str, RunDigest] | None = None,
+    heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
 ) -> str:
     findings = list(latest.get("findings") or [])
-    charts = run_charts(digest, findings, bands)
+    charts = run_charts(digest, findings, bands, siblings, heldout)
     unplaced = [f for f in findings if f.get("since_step") is None]
     extra = "".join(
         f"<li class='msg'><b>{_e(f.get('code'))}</b> [{_e(f.get('severity'))}, "
@@ -249,19 +266,45 @@ def run_section(
         for f in unplaced
     )
     return (
-        f'<section class="run" id="run-{i}"><h2>{_e(row["run_id"])} {_badge(row.get("status"))}</h2>'
-        f'<div class="sub">{_e(row.get("run_uri"))} · {_e(row.get("format") or "loops")} format · '
+        f'<section class="run" id="run-{i}"><h2>{_e(run_name(row))} {_badge(row.get("status"), row.get("verdict"))}</h2>'
+        f'<div class="sub">id {_e(row["run_id"])} · {_e(row.get("run_uri"))} · '
+        f"{_e(row.get('format') or 'loops')} format · "
+        f"{plural(int(row.get('quarantined') or 0), 'quarantined line')} · "
         f"cohort {_e(row.get('cohort') or '-')} · "
         f"last step {_e(row.get('last_step'))} · "
-        f"{plural(digest.rows, 'final step')} · {plural(len(findings), 'finding')}</div>"
+        f"{plural(digest.rows, 'final step')} · {plural(len(findings), 'finding')}"
+        + _replaced(row)
+        + "</div>"
+        + _judged(row)
         + _not_evaluable(row)
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
+        + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + _examples(latest, out, storage_options)
         + run_samples_html(row["run_id"], out, storage_options)
         + _metadata(digest)
         + "</section>"
     )
+
+
+def _replaced(row: dict[str, Any]) -> str:
+    """Steps the trainer logged again (a restart from a checkpoint): the newest kept."""
+    n = row.get("replaced_steps") or 0
+    return f" · {plural(n, 'step')} logged again, the newest record kept" if n else ""
+
+
+def _reward_text(r: dict[str, Any]) -> str:
+    """The reward cell, marked when it is the trainer's reported figure."""
+    text = fmt_num(r.get("reward_mean"), ".3f")
+    return f"{text} (reported)" if "reward_mean" in r.get("reported_figures", ()) else text
+
+
+def _judged(row: dict[str, Any]) -> str:
+    """The run's line saying what its judgement lacks, if anything."""
+    if not row.get("missing"):
+        return ""
+    word = "not judged" if row.get("status") == "insufficient" else "partly judged"
+    return f'<div class="sub judged">{word}: {_e(row["missing"])}</div>'
 
 
 def _not_evaluable(row: dict[str, Any]) -> str:
@@ -277,11 +320,9 @@ def _not_evaluable(row: dict[str, Any]) -> str:
 
 def count_badges(rows: list[dict[str, Any]], rejected: int) -> str:
     """One badge per status (they add up to the runs), then the rejected runs."""
-    c = counts(rows)
     badges = [
-        f'<span class="s-{s}">{n} {_e(STATUS_LABEL.get(s, s))}</span>'
-        for s, n in c.items()
-        if n or s in STATUS_ORDER
+        f'<span class="s-{s.removesuffix("-untimed")}">{_e(words)}</span>'
+        for s, _, words in count_parts(rows)
     ]
     if rejected:
         badges.append(
@@ -306,7 +347,18 @@ def render_report(
     rejected = read_rejected(out, storage_options, [r["run_uri"] for r in latest])
     by_id = {r["run_id"]: r for r in latest}
     rows = status_rows(latest, now)
+    with ThreadPoolExecutor(8, thread_name_prefix="rlstream-report") as pool:
+        evals = list(pool.map(lambda r: read_heldout(out, r["run_id"], storage_options), rows))
     now_dt = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
+
+    def siblings(r: dict[str, Any]) -> dict[str, RunDigest]:
+        c = r.get("cohort")
+        return {
+            run_name(o): digests[o["run_id"]]
+            for o in rows
+            if c and o.get("cohort") == c and o is not r and o["run_id"] in digests
+        }
+
     sections = "".join(
         run_section(
             i,
@@ -316,6 +368,8 @@ def render_report(
             out,
             storage_options,
             bands.get(r.get("cohort")),
+            siblings(r),
+            evals[i],
         )
         for i, r in enumerate(rows)
     )

@@ -5,11 +5,15 @@ plain dicts with JSON-ready values; `render_table(rows, rejected=...)` lays them
 a terminal: a count line whose parts add up to the runs, the rows, a legend for the
 starred columns (KL, ESS, entropy, truncation: the window medians the health rules
 judge, so a row never contradicts its firing findings) and for `n/e` (how many rules
-the run's format cannot evaluate; `--json` names them) and a footer naming the runs
-rejected for an unreadable run.json (`outdir.read_rejected`); `follow(...)` redraws
-the table in place until interrupted. Order: status severity (critical, stalled,
-warning, healthy, finished), then more firing findings first, then run_id. Only OUT is
-read, never the runs.
+the run's format cannot evaluate; `--json` names them) and for `quar` (the run's
+quarantined lines), the runs the rules could not judge or not fully judge and what
+is missing (`missing_lines`), and a footer naming the runs rejected for an unreadable
+run.json (`outdir.read_rejected`); `follow(...)` redraws the table in place until
+interrupted. Order: status severity (critical, stalled, warning, insufficient,
+healthy, finished), then more firing findings first, then run_id. The status cell
+says what a run is (`verdict`): a finished run with a warning or critical finding
+reads `finished: critical CODE, steps A-B` (its worst finding and the steps it fired
+over), one the rules cannot judge `not judged`. Only OUT is read, never the runs.
 """
 
 from __future__ import annotations
@@ -23,10 +27,25 @@ from typing import Any, TextIO
 from rlstream.health.figures import RECENT_FIGURES
 from rlstream.pipeline.outcome import plural
 
-STATUS_ORDER = {"critical": 0, "stalled": 1, "warning": 2, "healthy": 3, "finished": 4}
-STATUS_LABEL = {"healthy": "healthy running", "finished": "finished healthy"}
-"""How counts name a status: `finished` means finished with no warning or critical
-finding firing, so a finished run is visibly counted as healthy too."""
+STATUS_ORDER = {
+    "critical": 0,
+    "stalled": 1,
+    "warning": 2,
+    "insufficient": 3,
+    "healthy": 4,
+    "finished": 5,
+}
+STATUS_LABEL = {
+    "healthy": "healthy running",
+    "finished": "finished healthy",
+    "insufficient": "not judged",
+}
+"""How counts name a status: `finished` means finished, judged, and no warning or
+critical finding ever fired (a finished run that had one keeps that severity);
+`insufficient` means the rules could not judge the run (`missing` says why). Healthy
+runs without step times are counted apart (`UNTIMED_LABEL`): nothing says whether they
+are still running."""
+UNTIMED_LABEL = "healthy, not known to be running (no step times)"
 RECENT_KEYS = tuple(RECENT_FIGURES)
 """run_health columns holding the window median each health rule judges."""
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -84,11 +103,38 @@ def status_rows(latest: list[dict[str, Any]], now: float | None = None) -> list[
                     for f in firing(r.get("findings"))
                 ],
                 "quarantined": r.get("quarantined"),
+                "replaced_steps": _int(r.get("replaced_steps")) or 0,
                 "not_evaluable": list(r.get("not_evaluable") or []),
+                "finished": _finished(r),
+                "judged": r.get("judged"),
+                "missing": r.get("missing"),
+                "worst_finding": r.get("worst_finding"),
+                "reported_figures": list(r.get("reported_figures") or []),
             }
         )
+        rows[-1]["verdict"] = verdict(rows[-1])
     rows.sort(key=sort_key)
     return rows
+
+
+def _finished(r: dict[str, Any]) -> bool:
+    """The run finished (rows written before the `finished` column: status says)."""
+    f = r.get("finished")
+    return bool(f) if f is not None else r.get("status") == "finished"
+
+
+def verdict(r: dict[str, Any]) -> str:
+    """The status cell: what the run is, in words (see the module docstring)."""
+    status = r.get("status") or "-"
+    word = "not judged" if status == "insufficient" else status
+    if not r.get("finished"):
+        return word
+    w = r.get("worst_finding")
+    if status in ("critical", "warning"):
+        if w and w.get("severity") == status:
+            return f"finished: {status} {w['code']}, steps {w['since_step']}-{w['until_step']}"
+        return f"finished: {status}"
+    return "finished, not judged" if status == "insufficient" else "finished"
 
 
 def _int(v: Any) -> int | None:
@@ -130,11 +176,14 @@ def trend_arrow(slope: float | None) -> str:
 
 
 HEADS = ("run", "format", "cohort", "status", "step", "updated", "reward", "trend/100")
-HEADS += ("kl*", "ess*", "entropy*", "trunc*", "n/e", "findings")
+HEADS += ("kl*", "ess*", "entropy*", "trunc*", "quar", "n/e", "findings")
 NE_LEGEND = (
     "n/e: how many health rules the run's files cannot evaluate (its format lacks their "
     "figures; names under not_evaluable in --json and in the report)"
 )
+
+
+QUAR_LEGEND = "quar: lines quarantined (file, offset, reason in OUT/quarantine)"
 
 
 def table_cells(r: dict[str, Any]) -> list[str]:
@@ -142,18 +191,46 @@ def table_cells(r: dict[str, Any]) -> list[str]:
         r["run_id"],
         r.get("format") or "loops",
         r.get("cohort") or "-",
-        r.get("status") or "-",
+        r.get("verdict") or verdict(r),
         fmt_num(r.get("last_step"), "d"),
         fmt_age(r.get("seconds_since_update")),
-        fmt_num(r.get("reward_mean"), ".3f"),
+        fmt_num(r.get("reward_mean"), ".3f") + ("r" if _reported(r, "reward_mean") else ""),
         trend_arrow(r.get("reward_trend")) or "-",
         fmt_num(r.get("mismatch_kl_recent"), ".2e"),
         fmt_num(r.get("mismatch_ess_recent"), ".3f"),
         fmt_num(r.get("entropy_recent"), ".3f"),
         fmt_num(r.get("truncated_recent"), ".2f"),
+        fmt_num(r.get("quarantined"), "d"),
         str(len(r.get("not_evaluable") or [])) if r.get("not_evaluable") else "-",
         ",".join(f["code"] for f in r["firing"]) or "-",
     ]
+
+
+def _reported(r: dict[str, Any], key: str) -> bool:
+    return key in (r.get("reported_figures") or ())
+
+
+REPORTED_LEGEND = (
+    "r: the figure steps.jsonl reports (the run's files give nothing to recompute it "
+    "from; reported_figures in --json)"
+)
+MISSING_SHOWN = 10
+
+
+def missing_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The runs the rules could not judge, and those still short of some rule's steps,
+    grouped by what is missing."""
+    groups: dict[tuple[bool, str], list[str]] = {}
+    for r in rows:
+        if r.get("missing"):
+            key = (r.get("status") == "insufficient", r["missing"])
+            groups.setdefault(key, []).append(r["run_id"])
+    out = []
+    for (unjudged, text), ids in sorted(groups.items(), key=lambda kv: not kv[0][0]):
+        shown = ", ".join(ids[:MISSING_SHOWN])
+        more = f" and {len(ids) - MISSING_SHOWN} more" if len(ids) > MISSING_SHOWN else ""
+        out.append(f"{'not judged' if unjudged else 'partly judged'}: {text}: {shown}{more}")
+    return out
 
 
 def recent_legend(rows: list[dict[str, Any]]) -> str:
@@ -164,10 +241,34 @@ def recent_legend(rows: list[dict[str, Any]]) -> str:
     return f"* median of {window}, the value the health rules judge (reward: last step)"
 
 
-def summary_line(rows: list[dict[str, Any]], rejected: int = 0) -> str:
-    """`5 runs: 1 critical, 4 finished healthy; 1 rejected run`: the parts add up."""
+def count_parts(rows: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
+    """(status, runs, words) per status with runs, in STATUS_ORDER: how many of them
+    finished is said beside a severity, and healthy runs without step times are apart
+    (status `healthy-untimed`); the runs add up."""
     c = counts(rows)
-    parts = ", ".join(f"{n} {STATUS_LABEL.get(s, s)}" for s, n in c.items() if n)
+    untimed = sum(1 for r in rows if r.get("status") == "healthy" and r["last_activity"] is None)
+    c["healthy"] -= untimed
+    out = []
+    for s, n in c.items():
+        if not n:
+            continue
+        ended = sum(1 for r in rows if r.get("status") == s and r.get("finished"))
+        both = s != "finished" and ended > 0
+        out.append(
+            (s, n, f"{n} {STATUS_LABEL.get(s, s)}" + (f" ({ended} finished)" if both else ""))
+        )
+        if s == "healthy" and untimed:
+            out.append(("healthy-untimed", untimed, f"{untimed} {UNTIMED_LABEL}"))
+    if untimed and not c["healthy"]:
+        at = next((i for i, p in enumerate(out) if STATUS_ORDER.get(p[0], 9) > 4), len(out))
+        out.insert(at, ("healthy-untimed", untimed, f"{untimed} {UNTIMED_LABEL}"))
+    return out
+
+
+def summary_line(rows: list[dict[str, Any]], rejected: int = 0) -> str:
+    """`5 runs: 1 critical (1 finished), 4 finished healthy; 1 rejected run`: the
+    parts add up."""
+    parts = ", ".join(words for _, _, words in count_parts(rows))
     line = f"{plural(len(rows), 'run')}" + (f": {parts}" if parts else "")
     if rejected:
         line += f"; {plural(rejected, 'rejected run')} (not analysed, listed below)"
@@ -217,8 +318,18 @@ def render_table(
         lines.append(line)
     if rows:
         lines.append(recent_legend(rows))
+        lines.append(QUAR_LEGEND)
         if any(r.get("not_evaluable") for r in rows):
             lines.append(NE_LEGEND)
+        replaced = [r for r in rows if r.get("replaced_steps")]
+        if replaced:
+            lines.append(
+                "steps logged again (a restart), the newest record kept: "
+                + ", ".join(f"{r['run_id']} {r['replaced_steps']}" for r in replaced)
+            )
+        if any(_reported(r, "reward_mean") for r in rows):
+            lines.append(REPORTED_LEGEND)
+        lines.extend(_printable(x) for x in missing_lines(rows))
     elif rejected:
         lines.append("(no run analysed: every run found was rejected, listed below)")
     else:

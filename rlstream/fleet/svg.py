@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from rlstream.fleet.points import (
+    axis_range,
     bin_drawn,
     column_extremes,
     coords_text,
@@ -99,6 +100,8 @@ class Chart:
     extends below it unless a value does."""
     y_max: float | None = None
     """Highest value the quantity can take (1 for shares)."""
+    min_span: float | None = None
+    """Least height of the axis (decades on a log axis; `points.axis_range`)."""
     gap_note: str = "no value at these steps"
     """Legend text for the shaded steps where the first series has no value."""
     band: Band | None = None
@@ -272,21 +275,8 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
         parts.append("</svg>")
         return "".join(parts)
     tf = (lambda v: math.log10(v)) if chart.log_y else (lambda v: v)
-    y0, y1 = tf(float(ys.min())), tf(float(ys.max()))
-    lo, hi = y0, y1
-    if y1 - y0 < 1e-12:
-        pad = abs(y0) * 0.1 or 1.0
-        y0, y1 = y0 - pad, y1 + pad
-    else:
-        pad = (y1 - y0) * 0.06
-        y0, y1 = y0 - pad, y1 + pad
-    if not chart.log_y:  # padding never takes the axis past what the quantity can be
-        if chart.y_min is not None:
-            y0 = max(y0, min(chart.y_min, lo))
-        if chart.y_max is not None:
-            y1 = min(y1, max(chart.y_max, hi))
-        if y1 - y0 < 1e-12:
-            y1 = y0 + 1.0
+    lim = (chart.y_min, chart.y_max, chart.min_span)
+    y0, y1 = axis_range(tf(float(ys.min())), tf(float(ys.max())), chart.log_y, *lim)
 
     def px(s: float) -> float:
         return left + (s - x0) / (x1 - x0) * pw

@@ -10,10 +10,14 @@ from rlstream.formats.base import Format
 from rlstream.formats.loops import LOOPS
 from rlstream.formats.prime_rl import PRIME_RL
 from rlstream.formats.tinker import TINKER
+from rlstream.formats.trackers.backends import MLFLOW, SWANLAB, TENSORBOARD, TRACKIO, WANDB
 from rlstream.formats.trl import TRL
 from rlstream.formats.verl import VERL
 
-FORMATS: dict[str, Format] = {f.name: f for f in (LOOPS, TRL, PRIME_RL, VERL, TINKER)}
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (LOOPS, TRL, PRIME_RL, VERL, TINKER, WANDB, SWANLAB, TENSORBOARD, MLFLOW, TRACKIO)
+}
 """Detection order: the first whose `detect` accepts a folder names its format."""
 
 

@@ -10,12 +10,26 @@ A `Format` is a small object, one per trainer (docs/formats.md):
   like a run cannot be read.
 - `streams(listing)`: what to follow in the run folder: `Tail` (an append-only
   JSONL file read through a byte cursor), `StepFiles` (whole files, one set per step,
-  each read once when complete) and `Snapshot` (a file rewritten whole).
+  each read once when complete), `Snapshot` (a file rewritten whole) and `Records`
+  (a tracker's binary log or SQLite store, read through a record cursor).
 - `parse_line(kind, obj)`, `parse_file(kind, data, name, step)`,
   `parse_snapshot(data)`: bytes or decoded JSON to records (`formats.records`).
+- `parse_records(path, data, start, final, trainer)` and `query_records(conn, select,
+  after, trainer)`: a `Records` stream's next records as a `Chunk` (formats with
+  `Records` streams only). `members(listing, open_db)`: for a folder holding stores
+  of several runs (Trackio, MLflow SQLite), the member names `<db>#<run>` that are one
+  run each; a member run's `identity` and `streams` get `{<db>#<run>}` as listing.
+- `spread` (optional, False): one step's values come in several records or logs (a
+  tracker writing one record per scalar, a file per key), so a step is final only
+  once every log read a later one.
+- `run_files` (optional): names of the file that makes a folder a run of the format,
+  so a lone file given as ROOT under another name can be told which name it needs.
 - `unavailable`: recomputed `steps` columns the format cannot give although its
   records feed the kernels (for example truncation when no stop reason is written);
   the pipeline sets them to null.
+- optional `parts` (the writers of one step's rows, whose `StepRecord.part` names
+  them; the step is final once each has passed it) and `repeated_parts` (writers
+  that log several lines per step: merged, never `duplicate_step`).
 
 Planning (stats, listings), cursors, exactly-once folding, quarantine and health
 are the pipeline's and the same for every format. Nothing here does I/O.
@@ -85,7 +99,34 @@ class Snapshot:
     paths: tuple[str, ...]
 
 
-Stream = Tail | StepFiles | Snapshot
+@dataclass(frozen=True, slots=True)
+class Records:
+    """A tracker's log, read through a cursor at record boundaries. Without `select`,
+    `path` is a file (or, with `name_re`, a folder: every file below it to `depth`
+    levels whose name matches is a log, each with its own byte cursor) handed to
+    `parse_records` from its cursor on. With `select`, `path` is a SQLite database
+    opened read-only and `query_records` reads the run `select` after a row id."""
+
+    path: str
+    name_re: re.Pattern[str] | None = None
+    depth: int = 0
+    select: str | None = None
+
+
+Stream = Tail | StepFiles | Snapshot | Records
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """What one `parse_records` / `query_records` call read: step records (canonical
+    keys), the cursor to resume from (a byte offset at a record boundary, or the last
+    row id), (offset or -1, reason, detail, step or None) of what was skipped as
+    corrupt, and the trainer recognised from the keys (None when unknown)."""
+
+    steps: list[StepRecord]
+    cursor: int
+    errors: list[tuple[int, str, str, int | None]] = field(default_factory=list)
+    trainer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,10 +3,12 @@
 Writers (PrimeIntellect-ai/prime-rl, cited in docs/formats.md):
 `src/prime_rl/monitors/file.py` `FileMonitor.log_metrics` appends, line-buffered,
 `json.dumps({"step": step, "time": time.time(), **metrics})` to
-`<output_dir>/metrics.jsonl`; the trainer (`trainer/rl/train.py`: `entropy/all/mean`,
-`mismatch_kl/all/mean`, `loss/...`) and the orchestrator (`orchestrator/
-orchestrator.py`: `train/agg/{all,effective}/...`, `progress/...`, `off_policy/...`,
-`time/...`) each write one row per step, in either order. With
+`<output_dir>/metrics.jsonl`, one line per call. The trainer (`trainer/rl/train.py`)
+calls it several times per step: `perf/...`, `optim/...`, its tensor statistics
+(`entropy/all/mean`, `mismatch_kl/all/mean`, `loss/...`), `time/...` and `system/...`
+(checkpoint disk); the orchestrator (`orchestrator/orchestrator.py`:
+`train/agg/{all,effective}/...`, `progress/...`, `off_policy/...`, `time/...`) once,
+and its evals once per eval batch; writers interleave in either order. With
 `trainer.enable_token_export=true`, `trainer/rl/token_export.py` writes
 `token_exports/step_N/rank_R.jsonl`, one line per packed micro-sequence
 (`schema_version`, `step`, `rank`, `micro_step`, `micro_sequence_idx`,
@@ -23,12 +25,18 @@ policy.start, policy.end}`, `ok`, `errors`, `traces` [{`agent.name`, `nodes`
 `usage.completion_tokens`}], `rewards` {name: {`score`, `weight`}}, `ok`,
 `stop_condition`, `errors`}]).
 
-A step's two rows are merged into one `StepRecord` (`part` "trainer" /
-"orchestrator"; rows with only `eval/` keys are part "eval"); its row is final once
-both writers have passed it. A step folder of token exports is read once, after its
+All lines of a step are merged into one `StepRecord` (`part` "trainer" /
+"orchestrator"; rows with only `eval/` keys are part "eval"): a writer's several lines
+of one step merge too (`repeated_parts`; on a key two lines of one writer share, the
+later line's value wins, as after a restart that logs the step again), never
+quarantined as duplicates; its row is final once both writers have passed it (or its
+lines settled, `watermark_settle_seconds`). A step folder of token exports is read once, after its
 `STABLE` marker. Each sample of a micro-sequence (position ids restart at 0) becomes
 one generation of the tokens under `loss_mask`, with sampler (`inference_logprobs`)
-and trainer logprobs: the full token-level set is recomputed as for Loops.
+and trainer logprobs: the full token-level set is recomputed as for Loops. The
+exports' `entropy` (the trainer's exact entropy of each token's temperature-scaled
+distribution) is the entropy estimate's value for every token that has one, `-ls` only
+where it is null or the field absent (`entropy_exact_frac` tells the share).
 Truncation is not in the exports (the orchestrator reports it).
 
 A step's `train/all/traces.jsonl` is read once, whole, after the step's `effective`
@@ -111,13 +119,20 @@ EVAL_STATS = "eval_stats/"
 truncation rates, pass@k: `eval/<env>/<rest>`) are not held-out scores: kept in
 `reported_other` as `eval_stats/<env>/<rest>`."""
 ORCHESTRATOR = ("train/", "progress/", "off_policy/", "batch/")
+ENTROPY_SLACK = 1e-3
+"""An exported entropy below -ENTROPY_SLACK nats is not an entropy (rounding may give
+a value a hair below 0): the line is quarantined."""
 
 
 class PrimeRlFormat:
     """prime-rl's output folders."""
 
     name = "prime-rl"
+    run_files = (METRICS,)
     parts = ("trainer", "orchestrator")
+    repeated_parts = ("trainer", "orchestrator", "eval")
+    """Every writer appends one line per `FileMonitor.log` call: the trainer several per
+    step (perf, optim, tensor stats, time, system); all of a step's lines merge."""
     unavailable: frozenset[str] = frozenset(
         {"truncated_frac", "discard_grading_failed", "discard_unversioned", "discard_stale",
          "top_completion_task_share"}
@@ -208,6 +223,11 @@ def _sequence(obj: Any, step: int, rank: str) -> list[Transcript]:
         raise BadRecord("invalid_field:loss_mask")
     ls = float_array(obj["inference_logprobs"], n, "inference_logprobs")
     lt = float_array(obj["trainer_logprobs"], n, "trainer_logprobs")
+    ent = None
+    if obj.get("entropy") is not None:
+        ent = float_array(obj["entropy"], n, "entropy")
+        if (ent < -ENTROPY_SLACK).any():
+            raise BadRecord("invalid_field:entropy")
     tok = np.asarray(toks, dtype=np.int64) if n else np.empty(0, np.int64)
     m = np.asarray(mask, dtype=bool) if n else np.empty(0, bool)
     p = np.asarray(pos, dtype=np.int64) if n else np.empty(0, np.int64)
@@ -234,6 +254,7 @@ def _sequence(obj: Any, step: int, rank: str) -> list[Transcript]:
                 [tok[sel]],
                 None,
                 None,
+                None if ent is None else [ent[sel]],
             )
         )
     return out

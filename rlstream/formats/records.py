@@ -245,6 +245,9 @@ class Transcript:
     vocab: int | None
     text: TranscriptText | None = None
     """What the attempt's calls were sent and returned, where the format records it."""
+    ent: list[np.ndarray] | None = None
+    """Per generation, the trainer's exact entropy of each token's distribution (NaN
+    where unknown), for formats that export it (prime-rl); None: none known."""
 
 
 def quarantine(
@@ -290,20 +293,25 @@ def jsonl_records(data: bytes, parse: Any) -> list[Any]:
     return out
 
 
-def merge_parts(prev: StepRecord, rec: StepRecord) -> StepRecord | None:
+def merge_parts(prev: StepRecord, rec: StepRecord, repeats: bool = False) -> StepRecord | None:
     """One step's record from two rows written by different parts of a trainer (the
-    first row's values win on a shared key), or None when `rec` repeats a part."""
+    first row's values win on a shared key), or None when `rec` repeats a part. With
+    `repeats` (a part that writes several lines per step, as prime-rl's trainer does),
+    a repeated part merges too, and its later line's values win on a shared key (a step
+    logged again after a restart is the values the run went on with)."""
     parts = prev.part.split("+") if prev.part else []
-    if not rec.part or not prev.part or rec.part in parts:
+    if not rec.part or not prev.part or (rec.part in parts and not repeats):
         return None
     times = [t for t in (prev.time, rec.time) if t is not None]
+    again = rec.part in parts
+    first, later = (prev, rec) if again else (rec, prev)
     return StepRecord(
         prev.step,
         max(times) if times else None,
-        {**rec.metrics, **prev.metrics},
-        {**rec.text, **prev.text},
+        {**first.metrics, **later.metrics},
+        {**first.text, **later.text},
         prev.offset,
-        "+".join(sorted([*parts, rec.part])),
+        "+".join(sorted({*parts, rec.part})),
     )
 
 

@@ -84,6 +84,7 @@ class TinkerFormat:
     """tinker-cookbook's `log_path` folders."""
 
     name = "tinker"
+    run_files = (METRICS,)
     unavailable: frozenset[str] = NO_FAILURES | {"truncated_frac"}
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:

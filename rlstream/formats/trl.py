@@ -83,6 +83,7 @@ class TrlFormat:
     """TRL (transformers Trainer) output folders."""
 
     name = "trl"
+    run_files = (STATE,)
     unavailable: frozenset[str] = NO_FAILURES | TEXT_ONLY
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:

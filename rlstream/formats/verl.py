@@ -87,6 +87,7 @@ class VerlFormat:
     """verl's file-logger runs."""
 
     name = "verl"
+    run_files = (DEFAULT_LOG,)
     unavailable: frozenset[str] = NO_FAILURES | TEXT_ONLY
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:

@@ -9,8 +9,9 @@ before a pending finding fires) and ``clear_steps`` (how many consecutive clear
 evaluations resolve it), plus its own thresholds. Each field's docstring is its
 documentation (``docs/health.md`` renders the same text).
 
-``load_rules(path)`` reads a TOML file whose tables are ``[history]`` and
-``[<code>]`` and overrides the defaults key by key. Unknown tables or keys and values
+``load_rules(path)`` reads a TOML file whose tables are ``[history]``,
+``[<code>]``, ``[cohorts]`` and ``[limits]`` (what is read of a run folder at most:
+``LimitsConfig``, which the pipeline takes, not the rules) and overrides the defaults key by key. Unknown tables or keys and values
 of the wrong type raise ``ConfigError`` naming the offending key and the valid ones.
 """
 
@@ -78,6 +79,17 @@ class HistoryConfig:
 
 
 @dataclass(frozen=True)
+class LimitsConfig:
+    """What rlstream reads of a run folder at most (docs/runtime.md "Limits"); the
+    command-line flag of the same name overrides the file."""
+
+    max_file_bytes: int = 64 << 20
+    """Largest whole run file read (a transcript, a per-step file, run.json): a larger one is quarantined as `file_too_large` with its size and not read (`--max-file-bytes`)."""
+    max_tokens_slack: int = 0
+    """Tokens a generation may have above its run's own `sampling.max_tokens` before it is quarantined as `exceeds_max_tokens` (`--max-tokens-slack`)."""
+
+
+@dataclass(frozen=True)
 class RulesConfig:
     """Every threshold of the health rules. Tables of a rules TOML file use these names."""
 
@@ -106,12 +118,15 @@ class RulesConfig:
     transcript_hack_flags: TranscriptHackFlags = field(default_factory=TranscriptHackFlags)
     unlike_peers: UnlikePeers = field(default_factory=UnlikePeers)
     cohorts: CohortsConfig = field(default_factory=CohortsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             sub = getattr(self, f.name)
             if isinstance(sub, (RuleConfig, UnlikePeers)):
                 _validate_rule(f.name, sub)
+        if self.limits.max_file_bytes < 1 or self.limits.max_tokens_slack < 0:
+            raise ConfigError("[limits] max_file_bytes must be >= 1, max_tokens_slack >= 0")
         h = self.history
         if min(h.window, h.baseline_steps, h.recent_steps, h.trend_steps) < 1:
             raise ConfigError(
@@ -143,7 +158,9 @@ class RulesConfig:
 
 
 CODES: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(RulesConfig) if f.name not in ("history", "cohorts")
+    f.name
+    for f in dataclasses.fields(RulesConfig)
+    if f.name not in ("history", "cohorts", "limits")
 )
 """Every finding code, in the order the Loops guide reads them. A stable API."""
 

@@ -7,16 +7,30 @@ that position for a run. `NEEDS` lists, per finding code, alternative sets of fi
 (names of `figures.extract`, plus "eval" for held-out metrics, "pairs" for a reported
 and recomputed metric side by side, "time" for timestamps, and "unusable_limit" for
 the run config's `training.max_consecutive_unusable_groups`); the rule is evaluable
-once every figure of one set has appeared. Pure: no I/O.
+once every figure of one set has appeared.
+
+`judgement` says whether a run can be judged at all: `insufficient` when fewer than
+`MIN_EVALUABLE_SHARE` of the enabled rules (`stalled` aside: it judges liveness, not
+training) are evaluable on its files, or when it has fewer final steps than the
+rules' baseline and recent window need (`baseline_need`); else `judged`, naming the
+rules still short of the steps they need (`steps_needed`, e.g. `reward_too_fast`'s
+60 rows). Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
+from rlstream.health.config import DEFAULT_RULES, RulesConfig
 from rlstream.health.figures import as_dict, extract, metric_pairs
 from rlstream.health.verdict import cfg_get
+
+MIN_EVALUABLE_SHARE = 0.6
+"""A run is judged only when at least this share of the enabled rules (`stalled`
+aside) can be evaluated on its files: 12 of the default 20."""
+JUDGED, INSUFFICIENT = "judged", "insufficient"
 
 NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "no_learning_signal": (("reward_all", "group_std"), ("reward_all", "no_variance_frac")),
@@ -66,3 +80,49 @@ def not_evaluable(seen: Iterable[str]) -> list[str]:
     """Finding codes none of whose figure sets has fully appeared, sorted."""
     have = set(seen)
     return sorted(code for code, alts in NEEDS.items() if not any(set(a) <= have for a in alts))
+
+
+def baseline_need(rules: RulesConfig = DEFAULT_RULES) -> int:
+    """Final steps before most rules can judge: warm-up, baseline and a recent window."""
+    h = rules.history
+    return h.baseline_skip + h.baseline_steps + h.recent_steps
+
+
+def steps_needed(code: str, rules: RulesConfig = DEFAULT_RULES) -> int:
+    """Final steps rule `code` needs before it can fire (its `min_rows`, if it has one,
+    else `baseline_need`)."""
+    return max(baseline_need(rules), getattr(getattr(rules, code), "min_rows", 0))
+
+
+def judged_codes(rules: RulesConfig = DEFAULT_RULES) -> list[str]:
+    """The enabled rules a run's judgement counts: every code of NEEDS but `stalled`."""
+    return [c for c in NEEDS if c != "stalled" and getattr(rules, c).enabled]
+
+
+def judgement(
+    not_evaluable_codes: Iterable[str], steps: int, rules: RulesConfig = DEFAULT_RULES
+) -> tuple[str, str | None]:
+    """(`judged` or `insufficient`, what is missing or None): see the module docstring."""
+    codes = judged_codes(rules)
+    ne = set(not_evaluable_codes)
+    evaluable = [c for c in codes if c not in ne]
+    need = math.ceil(MIN_EVALUABLE_SHARE * len(codes))
+    gaps = []
+    if len(evaluable) < need:
+        gaps.append(
+            f"{len(evaluable)} of {len(codes)} rules evaluable on its files, at least "
+            f"{need} needed (not_evaluable names the others)"
+        )
+    base = baseline_need(rules)
+    if steps < base:
+        gaps.append(f"{steps} final steps, the rules need {base}")
+    if gaps:
+        return INSUFFICIENT, "; ".join(gaps)
+    short: dict[int, list[str]] = {}
+    for c in evaluable:
+        if (n := steps_needed(c, rules)) > steps:
+            short.setdefault(n, []).append(c)
+    if not short:
+        return JUDGED, None
+    parts = [f"{', '.join(cs)} (needs {n})" for n, cs in sorted(short.items())]
+    return JUDGED, f"not yet judged at {steps} final steps: {'; '.join(parts)}"

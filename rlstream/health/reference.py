@@ -67,6 +67,8 @@ def defaults_markdown(rules: C.RulesConfig = C.DEFAULT_RULES) -> str:
         out += _table(rule, inherited)
     out += ["", "### [cohorts]", "", " ".join((C.CohortsConfig.__doc__ or "").split()), ""]
     out += _table(rules.cohorts, docs["CohortsConfig"])
+    out += ["", "### [limits]", "", " ".join((C.LimitsConfig.__doc__ or "").split()), ""]
+    out += _table(rules.limits, docs["LimitsConfig"])
     return "\n".join(out) + "\n"
 
 

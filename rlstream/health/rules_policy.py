@@ -211,14 +211,17 @@ def learning(v: View, c: C.EntropyCollapse | C.LengthExplosion) -> tuple[bool | 
 
 
 def _degenerating(v: View, c: C.EntropyCollapse, learns: bool | None) -> list[str]:
-    """Signs that outputs degenerate. While the policy is learning, fewer distinct
-    completions are expected (attempts at a task converge on its answer), so only
-    signs within completions count: repetition, length, n-gram diversity."""
+    """Signs that outputs degenerate. While the policy is learning, a sharper policy
+    writes somewhat more alike: fewer distinct completions (attempts at a task converge
+    on its answer) do not count, and repetition and n-gram diversity count only beyond
+    what sharpening does (``learning_repetition_support``, ``learning_diversity_ratio``)."""
+    rep_min = c.learning_repetition_support if learns else c.repetition_support
+    div_max = c.learning_diversity_ratio if learns else c.diversity_ratio
     signs = []
     checks = (
-        ("repetition", lambda x, b: x - b >= c.repetition_support, "repetition {x:.2f} (baseline {b:.2f})"),
+        ("repetition", lambda x, b: x - b >= rep_min, "repetition {x:.2f} (baseline {b:.2f})"),
         ("len_mean", lambda x, b: x <= c.length_ratio * b, "length {x:.0f} (baseline {b:.0f})"),
-        ("diversity", lambda x, b: x <= c.diversity_ratio * b, "diversity {x:.2f} (baseline {b:.2f})"),
+        ("diversity", lambda x, b: x <= div_max * b, "diversity {x:.2f} (baseline {b:.2f})"),
         ("distinct", lambda x, b: x <= c.support_distinct_ratio * b, "distinct completions {x:.0%} (baseline {b:.0%})"),
     )  # fmt: skip
     for name, bad, text in checks:

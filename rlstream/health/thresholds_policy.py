@@ -101,6 +101,12 @@ class EntropyCollapse(RuleConfig):
     """repetition above its baseline by at least this..."""
     distinct_ratio: float = 0.7
     """...while distinct_completions fell to this share of its baseline or less."""
+    learning_repetition_support: float = 0.2
+    """While the policy is learning, a sharper policy writes somewhat more alike, so
+    the repetition sign needs this rise instead of ``repetition_support``..."""
+    learning_diversity_ratio: float = 0.6
+    """...and the n-gram diversity sign this share of its baseline or less instead of
+    ``diversity_ratio`` (healthy sharpening takes it to about 0.8 of its start)."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@
   the rest of a listing's parsing. Anything else still goes to botocore's parser.
 - `list_after`: ListObjectsV2 with `StartAfter`, so a listing costs O(new names).
 - `list_stats`: the size and ETag of a few files of one folder from one listing,
-  instead of a HEAD each.
+  instead of a HEAD each; `object_size`: one object's size from a one-key listing
+  (known before its GET, so an object above the per-file limit is never fetched).
 """
 
 from __future__ import annotations
@@ -86,17 +87,32 @@ def list_after(fs: Any, path: str, start_after: str) -> list[str]:
 
 
 def list_stats(
-    fs: Any, path: str, names: list[str], page: int = 1000
+    fs: Any, path: str, names: list[str], page: int = 1000, start_after: str = ""
 ) -> dict[str, tuple[int, str | None]]:
     """(size, ETag) of each of `names` found directly under `path`, from one
-    ListObjectsV2 request (more only when over `page` objects sort before the last
-    name): a listing shows the same size and ETag as a HEAD of each object."""
+    ListObjectsV2 request (more only when over `page` objects sort between
+    `start_after`, which must sort before every name, and the last name): a listing
+    shows the same size and ETag as a HEAD of each object."""
     wanted, last = set(names), max(names)
     got: dict[str, tuple[int, str | None]] = {}
-    for name, o in _objects(fs, path, MaxKeys=page):
+    extra: dict[str, Any] = {"StartAfter": start_after} if start_after else {}
+    for name, o in _objects(fs, path, MaxKeys=page, **extra):
         if name in wanted:
             etag = o.get("ETag")
             got[name] = (int(o["Size"]), str(etag).strip('"') if etag else None)
         if name >= last:
             break
     return got
+
+
+def object_size(fs: Any, path: str) -> int | None:
+    """The size of the object at `path` from a one-key listing (Prefix = its key), or
+    None when there is none: known before its GET, as a HEAD would tell."""
+    from fsspec.asyn import sync
+
+    bucket, _, key = path.partition("/")
+    resp = sync(fs.loop, fs._call_s3, "list_objects_v2", Bucket=bucket, Prefix=key, MaxKeys=1)
+    for o in resp.get("Contents", []):
+        if o["Key"] == key:
+            return int(o["Size"])
+    return None

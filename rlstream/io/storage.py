@@ -19,17 +19,23 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import errno
 import os
 import stat as statmod
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlstream.errors import FileTooLarge, StorageError, UnsafeFile
-from rlstream.io.s3 import POOL_CONNECTIONS, list_after, list_stats, open_s3
-from rlstream.io.window import read_window
+from rlstream.io.localfs import (
+    OUTSIDE,
+    dotdot,
+    inside,
+    link_inside,
+    open_regular,
+    write_atomic_local,
+)
+from rlstream.io.s3 import POOL_CONNECTIONS, list_after, list_stats, object_size, open_s3
+from rlstream.io.s3read import read_many_s3
 
 READ_CONCURRENCY = POOL_CONNECTIONS
 """Requests in flight per process in `read_many` and `stat_many`: the size of the S3
@@ -60,38 +66,6 @@ def _file_stat(info: dict[str, Any]) -> FileStat | None:
     return FileStat(size=int(info["size"]), etag=str(etag).strip('"') if etag else None)
 
 
-def open_regular(path: str) -> int:
-    """A read-only descriptor of the regular file at `path`, never through a symbolic
-    link and never of a FIFO, socket or device (`UnsafeFile`, with no byte read).
-
-    The last component is opened with O_NOFOLLOW (a link raises ELOOP) and O_NONBLOCK
-    (opening a FIFO does not wait for a writer); the type is checked on the opened
-    descriptor, so a file swapped for a link or a FIFO after a listing is caught too.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UnsafeFile(path, "a symbolic link") from None
-        if e.errno == errno.ENXIO:  # a socket, or a FIFO with no reader side
-            raise UnsafeFile(path, "a special file") from None
-        raise
-    if not statmod.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        if os.path.isdir(path):
-            raise IsADirectoryError(path)
-        raise UnsafeFile(path, "a special file (FIFO, socket or device)")
-    return fd
-
-
-def _link_inside(entry: os.DirEntry, folder: str) -> bool:
-    """True unless `entry` is a symbolic link whose target lies outside `folder`."""
-    if not entry.is_symlink():
-        return True
-    real, base = os.path.realpath(entry.path), os.path.realpath(folder)
-    return real != base and os.path.commonpath([real, base]) == base
-
-
 def split_protocol(url: str) -> tuple[str, str]:
     """Return (protocol, rest); local paths (and file://) give ("file", path)."""
     if "://" in url:
@@ -112,7 +86,12 @@ class Storage:
     """Bound on the bytes `read_many` holds in flight (read ahead, not yet consumed)."""
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     """Largest whole file `read` and `read_many` take on local disk (`FileTooLarge`
-    beyond it, told from the open file's size before any byte is read)."""
+    beyond it, told from the open file's size before any byte is read; on S3 from the
+    listing's size, before the GET)."""
+    roots: tuple[str, ...] = ()
+    """Real locations of the local ROOTs read through this storage: a file whose real
+    location lies outside all of them is not opened (`rlstream.io.localfs`). Empty: no
+    such check (OUT's storage)."""
     _fs: Any = field(default=None, compare=False, repr=False)
 
     @staticmethod
@@ -121,10 +100,11 @@ class Storage:
         options: dict[str, Any] | None = None,
         read_inflight_bytes: int = DEFAULT_INFLIGHT_BYTES,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        roots: tuple[str, ...] = (),
     ) -> Storage:
         proto, _ = split_protocol(url)
         opts = tuple(sorted((options or {}).items()))
-        return Storage(proto, opts, read_inflight_bytes, max_file_bytes)
+        return Storage(proto, opts, read_inflight_bytes, max_file_bytes, roots)
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -132,6 +112,7 @@ class Storage:
             "options": self.options,
             "read_inflight_bytes": self.read_inflight_bytes,
             "max_file_bytes": self.max_file_bytes,
+            "roots": self.roots,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -143,6 +124,7 @@ class Storage:
         object.__setattr__(
             self, "max_file_bytes", state.get("max_file_bytes", DEFAULT_MAX_FILE_BYTES)
         )
+        object.__setattr__(self, "roots", state.get("roots", ()))
         object.__setattr__(self, "_fs", None)
 
     @property
@@ -188,7 +170,7 @@ class Storage:
                 st = os.lstat(path)
             except (FileNotFoundError, NotADirectoryError):
                 return None
-            if not statmod.S_ISREG(st.st_mode):
+            if not statmod.S_ISREG(st.st_mode) or dotdot(path) is not None:
                 return None
             return FileStat(size=st.st_size, mtime=st.st_mtime, inode=st.st_ino)
         try:
@@ -198,31 +180,48 @@ class Storage:
         return _file_stat(info)
 
     def unsafe(self, url: str) -> str | None:
-        """Why a path that exists is not opened (a symbolic link or a special file,
-        local disk only), or None. Lets a caller told "no such file" by `stat` say
-        the truth instead."""
+        """Why a path that exists is not opened (a `..` in it; locally a symbolic link,
+        a special file, or a real location outside every ROOT), or None. Lets a caller
+        told "no such file" by `stat` say the truth instead."""
+        path = self.strip(url)
+        if dotdot(path) is not None:
+            return dotdot(path)
         if not self.is_local:
             return None
         try:
-            st = os.lstat(self.strip(url))
+            st = os.lstat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
         if statmod.S_ISLNK(st.st_mode):
             return "a symbolic link"
-        if statmod.S_ISREG(st.st_mode) or statmod.S_ISDIR(st.st_mode):
-            return None
-        return "a special file (FIFO, socket or device)"
+        if not (statmod.S_ISREG(st.st_mode) or statmod.S_ISDIR(st.st_mode)):
+            return "a special file (FIFO, socket or device)"
+        if self.roots and not inside(os.path.realpath(path), self.roots):
+            return OUTSIDE
+        return None
+
+    def _too_large(self, path: str, size: int) -> None:
+        if size > self.max_file_bytes:
+            raise FileTooLarge(path, f"{size} bytes, above the limit of {self.max_file_bytes}")
 
     def read(self, url: str) -> bytes:
+        """A whole file; `UnsafeFile` for a path rlstream does not open, `FileTooLarge`
+        above `max_file_bytes` (told from the descriptor, or on S3 from a listing of
+        the key, before the GET)."""
         path = self.strip(url)
+        if dotdot(path) is not None:
+            raise UnsafeFile(path, dotdot(path) or "")
         if self.is_local:
-            with open(open_regular(path), "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size > self.max_file_bytes:
-                    raise FileTooLarge(
-                        path, f"{size} bytes, above the limit of {self.max_file_bytes}"
-                    )
+            with open(open_regular(path, self.roots), "rb") as f:
+                self._too_large(path, os.fstat(f.fileno()).st_size)
                 return f.read()
+        if self.protocol in ("s3", "s3a"):
+            size = object_size(self.fs, path)
+            if size is None:
+                raise FileNotFoundError(path)
+        else:
+            size = int(self.fs.info(path)["size"])
+        self._too_large(path, size)
         return self.fs.cat_file(path, **self._whole_get)
 
     @property
@@ -234,15 +233,18 @@ class Storage:
 
     def read_many(self, urls: Sequence[str]) -> Iterator[tuple[str, bytes | UnsafeFile | None]]:
         """Whole files, yielded as `(url, bytes)` in the order of `urls`; `None` for a
-        file that does not exist, the `UnsafeFile` error for a local path that is a
-        symbolic link or a special file (not opened). Other errors are raised (after the retries of the
-        filesystem's client: S3 throttling, `SlowDown`/503, is retried with backoff).
+        file that does not exist, the `UnsafeFile` error for a path not opened (a link,
+        a special file, outside ROOT, a `..`) and `FileTooLarge` for one above
+        `max_file_bytes`, never fetched. Other errors are raised (after the retries of
+        the filesystem's client: S3 throttling, `SlowDown`/503, is retried with backoff).
 
-        On an async fsspec filesystem (s3fs) up to `READ_CONCURRENCY` reads run at
-        once on its event loop, holding at most about `read_inflight_bytes` (see
-        `rlstream.io.window`); elsewhere the files are read one after the other.
+        On S3 the sizes come first from one listing per folder; up to
+        `READ_CONCURRENCY` reads then run at once on s3fs's event loop, each counted at
+        its decoded cost (`rlstream.io.window.DECODE_FACTOR` times its listed size) so
+        that the reads in flight stay within `read_inflight_bytes`. Elsewhere the files
+        are read one after the other.
         """
-        if self.is_local or not getattr(self.fs, "async_impl", False):
+        if self.protocol not in ("s3", "s3a") or not getattr(self.fs, "async_impl", False):
             for url in urls:
                 try:
                     yield url, self.read(url)
@@ -251,21 +253,7 @@ class Storage:
                 except UnsafeFile as e:
                     yield url, e
             return
-        import asyncio
-
-        fs = self.fs
-
-        def submit(url: str) -> Any:
-            coro = fs._cat_file(self.strip(url), **self._whole_get)
-            return asyncio.run_coroutine_threadsafe(coro, fs.loop)
-
-        for url, got in read_window(submit, urls, self.read_inflight_bytes, READ_CONCURRENCY):
-            if isinstance(got, FileNotFoundError):
-                yield url, None
-            elif isinstance(got, BaseException):
-                raise got
-            else:
-                yield url, got
+        yield from read_many_s3(self, urls)
 
     def stat_many(self, urls: Sequence[str]) -> list[FileStat | None]:
         """`stat` of each URL, in order; concurrent on an async filesystem (one round
@@ -307,8 +295,10 @@ class Storage:
         if end <= start:
             return b""
         path = self.strip(url)
+        if dotdot(path) is not None:
+            raise UnsafeFile(path, dotdot(path) or "")
         if self.is_local:
-            with open(open_regular(path), "rb") as f:
+            with open(open_regular(path, self.roots), "rb") as f:
                 f.seek(start)
                 return f.read(end - start)
         return self.fs.cat_file(path, start=start, end=end)
@@ -355,15 +345,18 @@ class Storage:
             names = [n for n in names if n > start_after]
         return names
 
-    def list_dirs(self, url: str) -> list[str]:
+    def list_dirs(self, url: str, links: bool = False) -> list[str]:
         """Sorted base names of the sub-folders directly under `url`. Locally a link to
-        a folder counts only when its target lies inside `url` (W&B's `latest-run`);
-        one that leads elsewhere is not a sub-folder of this tree."""
+        a folder counts only when its target lies inside `url` (W&B's `latest-run`), or
+        with `links` always (a run's step folders: what is reached through one that
+        leads out of ROOT is listed, then refused file by file when opened)."""
         path = self.strip(url).rstrip("/")
         if self.is_local:
             try:
                 with os.scandir(path) as it:
-                    return sorted(e.name for e in it if e.is_dir() and _link_inside(e, path))
+                    return sorted(
+                        e.name for e in it if e.is_dir() and (links or link_inside(e, path))
+                    )
             except (FileNotFoundError, NotADirectoryError):
                 return []
         try:
@@ -385,29 +378,7 @@ class Storage:
         """
         path = self.strip(url)
         if self.is_local:
-            folder = os.path.dirname(path) or "."
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-            except FileNotFoundError:
-                os.makedirs(folder, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    if fsync:
-                        os.fsync(f.fileno())
-                os.replace(tmp, path)
-                if fsync:  # the rename itself must reach the disk too
-                    dfd = os.open(folder, os.O_RDONLY)
-                    try:
-                        os.fsync(dfd)
-                    finally:
-                        os.close(dfd)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            write_atomic_local(path, data, fsync)
             return
         try:
             self.fs.pipe_file(path, data)

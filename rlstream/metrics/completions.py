@@ -3,31 +3,42 @@
 Contract
 --------
 ``CompletionAgg.from_arrays(completion_len_G, truncated_G, tokens_T, offsets_G1,
-task_ids_G, ngram)`` reduces a batch of generations (all of them, trained or not):
+task_ids_G, ngram, attempt_G)`` reduces a batch of generations (all of them, trained
+or not). ``attempt_G`` (non-decreasing ints: the generations of one attempt are
+contiguous) says which generations make one attempt, the model calls of one
+multi-turn agent; without it every generation is its own attempt. The output judged
+for collapse is the attempt's (docs/health.md, "Multi-turn attempts"): short turns
+alike across tasks ("Running the tests now." and the same call) are not answers.
 
-- lengths: an exact ``CountHistogram`` of ``completion_len_G``; ``n_truncated``.
-- repetition (needs tokens): for each generation with at least ``ngram`` tokens,
-  ``rep_g = 1 - distinct n-grams / total n-grams``. N-grams are hashed to uint64 in
-  one vectorised pass over the concatenated tokens (positions whose window would cross
-  into the next generation are dropped); distinct (generation, hash) pairs are counted
-  after one sort of a packed uint64 key per block of 256 generations (8 bits of local
-  generation id, the hash's top 56 bits). A hash collision could merge two n-grams of
-  one completion; at the sizes of a completion the odds are negligible, and since the
-  block size is fixed they do not depend on how many generations the batch holds.
+- lengths: an exact ``CountHistogram`` of ``completion_len_G`` (per generation);
+  ``n_truncated``.
+- repetition (needs tokens): for each attempt with at least one n-gram,
+  ``rep_a = 1 - distinct n-grams / total n-grams`` over its generations, where a
+  generation whose tokens equal an earlier generation of the same attempt (a fixed
+  action done again) adds no n-grams. N-grams are hashed to uint64 in one vectorised
+  pass over the concatenated tokens (positions whose window would cross into the next
+  generation are dropped); distinct (attempt, hash) pairs are counted after one sort
+  of a packed uint64 key per block of 256 attempts (8 bits of local attempt id, the
+  hash's top 56 bits). A hash collision could merge two n-grams of one attempt; at
+  the sizes of an attempt the odds are negligible, and since the block size is fixed
+  they do not depend on how many attempts the batch holds.
 - distinct completions (needs tokens): one blake2b-64 hash per generation of its
   token ids as little-endian int64 (deterministic across processes, unlike
-  ``hash()``), kept as ``hash -> set of task ids`` (``""`` when task ids are absent)
-  plus ``n_hashed``.
+  ``hash()``); an attempt of one generation is that hash, an attempt of several the
+  blake2b-64 of its generations' hashes in order. Kept as ``hash -> set of task ids``
+  (the attempt's first generation's task; ``""`` when task ids are absent) plus
+  ``n_hashed`` (attempts).
 
 ``finalize`` keys: see ``CompletionAgg.columns()``. ``top_completion_task_share`` is
-the largest share of the distinct tasks seen that share one completion (one answer
+the largest share of the distinct tasks seen that share one attempt output (one answer
 fitting many tasks hints at hard-coding). Undefined figures are None.
 
-Exactness: a generation is the atomic unit and every per-generation figure depends on
-that generation alone. Lengths, counts, hashes and sets merge exactly; ``sum_rep`` is
-an exact sum (``rlstream.metrics.exact``) of the ``rep_g``. So ``merge`` is exactly
-associative and commutative and ``finalize`` is the same, bit for bit, whatever the
-split of the generations into batches and the merge order or tree.
+Exactness: an attempt is the atomic unit (a batch never splits one) and every
+per-attempt figure depends on that attempt alone. Lengths, counts, hashes and sets
+merge exactly; ``sum_rep`` is an exact sum (``rlstream.metrics.exact``) of the
+``rep_a``. So ``merge`` is exactly associative and commutative and ``finalize`` is the
+same, bit for bit, whatever the split of the attempts into batches and the merge order
+or tree.
 """
 
 from __future__ import annotations
@@ -81,7 +92,7 @@ def ngram_hashes(
 
 
 def distinct_per_generation(gen: np.ndarray, h: np.ndarray, n_gen: int) -> np.ndarray:
-    """Number of distinct hashes of each generation, from (gen, hash) pairs.
+    """Number of distinct hashes of each generation (or attempt), from (id, hash) pairs.
 
     ``gen`` must be non-decreasing (as ``ngram_hashes`` returns it). Generations are
     taken in blocks of 256: the local generation id goes into the top 8 bits of one
@@ -117,6 +128,31 @@ def completion_hash(tokens: np.ndarray) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
+def attempt_hash(generation_hashes: list[int]) -> int:
+    """Deterministic 64-bit hash of one attempt's output: its generations in order (one
+    generation: that generation's ``completion_hash``)."""
+    if len(generation_hashes) == 1:
+        return generation_hashes[0]
+    data = b"".join(h.to_bytes(8, "little") for h in generation_hashes)
+    digest = hashlib.blake2b(data, digest_size=8, person=b"attempt").digest()
+    return int.from_bytes(digest, "little")
+
+
+def attempt_index(attempt_G: np.ndarray | None, n_gen: int) -> np.ndarray:
+    """Attempt index 0..A-1 of every generation (each its own attempt without
+    ``attempt_G``); ``attempt_G`` must be non-decreasing."""
+    if attempt_G is None:
+        return np.arange(n_gen, dtype=np.int64)
+    att = np.asarray(attempt_G, dtype=np.int64)
+    if att.shape != (n_gen,):
+        raise ValueError(f"attempt_G has shape {att.shape} for {n_gen} generations")
+    if att.size and (np.diff(att) < 0).any():
+        raise ValueError("attempt_G must be non-decreasing (an attempt's generations together)")
+    if not att.size:
+        return att
+    return np.concatenate([[0], np.cumsum(np.diff(att) != 0)]).astype(np.int64)
+
+
 @dataclass(slots=True)
 class CompletionAgg:
     """Length histogram, truncation count, repetition sums and completion hashes."""
@@ -141,6 +177,7 @@ class CompletionAgg:
         offsets_G1: np.ndarray | None = None,
         task_ids_G: list[str] | None = None,
         ngram: int = 4,
+        attempt_G: np.ndarray | None = None,
     ) -> Self:
         lengths = np.asarray(completion_len_G, dtype=np.int64)
         truncated = np.asarray(truncated_G, dtype=bool)
@@ -164,18 +201,34 @@ class CompletionAgg:
         if task_ids_G is not None and len(task_ids_G) != n_gen:
             raise ValueError(f"task_ids_G has {len(task_ids_G)} entries for {n_gen} generations")
 
+        att_G = attempt_index(attempt_G, n_gen)
+        n_att = int(att_G[-1]) + 1 if n_gen else 0
+        gen_hash = [completion_hash(tokens[offsets[g] : offsets[g + 1]]) for g in range(n_gen)]
+        repeat_G = np.zeros(n_gen, dtype=bool)  # same tokens as an earlier turn of its attempt
+        att_hashes: list[list[int]] = [[] for _ in range(n_att)]
+        seen: set[int] = set()
+        for g in range(n_gen):
+            if g == 0 or att_G[g] != att_G[g - 1]:
+                seen = set()
+            repeat_G[g] = gen_hash[g] in seen
+            seen.add(gen_hash[g])
+            att_hashes[att_G[g]].append(gen_hash[g])
+
         gen, h = ngram_hashes(tokens, offsets, ngram)
-        total = np.bincount(gen, minlength=n_gen)
-        distinct = distinct_per_generation(gen, h, n_gen)
+        keep = ~repeat_G[gen]
+        att, h = att_G[gen[keep]], h[keep]
+        total = np.bincount(att, minlength=n_att)
+        distinct = distinct_per_generation(att, h, n_att)
         has = total > 0
         agg.n_rep = int(np.count_nonzero(has))
         agg.sum_rep = fixed_sum(1.0 - distinct[has] / total[has])
 
+        first = np.searchsorted(att_G, np.arange(n_att))  # each attempt's first generation
         hashes: dict[int, set[str]] = {}
-        for g in range(n_gen):  # one blake2b call per generation
-            task = task_ids_G[g] if task_ids_G is not None else ""
-            hashes.setdefault(completion_hash(tokens[offsets[g] : offsets[g + 1]]), set()).add(task)
-        agg.n_hashed = n_gen
+        for a in range(n_att):
+            task = task_ids_G[first[a]] if task_ids_G is not None else ""
+            hashes.setdefault(attempt_hash(att_hashes[a]), set()).add(task)
+        agg.n_hashed = n_att
         agg.hashes = hashes
         return agg
 

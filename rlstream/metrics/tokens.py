@@ -2,7 +2,7 @@
 
 Contract
 --------
-``TokenAgg.from_arrays(ls_T, lt_T, offsets_G1, trains_G)`` reduces one batch of
+``TokenAgg.from_arrays(ls_T, lt_T, offsets_G1, trains_G, ent_T=None)`` reduces one batch of
 concatenated generations (one step's, or any subset of it) to counts, maxima, exact
 sums and one log-weight per trained generation. ``merge`` returns a new object and is
 exactly associative and commutative: ``finalize`` returns the same values, bit for
@@ -27,8 +27,11 @@ trainer logprob ``lt`` are finite (NaN marks a null logprob). On T:
   ``log W_g`` values and ``finalize`` evaluates the ratio with every weight scaled by
   ``exp(-max log W)``.
 
-The entropy estimate ``-mean(ls)`` uses every token with a finite ``ls``, trained or
-not: it describes the sampling policy.
+The entropy estimate describes the sampling policy: the mean over every token, trained
+or not, of the trainer's exact entropy of the token's distribution where the format
+gives it (``ent_T``, NaN where absent: prime-rl's token exports), else of ``-ls`` (an
+unbiased one-sample estimate) where ``ls`` is finite. ``entropy_exact_frac`` is the
+share of those tokens whose value is the exact one.
 
 Exactness: every per-token quantity is first summed per generation (``np.add.reduceat``
 over the generation's own tokens, so the partial depends on nothing else in the
@@ -114,7 +117,15 @@ class TokenAgg:
     sum_w2: Exact = 0
     log_w_g: np.ndarray = field(default_factory=_empty_f64)
     n_sampled: int = 0
+    """Tokens with a finite ``ls``."""
     sum_neg_ls: Exact = 0
+    """Σ -ls over the tokens with a finite ``ls`` and no exact entropy."""
+    n_exact: int = 0
+    """Tokens with a finite exact entropy..."""
+    sum_exact: Exact = 0
+    """...its sum..."""
+    n_exact_sampled: int = 0
+    """...and how many of them also have a finite ``ls`` (counted in ``n_sampled``)."""
 
     @classmethod
     def empty(cls) -> Self:
@@ -127,6 +138,7 @@ class TokenAgg:
         lt_T: np.ndarray,
         offsets_G1: np.ndarray,
         trains_G: np.ndarray,
+        ent_T: np.ndarray | None = None,
     ) -> Self:
         ls = np.asarray(ls_T, dtype=np.float64)
         lt = np.asarray(lt_T, dtype=np.float64)
@@ -158,7 +170,15 @@ class TokenAgg:
             return fixed_sum(segment_sums(values, n_T_g))
 
         n = int(d.size)
-        neg_ls = -ls[sampled]
+        exact = np.zeros(ls.size, dtype=bool)
+        ent = None
+        if ent_T is not None:
+            ent = np.asarray(ent_T, dtype=np.float64)
+            if ent.shape != ls.shape:
+                raise ValueError(f"ent_T must have one entry per token; got {ent.shape}")
+            exact = np.isfinite(ent)
+        estimated = sampled & ~exact
+        neg_ls = -ls[estimated]
         return cls(
             n_trained=n,
             sum_k3=total(k3),
@@ -170,8 +190,13 @@ class TokenAgg:
             sum_w=total(w),
             sum_w2=total(w * w),
             log_w_g=np.sort(segment_sums(d, n_T_g)),
-            n_sampled=int(neg_ls.size),
-            sum_neg_ls=fixed_sum(segment_sums(neg_ls, _counts_per_generation(sampled, offsets))),
+            n_sampled=int(np.count_nonzero(sampled)),
+            sum_neg_ls=fixed_sum(segment_sums(neg_ls, _counts_per_generation(estimated, offsets))),
+            n_exact=int(np.count_nonzero(exact)),
+            sum_exact=0
+            if ent is None
+            else fixed_sum(segment_sums(ent[exact], _counts_per_generation(exact, offsets))),
+            n_exact_sampled=int(np.count_nonzero(exact & sampled)),
         )
 
     def merge(self, other: Self) -> Self:
@@ -188,6 +213,9 @@ class TokenAgg:
             log_w_g=np.sort(np.concatenate([self.log_w_g, other.log_w_g])),
             n_sampled=self.n_sampled + other.n_sampled,
             sum_neg_ls=add(self.sum_neg_ls, other.sum_neg_ls),
+            n_exact=self.n_exact + other.n_exact,
+            sum_exact=add(self.sum_exact, other.sum_exact),
+            n_exact_sampled=self.n_exact_sampled + other.n_exact_sampled,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -222,6 +250,7 @@ class TokenAgg:
             ("is_ratio_max", float),
             ("is_frac_gt_2", float),
             ("entropy_estimate", float),
+            ("entropy_exact_frac", float),
         )
 
     def finalize(self) -> dict[str, Any]:
@@ -238,6 +267,7 @@ class TokenAgg:
             "is_ratio_max": None,
             "is_frac_gt_2": None,
             "entropy_estimate": None,
+            "entropy_exact_frac": None,
         }
         if n:
             out["mismatch_kl"] = ratio(self.sum_k3, n)
@@ -252,6 +282,8 @@ class TokenAgg:
             # scaling) so nothing overflows. The sorted multiset makes this canonical.
             x = np.exp(self.log_w_g - self.log_w_g[-1])
             out["mismatch_ess_seq"] = _ess(fixed_sum(x), fixed_sum(x * x), self.n_seq)
-        if self.n_sampled:
-            out["entropy_estimate"] = ratio(self.sum_neg_ls, self.n_sampled)
+        n_ent = self.n_exact + self.n_sampled - self.n_exact_sampled
+        if n_ent:
+            out["entropy_estimate"] = ratio(add(self.sum_exact, self.sum_neg_ls), n_ent)
+            out["entropy_exact_frac"] = self.n_exact / n_ent
         return out

@@ -13,7 +13,7 @@ URLs of the runs whose next commit changed.
   cohort keeps only its last `smooth_steps`.
 - **Bands.** For each step a run finalized in this poll, the band of each figure over
   every run of the cohort holding that step (`health.peers.band`) goes into the
-  `out_cohorts` of the first such run (by run id), once `MIN_BAND_RUNS` runs hold it: those rows ride in that run's next
+  `cohorts` rows of the first such run (by run id), once `MIN_BAND_RUNS` runs hold it: those rows ride in that run's next
   commit, under its transaction, exactly once (`pipeline.commit`). A later poll in
   which more runs reach the step writes the band again with a larger n.
 - **Judging.** A run's steps are judged in order, each once (`peer_judged`), when
@@ -45,7 +45,7 @@ from rlstream.health import DEFAULT_RULES, RulesConfig, RunContext, new_state
 from rlstream.health.cohort import CohortRules, cohort_of
 from rlstream.health.config_peers import split_keys
 from rlstream.health.peers import active, advance_peers, band, judge
-from rlstream.pipeline.state import RunState, is_finished
+from rlstream.pipeline.state import RunState, emit, is_finished
 from rlstream.pipeline.verdicts import apply_health
 
 MIN_BAND_RUNS = 2
@@ -195,9 +195,8 @@ class PeerFold:
                 col = arr[:, j]
                 col = col[~np.isnan(col)]
                 if col.size >= MIN_BAND_RUNS:
-                    owner.out_cohorts.append(
-                        {"cohort": cohort, "step": step, "figure": fig, **band(col.tolist())}
-                    )
+                    row = {"cohort": cohort, "step": step, "figure": fig, "as_of": now}
+                    emit(owner, "cohorts", [{**row, **band(col.tolist())}])
                     changed.add(owner.run_url)
         if not cfg.enabled:
             return changed
@@ -267,6 +266,6 @@ class PeerFold:
         if not judged:
             return False
         ctx = RunContext(st.run_id, st.config, is_finished(st))
-        apply_health(st, hs, ctx)
-        st.out_alerts.extend({"run_id": st.run_id, **asdict(t)} for t in transitions)
+        apply_health(st, hs, ctx, self.rules, transitions)
+        emit(st, "alerts", [{"run_id": st.run_id, **asdict(t)} for t in transitions])
         return True

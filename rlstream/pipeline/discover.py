@@ -6,7 +6,9 @@ what to do if not); `find_runs` then lists the runs under it. A folder holding r
 is a Loops run (the run.json stats of one level go out together); any other folder is
 listed once and offered to the readers in `rlstream.formats.FORMATS` order
 (docs/formats.md). With a forced format only that reader is asked. A folder recognised
-as a run is not descended into.
+as a run is not descended into. A folder whose databases hold several runs (Trackio,
+MLflow SQLite: the format's `members`) gives one run URL per member,
+`<folder>/<db>#<run>` (`rlstream.pipeline.records`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 from rlstream.errors import InputError
 from rlstream.formats import FORMATS
 from rlstream.io.storage import Storage
+from rlstream.pipeline.records import member_url
 
 RUN_JSON = "run.json"
 
@@ -60,9 +63,13 @@ def probe_folder(storage: Storage, url: str) -> str | None:
     return None
 
 
-def check_root(storage: Storage, root: str) -> None:
-    """Raise `InputError` unless `root` is a folder that can be listed for runs."""
+def check_root(storage: Storage, root: str, fmt: str | None = None) -> None:
+    """Raise `InputError` unless `root` is a folder that can be listed for runs, or a
+    run's file (`file_runs`)."""
     why = probe_folder(storage, normalize_root(root))
+    if why == "is a file, not a folder":
+        file_runs(storage, normalize_root(root), fmt)
+        return
     if why is not None:
         raise InputError(
             f"ROOT {root} {why}: give a folder (or URL) holding run folders (docs/formats.md)"
@@ -75,18 +82,32 @@ def detect_other(
     """The non-Loops format of the folder at `url`, or None (Loops is found by its
     run.json, `detect_format` or `find_runs`). `names`: the folder's listing, when the
     caller has it."""
-    from rlstream.pipeline.streams import listing, peeker
-
     if forced == "loops":
         return None
+    return _detect(storage, url, forced, names)[0]
+
+
+def _detect(
+    storage: Storage, url: str, forced: str | None, names: frozenset[str] | None
+) -> tuple[str | None, list[str] | None]:
+    """(format of the folder, its store members or None when the folder is the run)."""
+    from rlstream.pipeline.records import members, split_member
+    from rlstream.pipeline.streams import listing, peeker
+
+    m = split_member(url)
+    if m is not None:  # a store member: its folder's format, if that holds the member
+        name, found = _detect(storage, m[0], forced, None)
+        return (name, None) if found and m[1] in found else (None, None)
     names = listing(storage, url) if names is None else names
     if not names:
-        return None
+        return None, None
     peek = peeker(storage, url)
     for name, fmt in FORMATS.items():
         if name != "loops" and forced in (None, name) and fmt.detect(names, peek):
-            return name
-    return None
+            found = members(storage, url, fmt, names)
+            if found is None or found:
+                return name, found
+    return None, None
 
 
 def detect_run(
@@ -113,6 +134,53 @@ def detect_format(storage: Storage, url: str, forced: str | None = None) -> str 
     return detect_other(storage, url, forced)
 
 
+def _is_file(storage: Storage, url: str) -> bool:
+    if storage.is_local:
+        return os.path.isfile(storage.strip(url))
+    return storage.stat(url) is not None
+
+
+def file_runs(storage: Storage, path: str, fmt: str | None = None) -> list[str]:
+    """The runs a single file named as ROOT stands for: the run folder it belongs to (a
+    store's file: its own runs only). A file no format reads where it is raises
+    `InputError`, naming the file name a format would read it under if there is one."""
+    from rlstream.pipeline.records import members
+    from rlstream.pipeline.streams import listing, peeker
+
+    folder, _, name = path.rstrip("/").rpartition("/")
+    loops = fmt in (None, "loops") and name != RUN_JSON
+    if loops and storage.stat(Storage.join(folder, RUN_JSON)) is not None:
+        return [folder]
+    names, peek = listing(storage, folder), peeker(storage, folder)
+    for f in FORMATS.values():  # the format whose run this file belongs to
+        if f.name == "loops" or fmt not in (None, f.name) or not f.detect(names, peek):
+            continue
+        found = members(storage, folder, f, names)
+        own = [m for m in found or () if m.split("#", 1)[0] == name]
+        if found is None or own:
+            return [member_url(folder, m) for m in own] or [folder]
+    peeked: list[bool] = []
+
+    def as_expected(_: str) -> bytes | None:  # the file's bytes under the name expected
+        peeked.append(True)
+        return peek(name)
+
+    for f in FORMATS.values():
+        for expected in getattr(f, "run_files", ()):
+            peeked.clear()  # a format that decides by the name alone tells nothing
+            ok = fmt in (None, f.name) and f.detect(frozenset({expected}), as_expected)
+            if ok and peeked:
+                raise InputError(
+                    f"ROOT {path} is a file that looks like a {f.name} {expected}, but its "
+                    f"folder is not a {f.name} run: put it in a folder of its own as "
+                    f"{expected} (docs/formats.md)"
+                )
+    raise InputError(
+        f"ROOT {path} is a file no format reads on its own: give the run folder holding "
+        "it (docs/formats.md lists the files each format's run folder holds)"
+    )
+
+
 def _real(storage: Storage, url: str) -> str:
     """Where a folder really is (links resolved) locally; the URL itself elsewhere."""
     return os.path.realpath(storage.strip(url)) if storage.is_local else url
@@ -127,8 +195,11 @@ def _links_last(storage: Storage, url: str, names: list[str]) -> list[str]:
 
 
 def find_runs(storage: Storage, root: str, max_depth: int = 4, fmt: str | None = None) -> list[str]:
-    """URLs of every run folder under `root` (the root itself may be a run), sorted."""
+    """URLs of every run folder under `root` (the root itself may be a run, or a run's
+    file: `file_runs`), sorted."""
     root = normalize_root(root)
+    if _is_file(storage, root):
+        return file_runs(storage, root, fmt)
     found: list[str] = []
 
     # Level by level: the run.json stats of a level go out together (`stat_many`: one
@@ -143,12 +214,12 @@ def find_runs(storage: Storage, root: str, max_depth: int = 4, fmt: str | None =
             stats = [None] * len(level)
         deeper: list[str] = []
         for url, st in zip(level, stats, strict=True):
-            if (
-                st is not None
-                or (fmt in (None, "loops") and storage.unsafe(Storage.join(url, RUN_JSON)))
-                or detect_other(storage, url, fmt) is not None
+            if st is not None or (
+                fmt in (None, "loops") and storage.unsafe(Storage.join(url, RUN_JSON))
             ):  # a linked run.json makes a run that is rejected, saying why
                 found.append(url)
+            elif (other := _detect(storage, url, fmt, None))[0] is not None:
+                found += [member_url(url, m) for m in other[1]] if other[1] else [url]
             elif depth < max_depth:
                 for name in _links_last(storage, url, storage.list_dirs(url)):
                     sub = Storage.join(url, name)

@@ -4,10 +4,9 @@
 reaches `failpoint("<name>")` end it at once with `os._exit(137)` (no cleanup, no
 flush: as a SIGKILL would). Unset, a failpoint costs one dict lookup.
 
-Points (rlstream.pipeline.commit, .spill): `after_spill` (a spill append landed, before
-any state of its commit), `after_state` (a run's resume state was written),
-`after_states` (every run's state of the commit was written, no table yet),
-`after_append` (one table's append landed, the next not yet).
+Points (rlstream.pipeline.commit): `after_append` (one table's append of a commit
+landed, the next table and every resume state of the commit not yet), `after_state`
+(a run's resume state was written, the next run's not yet).
 """
 
 from __future__ import annotations

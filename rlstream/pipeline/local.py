@@ -13,12 +13,12 @@ from typing import Any
 
 from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
+from rlstream.pipeline.commit import open_sink
 from rlstream.pipeline.discover import find_runs, normalize_root
 from rlstream.pipeline.outcome import Outcome
 from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import RunState, summary
 from rlstream.pipeline.work import Unit, UnitResult, execute
-from rlstream.sinks.delta import DeltaSink
 from rlstream.sinks.maintain import MaintenanceConfig, maintain
 
 
@@ -36,12 +36,18 @@ def input_storage(
     read_inflight_bytes: int | None = None,
     max_file_bytes: int | None = None,
 ) -> Storage:
-    """One `Storage` for every ROOT; they must share a protocol."""
-    extra: dict[str, int] = {}
+    """One `Storage` for every ROOT; they must share a protocol. Locally it holds the
+    ROOTs' real locations: no file whose real location lies outside them is opened."""
+    from rlstream.io.localfs import real_roots
+
+    extra: dict[str, Any] = {}
     if read_inflight_bytes is not None:
         extra["read_inflight_bytes"] = read_inflight_bytes
     if max_file_bytes is not None:
         extra["max_file_bytes"] = max_file_bytes
+    local = [normalize_root(r) for r in roots if "://" not in normalize_root(r)]
+    if local:
+        extra["roots"] = real_roots(local)
     stores = {Storage.for_url(normalize_root(r), options, **extra) for r in roots}
     protocols = {s.protocol for s in stores}
     if len(protocols) != 1:
@@ -87,10 +93,7 @@ def _group_and_runs(
     roots: Sequence[str], out: str, cfg: PipelineConfig, **hooks: Any
 ) -> tuple[RunGroup, list[str]]:
     storage = input_storage(roots, cfg.storage_options, cfg.read_inflight_bytes, cfg.max_file_bytes)
-    out_url = normalize_root(out)
-    out_storage = Storage.for_url(out_url, cfg.storage_options)
-    sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
-    sink.check_layout()
+    sink = open_sink(out, cfg)
     urls = [u for root in roots for u in find_runs(storage, root, fmt=cfg.input_format)]
     return RunGroup(storage, sink, cfg, **hooks), urls
 

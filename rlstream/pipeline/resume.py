@@ -274,6 +274,14 @@ def decode_state(data: bytes, where: str, way_out: str) -> Any:
     from rlstream.pipeline.state import TRANSIENT, RunState
 
     _, body = decode(data, where, way_out)
+    if body.pop("outbox", None):
+        raise ResumeStateError(
+            f"resume state {where} was written by an earlier rlstream and holds rows of its "
+            "last commit that may not be in the tables yet (an outbox): finish that commit "
+            f"with `rlstream analyze` of that version (its state is then written without "
+            f"them), or {way_out}"
+        )
+    body.pop("outbox_seq", None)
     known = {f.name for f in dataclasses.fields(RunState)} - TRANSIENT
     extra = sorted(set(body) - known)
     if extra or not isinstance(body.get("run_id"), str) or not isinstance(body.get("seq"), int):
@@ -283,7 +291,6 @@ def decode_state(data: bytes, where: str, way_out: str) -> Any:
         state = RunState(**body)
     except TypeError as e:
         raise ResumeStateError(f"resume state {where} is corrupt ({e}); {way_out}") from e
-    state.unconfirmed = set(state.outbox)
     return state
 
 

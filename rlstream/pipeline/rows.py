@@ -71,6 +71,7 @@ STEPS_SCHEMA = pa.schema(
         pa.field("reported_other", _MAP_F),
         pa.field("reported_text", _MAP_S),
         *_recomputed_fields(),
+        pa.field("commit_seq", pa.int64()),
     ],
     metadata={"rlstream.schema_version": str(SCHEMA_VERSION), "rlstream.table": "steps"},
 )

@@ -4,7 +4,7 @@ One poll: for every run, check run.json, stat its files, list new transcripts, a
 what is new into work units; an executor runs the units (here, or on Ray worker
 actors) and each result is folded into its run's state. Then rows past the watermark
 are finalized. `commit` hands every changed run to the commit protocol
-(rlstream.pipeline.commit): resume states first, then one Delta append per table.
+(rlstream.pipeline.commit): one Delta append per table, then the resume states.
 
 On an object store the runs of a poll are planned concurrently and each run's three
 stats go out together, so a poll costs a few round trips, not a few per run.
@@ -29,7 +29,7 @@ from rlstream.errors import RlstreamError
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
-from rlstream.pipeline.commit import Written, app_id, commit_group, settle, write_rejected
+from rlstream.pipeline.commit import app_id, commit_group, write_rejected
 from rlstream.pipeline.discover import RUN_JSON, detect_run
 from rlstream.pipeline.names import advance_names, check_below
 from rlstream.pipeline.runjson import apply_run_json, read_run_json
@@ -37,6 +37,7 @@ from rlstream.pipeline.runs import REJECTED, add_other_run, plan_other, resume_r
 from rlstream.pipeline.shards import PLAN_THREADS, cohort_chunks, run_key
 from rlstream.pipeline.state import (
     RunState,
+    emit,
     finalize,
     fold,
     is_finished,
@@ -51,6 +52,7 @@ from rlstream.pipeline.work import (
     Unit,
     UnitFailure,
     UnitResult,
+    token_cap,
 )
 from rlstream.sinks.delta import DeltaSink
 
@@ -99,8 +101,8 @@ class RunGroup:
         """Run URLs that could not be added (no readable run.json or resume state)."""
         self.rejected_written: set[str] = set()
         self.dirty: set[str] = set()
-        self.written = Written()
-        """Rows that landed per table in this group's appends (`pipeline.commit`; see `tally`)."""
+        self.written: Counter[str] = Counter()
+        """Rows per table of this group's commits whose resume states were written (`tally`)."""
         self.streams: dict[str, tuple[Any, ...]] = {}
         """Run URL -> what its format follows (formats other than Loops)."""
         self._final = False
@@ -169,8 +171,8 @@ class RunGroup:
                 LinesUnit(state.run_id, state.run_url, file, cur, stat, state.final_through)
             )
         names = self._new_transcripts(state)
-        n = self.cfg.transcripts_per_unit
-        tail = (state.final_through, self.cfg.samples, tuple(state.probe_panel))
+        n, cap = self.cfg.transcripts_per_unit, token_cap(state.config, self.cfg.max_tokens_slack)
+        tail = (state.final_through, self.cfg.samples, tuple(state.probe_panel), cap)
         for i in range(0, len(names), n):
             part = tuple(names[i : i + n])
             units.append(TranscriptsUnit(state.run_id, state.run_url, part, *tail))
@@ -247,7 +249,7 @@ class RunGroup:
             if self.health is not None:
                 events = self.health(state, rows, now)
                 if events:
-                    state.out_alerts.extend(events)
+                    emit(state, "alerts", events)
                     self.dirty.add(state.run_url)
         if self.peers is not None:
             self.dirty |= self.peers.fold(self.runs.values(), finalized, now)
@@ -305,7 +307,7 @@ class RunGroup:
             if stat is None and file in optional:
                 continue
             cur = state.cursors.get(file, FileCursor())
-            why = self.storage.unsafe(Storage.join(state.run_url, file)) if stat is None else None
+            why = self.storage.unsafe(Storage.join(state.run_url, file))
             if why is not None:
                 key, reason, offset = f"unsafe:{file}", "unsafe_file", None
                 detail = f"not opened: {why}"
@@ -348,7 +350,6 @@ class RunGroup:
             now,
             self.cfg.commit_threads,
             self.written,
-            self.cfg.commit_max_rows,
         )
         self.dirty = (self.dirty & {REJECTED}) | retry
         return len(urls - retry)
@@ -372,7 +373,6 @@ class RunGroup:
             chunk = [u for u in part if self.add_run(u) is not None]
             self.poll(execute, final=True)
             self.commit()
-            settle(self.sink, [self.runs[u] for u in chunk if u in self.runs])
             self.totals["runs_done"] += len(chunk)
             for u in chunk:
                 state = self.runs.pop(u)
@@ -384,7 +384,7 @@ class RunGroup:
         """What this group's commits wrote ({table: rows}) and the runs it rejected
         ({run URL: why}), for the command's closing report (`pipeline.outcome`)."""
         return {
-            "written": dict(self.written.rows),
+            "written": dict(self.written),
             "rejected": {
                 url: f"run.json {r.detail}" if r.reason == "bad_run_json" else str(r.detail)
                 for url, r in self.rejected.items()

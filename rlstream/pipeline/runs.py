@@ -20,7 +20,7 @@ from rlstream.pipeline.commit import load_state
 from rlstream.pipeline.resume import ResumeStateError
 from rlstream.pipeline.state import RunState
 from rlstream.pipeline.streams import identify, plan_streams
-from rlstream.pipeline.work import Unit
+from rlstream.pipeline.work import Unit, token_cap
 
 log = logging.getLogger("rlstream")
 
@@ -48,8 +48,6 @@ def resume_run(group: Any, run_id: str, run_url: str) -> RunState | None:
     if state.run_url != run_url:
         log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
         return None
-    if state.unconfirmed:
-        group.dirty.add(run_url)  # the next commit checks what landed
     return state
 
 
@@ -75,6 +73,8 @@ def add_other_run(
         return None
     state.format = fmt
     state.parts = tuple(getattr(get_format(fmt), "parts", ()))
+    state.repeated_parts = tuple(getattr(get_format(fmt), "repeated_parts", ()))
+    state.spread = bool(getattr(get_format(fmt), "spread", False))
     state.config = info.config
     state.created_at = info.created_at
     state.finished = info.finished
@@ -90,7 +90,13 @@ def plan_other(group: Any, state: RunState) -> list[Unit]:
         return []
     cfg = group.cfg
     units = plan_streams(
-        group.storage, state, streams, cfg.transcripts_per_unit, group._final, cfg.transcript_window
+        group.storage,
+        state,
+        streams,
+        cfg.transcripts_per_unit,
+        group._final,
+        cfg.transcript_window,
+        token_cap(state.config, cfg.max_tokens_slack),
     )
     state.polls += 1
     return units

@@ -35,22 +35,9 @@ from rlstream.pipeline.rows import step_row
 from rlstream.pipeline.samples import fix_panel, sample_rows
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
 
-TRANSIENT = frozenset(
-    {
-        "out_rows",
-        "out_quarantine",
-        "out_alerts",
-        "out_cohorts",
-        "out_samples",
-        "listed",
-        "unconfirmed",
-        "spill_check",
-        "durable_through",
-        "durable_seq",
-    }
-)
-"""Fields a resume state does not hold: rows waiting for the next commit (a commit
-moves them into `outbox` first), and what one poll or process learnt."""
+TRANSIENT = frozenset({"out", "out_quarantine", "listed", "check", "durable_seq"})
+"""Fields a resume state does not hold: rows waiting for the next commit (it writes
+them to the tables before the state), and what one poll or process learnt."""
 
 
 @dataclass(slots=True)
@@ -81,9 +68,10 @@ class RunState:
     last_change: float | None = None
     seq: int = 0
     counters: Counter[str] = field(default_factory=Counter)
-    out_rows: list[dict[str, Any]] = field(default_factory=list)
+    out: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Table -> rows for the run's next commit (`rlstream.pipeline.commit`, `emit`)."""
     out_quarantine: list[QuarantineRow] = field(default_factory=list)
-    out_alerts: list[dict[str, Any]] = field(default_factory=list)
+    """Quarantine rows for the next commit (the readers' `QuarantineRow`s)."""
     noted: set[str] = field(default_factory=set)
     health: Any = None
     status: str | None = None
@@ -92,20 +80,23 @@ class RunState:
     headline: dict[str, Any] = field(default_factory=dict)
     health_sig: str | None = None
     """Digest of the last run_health row written (as_of and commit_seq aside)."""
-    outbox_seq: int = 0
-    outbox: dict[str, bytes] = field(default_factory=dict)
-    """table -> Arrow IPC rows of commit `outbox_seq` not yet known to be in that table."""
-    unconfirmed: set[str] = field(default_factory=set)
-    """Tables of `outbox` whose append is not known to have landed (all of them after a
-    restart): the next commit checks their txn versions."""
     listed: list[str] = field(default_factory=list)
     """Transcript names above `names_low` in this poll's listing."""
     format: str = "loops"
     """The run's format (`rlstream.formats.FORMATS`)."""
+    trainer: str = ""
+    """The trainer a tracker run's keys name (`formats.trackers.keymap`), once known."""
     parts: tuple[str, ...] = ()
     """Writers of one step's rows the format expects (prime-rl: trainer, orchestrator)."""
+    repeated_parts: tuple[str, ...] = ()
+    """Writers that log several lines per step, all merged into the step's row (the
+    format's `repeated_parts`; prime-rl's trainer writes one line per metric family)."""
     part_steps: dict[str, int] = field(default_factory=dict)
     """Highest step read per writer, for the watermark of multi-writer formats."""
+    spread: bool = False
+    """The format spreads one step over several records or logs (a tracker writing one
+    record per scalar, or a file per key): a step is final once every log that has
+    records read a later step, never by settling alone."""
     step_files: set[str] = field(default_factory=set)
     """Per-step files and complete step folders consumed (formats with `StepFiles`
     streams), for steps above their stream's `step_low`."""
@@ -115,11 +106,9 @@ class RunState:
     step_below: dict[str, int] = field(default_factory=dict)
     """Stream folder -> entries listed at or below its `step_low`: more of them on a
     later listing arrived late and are quarantined (`step_file_below_window`)."""
-    spill_check: bool = True
-    """Look for orphaned spilled rows before the next commit (`rlstream.pipeline.spill`):
-    once per process, and after a spill or state write that failed."""
-    durable_through: int = -1
-    """`final_through` of the last resume state written (or loaded)."""
+    check: bool = True
+    """Look for rows of commits above `durable_seq` in the tables before the next
+    commit (`rlstream.pipeline.rewind`): once per process, and after a failed commit."""
     durable_seq: int = 0
     """`seq` of the last resume state written (or loaded)."""
     cohort: str = ""
@@ -129,16 +118,12 @@ class RunState:
     (`rlstream.pipeline.cohorts`): what its cohort's bands and judging read."""
     peer_judged: int = -1
     """Highest step judged against its peers (`unlike_peers`)."""
-    out_cohorts: list[dict[str, Any]] = field(default_factory=list)
-    """Band rows for OUT/cohorts this run's next commit carries."""
     probe_panel: list[str] = field(default_factory=list)
     """The run's probe tasks (`rlstream.pipeline.samples`), fixed at its first final
     step holding tasks with text."""
-    out_samples: list[dict[str, Any]] = field(default_factory=list)
-    """Kept-sample rows for OUT/samples this run's next commit carries."""
 
     def __post_init__(self) -> None:
-        self.durable_through, self.durable_seq = self.final_through, self.seq
+        self.durable_seq = self.seq
 
     @property
     def max_known_step(self) -> int:
@@ -170,6 +155,8 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
     state.out_quarantine.extend(res.quarantine)
     if res.cursor is not None:
         state.cursors[res.cursor_key or res.file] = res.cursor
+    if res.trainer and not state.trainer:
+        state.trainer = res.trainer
     if res.names:
         state.names_window = sorted({*state.names_window, *res.names})
         c["transcripts"] += len(res.names)
@@ -186,16 +173,11 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
             ps[rec.part] = max(ps.get(rec.part, -1), rec.step)
         prev = state.reported.get(rec.step)
         if prev is not None:
-            merged = merge_parts(prev, rec)
-            if merged is None:
-                c["duplicate_steps"] += 1
-                c["quarantined"] += 1
-                state.out_quarantine.append(
-                    QuarantineRow(
-                        state.run_id, res.file, rec.offset, "duplicate_step", "", rec.step
-                    )
-                )
-                continue
+            merged = merge_parts(prev, rec, rec.part in state.repeated_parts)
+            if merged is None:  # the step logged again (a restart): the newest wins
+                if prev.metrics.keys() & rec.metrics.keys() or prev.text.keys() & rec.text.keys():
+                    c["replaced_steps"] += 1
+                merged = replace_step(prev, rec)
             rec = merged
         state.reported[rec.step] = rec
         state.read_at[rec.step] = now
@@ -205,6 +187,31 @@ def fold(state: RunState, res: UnitResult, now: float) -> None:
     for step, part in res.partials.items():
         prev = state.pending.get(step)
         state.pending[step] = part if prev is None else prev.merge(part)
+
+
+def replace_step(prev: StepRecord, rec: StepRecord) -> StepRecord:
+    """A step's record read again: the newer record's values win key by key (a
+    tracker's record may hold a few of a step's keys only). Newer is the later
+    `time` when both records have one (records of two files may fold in any order),
+    else the one folded last (docs/run-format.md)."""
+    older = prev.time is not None and rec.time is not None and rec.time < prev.time
+    old, new = (rec, prev) if older else (prev, rec)
+    times = [t for t in (prev.time, rec.time) if t is not None]
+    return StepRecord(
+        rec.step,
+        max(times) if times else None,
+        {**old.metrics, **new.metrics},
+        {**old.text, **new.text},
+        new.offset,
+        new.part or old.part,
+    )
+
+
+def emit(state: RunState, table: str, rows: list[dict[str, Any]]) -> None:
+    """Hand rows of `table` to the run's next commit, which writes them once, each
+    stamped with the run's `run_id` and commit number `commit_seq`."""
+    if rows:
+        state.out.setdefault(table, []).extend(rows)
 
 
 def is_finished(state: RunState) -> bool:
@@ -217,7 +224,7 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
 
     Final when a later step's line has been seen (`watermark_lag_steps` later), when
     its own line was read at least `watermark_settle_seconds` ago (0: by this
-    poll), when the run is finished, when nothing arrived for
+    poll; not for formats whose writers log several lines per step), when the run is finished, when nothing arrived for
     `idle_final_seconds`, or when the caller ends the pipeline (`final`, as `analyze`
     does at the end of what exists).
     """
@@ -227,17 +234,36 @@ def watermark(state: RunState, now: float, cfg: PipelineConfig, final: bool = Fa
     if idle:
         return state.max_known_step
     by_lag = state.max_reported_step - cfg.watermark_lag_steps
+    if state.spread:
+        return _spread_through(state, cfg)
     parts = state.parts
     if parts:
         # A step is final once every writer has moved past it (or its row is whole).
         seen = state.part_steps
         by_lag = min(seen.get(p, -1) for p in parts) - cfg.watermark_lag_steps
+    # A writer that logs several lines per step never says which is its last: its step
+    # is final only once it has moved past it (or at the end, or when idle).
     settled = [
         s
         for s, t in state.read_at.items()
-        if now - t >= cfg.watermark_settle_seconds and _whole(state, s, parts)
+        if not state.repeated_parts
+        and now - t >= cfg.watermark_settle_seconds
+        and _whole(state, s, parts)
     ]
     return max(by_lag, *settled) if settled else by_lag
+
+
+def _spread_through(state: RunState, cfg: PipelineConfig) -> int:
+    """The watermark of a run whose steps spread over records and logs: every log
+    with records has read a later step. A log that stopped changing
+    `idle_final_seconds` before the run's newest log changed (a file a restart left
+    behind) no longer holds the others back."""
+    logs = [(c.max_step, c.mtime) for c in state.cursors.values() if c.max_step >= 0]
+    newest = max((m for _, m in logs if m is not None), default=None)
+    live = [
+        s for s, m in logs if m is None or newest is None or newest - m < cfg.idle_final_seconds
+    ]
+    return min(live, default=state.max_reported_step) - cfg.watermark_lag_steps
 
 
 def _whole(state: RunState, step: int, parts: tuple[str, ...]) -> bool:
@@ -253,18 +279,19 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
         return []
     steps = sorted(s for s in {*state.pending, *state.reported} if s <= upto)
     fmt = state.format
-    rows = []
+    rows, samples = [], []
     for s in steps:
         part = state.pending.pop(s, None)
         rows.append(step_row(state.run_id, s, state.reported.pop(s, None), part, fmt))
         kept = part.agg.samples if part is not None else None
         if kept is not None:
             state.probe_panel = fix_panel(state.probe_panel, kept)
-            state.out_samples.extend(sample_rows(state.run_id, s, kept, state.probe_panel))
+            samples.extend(sample_rows(state.run_id, s, kept, state.probe_panel))
     state.final_through = upto
     for s in [s for s in state.read_at if s <= upto]:
         del state.read_at[s]
-    state.out_rows.extend(rows)
+    emit(state, "steps", rows)
+    emit(state, "samples", samples)
     state.counters["steps_final"] += len(rows)
     _update_headline(state, rows, reported=fmt != "loops")
     return rows
@@ -275,20 +302,34 @@ TREND_WINDOW = 20
 
 def _update_headline(state: RunState, rows: list[dict[str, Any]], reported: bool = False) -> None:
     """Latest non-null headline figures, and the reward trend (slope per step) over
-    the last TREND_WINDOW final steps; bounded memory whatever the run length. With
+    the last TREND_WINDOW final steps; bounded memory whatever the run length. A
+    figure's reported column stands in for a null recomputed one: at any step with
     `reported` (formats other than Loops, which often report what they cannot give to
-    recompute), a figure's reported column stands in for a null recomputed one."""
+    recompute), else (Loops) while the run has no recomputed value of it (a run with
+    only steps.jsonl). `_reported` names the figures whose value is the reported one."""
     recent = state.headline.setdefault("_recent_rewards", [])
+    computed = state.headline.setdefault("_recomputed", [])
+    from_steps = set(state.headline.get("_reported", ()))
     for r in rows:
         for k in HEADLINE_KEYS:
             v = r.get(k)
-            if v is None and reported:
-                v = r.get(f"reported_{k}")
             if v is not None:
                 state.headline[k] = v
-        if r.get("reward_mean") is not None:
-            recent.append((r["step"], r["reward_mean"]))
+                from_steps.discard(k)
+                if k not in computed:
+                    computed.append(k)
+            elif reported or k not in computed:
+                v = r.get(f"reported_{k}")
+                if v is not None:
+                    state.headline[k] = v
+                    from_steps.add(k)
+        reward = r.get("reward_mean")
+        if reward is None and "reward_mean" in from_steps:
+            reward = r.get("reported_reward_mean")
+        if reward is not None:
+            recent.append((r["step"], reward))
     del recent[:-TREND_WINDOW]
+    state.headline["_reported"] = sorted(from_steps)
     state.headline["reward_trend"] = _slope(recent)
 
 
@@ -304,19 +345,25 @@ def _slope(points: list[tuple[int, float]]) -> float | None:
     return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
 
 
+def run_format(state: RunState) -> str:
+    """The run's format as reported: a tracker's beside its trainer (`wandb/verl`)."""
+    return f"{state.format}/{state.trainer}" if state.trainer else state.format
+
+
 def summary(state: RunState) -> dict[str, Any]:
     """Headline counters of the run for logs and the run_health table."""
     c = state.counters
     return {
         "run_id": state.run_id,
         "run_uri": state.run_url,
-        "format": state.format,
+        "format": run_format(state),
         "finished": is_finished(state),
         "last_step": state.max_reported_step if state.max_reported_step >= 0 else None,
         "final_through": state.final_through,
         "pending_steps": len({*state.pending, *state.reported}),
         "quarantined": c["quarantined"],
         "late": c["late"],
+        "replaced_steps": c["replaced_steps"],
         "bytes": c["bytes"],
         "records": c["records"],
         "tokens": c["tokens"],

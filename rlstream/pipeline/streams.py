@@ -6,10 +6,9 @@ runs the two unit kinds that are not JSONL tails:
 
 - `FilesUnit`: whole per-step files. A JSONL file without its final newline is still
   being written: it is left for a later poll (at the end of a batch pass it is read as
-  it is). A step folder with a `marker` (a name in it, or a path below it) is
-  complete once the marker exists; one
-  without is complete once a matching file was read, or given up once its step is
-  final (a file appearing later would be late).
+  it is). A step folder with a `marker` (a name in it, or a path below it) is complete
+  once the marker exists; one without is complete once a matching file was read, or
+  given up once its step is final (a file appearing later would be late).
 - `SnapshotUnit`: a file rewritten whole. Every version holds the whole history, so
   only entries for steps above the highest step already read are new; a version whose
   last step is below that (a resumed run's shorter file) gets a quarantine row
@@ -35,7 +34,8 @@ from rlstream.io.storage import FileStat, Storage
 from rlstream.io.tail import FileCursor
 from rlstream.metrics import RolloutAgg, StepAgg
 from rlstream.pipeline.partial import StepPartial
-from rlstream.pipeline.transcripts import TranscriptParser
+from rlstream.pipeline.records import Records, plan_records, split_member
+from rlstream.pipeline.transcripts import TranscriptParser, cap_row
 from rlstream.pipeline.work import FilesUnit, LinesUnit, SnapshotUnit, Unit, UnitResult
 
 JSONL = (".jsonl", ".json")
@@ -45,8 +45,10 @@ READ_KEY = "#read"
 
 
 def listing(storage: Storage, url: str) -> frozenset[str]:
-    """Names of a folder's files, and of its sub-folders with a trailing "/"."""
-    return frozenset([*storage.list_names(url), *(d + "/" for d in storage.list_dirs(url))])
+    """Names of a folder's files and sub-folders (with "/"); a store member's: its own."""
+    if (m := split_member(url)) is not None:
+        return frozenset([m[1]])
+    return frozenset([*storage.list_names(url), *(d + "/" for d in storage.list_dirs(url, True))])
 
 
 def peeker(storage: Storage, url: str):
@@ -76,17 +78,14 @@ def identify(
     raises BadRecord with the reason it is unreadable."""
     fmt = get_format(fmt_name)
     names = listing(storage, url) if names is None else names
-    info = fmt.identity(url.rstrip("/").rsplit("/", 1)[-1], names, reader(storage, url))
+    folder = m[0] if (m := split_member(url)) else url
+    info = fmt.identity(url.rstrip("/").rsplit("/", 1)[-1], names, reader(storage, folder))
     return info, fmt.streams(names)
 
 
 def _changed(stat: FileStat, cur: FileCursor) -> bool:
-    return (stat.size, stat.etag, stat.mtime, stat.inode) != (
-        cur.size,
-        cur.etag,
-        cur.mtime,
-        cur.inode,
-    )
+    was = (cur.size, cur.etag, cur.mtime, cur.inode)
+    return (stat.size, stat.etag, stat.mtime, stat.inode) != was
 
 
 def plan_streams(
@@ -96,6 +95,7 @@ def plan_streams(
     per_unit: int,
     final: bool,
     window: int,
+    cap: int | None = None,
 ) -> list[Unit]:
     """Units for what is new in one run of a format other than Loops. Per-step files
     are remembered by name until their step is `window` steps below `final_through`,
@@ -116,6 +116,7 @@ def plan_streams(
                         state.final_through,
                         state.format,
                         s.kind,
+                        cap,
                     )
                 )
         elif isinstance(s, StepFiles):
@@ -133,8 +134,11 @@ def plan_streams(
                         tuple(p for _, p in chunk) + (done if last else ()),
                         state.final_through,
                         final,
+                        cap,
                     )
                 )
+        elif isinstance(s, Records):
+            units.extend(plan_records(storage, state, s, final))  # type: ignore[arg-type]
         elif isinstance(s, Snapshot):
             cands = _snapshot_candidates(storage, state, s)
             if cands:
@@ -157,7 +161,8 @@ def _new_step_files(
 ) -> tuple[list[tuple[int, str]], tuple[str, ...]]:
     base = Storage.join(state.run_url, s.folder) if s.folder else state.run_url
     prefix = f"{s.folder}/" if s.folder else ""
-    listed = step_names(storage.list_dirs(base) if s.dirs else storage.list_names(base), s.step_re)
+    entries = storage.list_dirs(base, True) if s.dirs else storage.list_names(base)
+    listed = step_names(entries, s.step_re)
     listed = _above_low(state, s, prefix, listed)
     files: list[tuple[int, str]] = []
     done: list[str] = []
@@ -315,7 +320,11 @@ def run_files(unit: FilesUnit, storage: Storage) -> UnitResult:
                     quarantine(unit.run_id, path, rec.offset, rec.reason, rec.data)
                 )
             elif isinstance(rec, Transcript):
-                parser.add_transcript(rec)
+                row = cap_row(unit.run_id, path, None, rec, unit.cap)
+                if row is None:
+                    parser.add_transcript(rec)
+                else:
+                    res.quarantine.append(row)
             elif isinstance(rec, dict):
                 rollouts[rec["step"]].append(rec)
     res.partials = parser.aggregates()

@@ -3,10 +3,13 @@
 `TranscriptParser` accumulates validated `Transcript`s (Loops transcript files,
 prime-rl token exports, tinker's per-turn lengths, verl's and TRL's text completions as
 word ids: trace "text"; tinker's captured sampler logprobs: trace "sampler", which feed
-only the entropy estimate, as sampler-only logprobs do for Loops) per step and builds the kernels' inputs with one
+only the entropy estimate, as sampler-only logprobs do for Loops; prime-rl's exact
+per-token entropy, which the entropy estimate uses where given) per step and builds the kernels' inputs with one
 concatenation per array per step (no per-token Python), handing them to
-`rlstream.metrics`. Readers in `rlstream.formats` give the transcripts; this module
-is where they meet the metric kernels, so `formats` never imports them.
+`rlstream.metrics`; a transcript is one attempt, so its generations (an agent's
+turns) are judged together for repetition and distinct answers. Readers in
+`rlstream.formats` give the transcripts; this module is where they meet the metric
+kernels, so `formats` never imports them.
 """
 
 from __future__ import annotations
@@ -16,12 +19,44 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlstream.formats.loops import decode_transcript, simd_parser
+from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import BadRecord, Transcript
 from rlstream.metrics import CompletionAgg, StepAgg, TokenAgg, TopKEntropyAgg
 from rlstream.metrics.samples import SampleAgg
 from rlstream.metrics.scanners import SamplesConfig
 from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.samples import attempt_of
+
+KEEP_PARSER_BYTES = 8 << 20
+"""simdjson's parser keeps buffers sized for the largest file it parsed (several
+times the file); after a file larger than this it is replaced, so those buffers are
+freed before the step's arrays are aggregated."""
+
+
+EXCEEDS_MAX_TOKENS = "exceeds_max_tokens"
+"""Quarantine reason of a transcript with a generation longer than its run's own
+`sampling.max_tokens` (plus `[limits] max_tokens_slack`): inconsistent, not trusted."""
+
+
+def over_cap(t: Transcript, cap: int | None) -> str | None:
+    """Why `t` cannot be trusted for its length (a generation of more tokens than
+    `cap`), or None. Text-only completions count words, not tokens: never checked."""
+    if cap is None or t.trace == "text" or not t.lens:
+        return None
+    n = max(t.lens)
+    if n <= cap:
+        return None
+    return f"a generation of {n} tokens, above the run's limit of {cap} (sampling.max_tokens + max_tokens_slack)"
+
+
+def cap_row(run_id: str, file: str, offset: int | None, t: Transcript, cap: int | None):
+    """The quarantine row of a transcript longer than `cap` (`over_cap`), or None."""
+    why = over_cap(t, cap)
+    return (
+        None
+        if why is None
+        else QuarantineRow(run_id, file, offset, EXCEEDS_MAX_TOKENS, why, t.step)
+    )
 
 
 @dataclass
@@ -30,6 +65,8 @@ class _StepArrays:
 
     ls: list[np.ndarray] = field(default_factory=list)
     lt: list[np.ndarray] = field(default_factory=list)
+    ent: list[np.ndarray] = field(default_factory=list)
+    has_ent: bool = False
     tokens: list[np.ndarray] = field(default_factory=list)
     topk: list[np.ndarray] = field(default_factory=list)
     lens: list[int] = field(default_factory=list)
@@ -37,6 +74,7 @@ class _StepArrays:
     trains: list[bool] = field(default_factory=list)
     truncated: list[bool] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)  # the transcript of each generation
     samples_lens: list[int] = field(default_factory=list)
     samples_truncated: list[bool] = field(default_factory=list)
     text_tokens: list[np.ndarray] = field(default_factory=list)
@@ -69,18 +107,29 @@ class TranscriptParser:
         self.samples = samples or SamplesConfig()
         self._scanners = self.samples.all_scanners()
         self.panel = panel
+        self.why: str | None = None
+        """The detail of the last `EXCEEDS_MAX_TOKENS` answer of `add`."""
 
-    def add(self, data: bytes, name: str, final_through: int = -1) -> tuple[int | None, str | None]:
+    def add(
+        self, data: bytes, name: str, final_through: int = -1, cap: int | None = None
+    ) -> tuple[int | None, str | None]:
         """Parse one file; returns (step, None), or (step or None, quarantine reason).
 
-        A transcript of a step at or below `final_through` is late: not aggregated.
+        A transcript of a step at or below `final_through` is late, one with a
+        generation longer than `cap` tokens inconsistent (`over_cap`): not aggregated.
         """
         try:
             t = decode_transcript(self._simd, data, name)
         except BadRecord as e:
             return None, str(e)
+        finally:
+            if len(data) > KEEP_PARSER_BYTES and self._simd is not None:
+                self._simd = simd_parser()  # the old one's buffers go with it
         if t.step <= final_through:
             return t.step, "late"
+        self.why = over_cap(t, cap)
+        if self.why is not None:
+            return t.step, EXCEEDS_MAX_TOKENS
         self.add_transcript(t)
         return t.step, None
 
@@ -98,11 +147,17 @@ class TranscriptParser:
             return
         acc.transcripts += 1
         if t.trace == "full":
+            acc.attempts.extend([acc.full] * len(t.tokens))
             acc.full += 1
             acc.lens.extend(t.lens)
             acc.truncated.extend(t.truncated)
             acc.ls.extend(t.ls)
             acc.lt.extend(t.lt)
+            if t.ent is not None:
+                acc.has_ent = True
+                acc.ent.extend(t.ent)
+            else:
+                acc.ent.extend(np.full(x.size, np.nan) for x in t.ls)
             acc.tokens.extend(t.tokens)
             acc.tok_lens.extend(len(x) for x in t.tokens)
             acc.trains.extend([t.trains] * len(t.ls))
@@ -122,17 +177,17 @@ class TranscriptParser:
             if a.full:
                 offsets = np.zeros(len(a.tok_lens) + 1, np.int64)
                 np.cumsum(a.tok_lens, out=offsets[1:])
-                ls = np.concatenate(a.ls)
-                lt = np.concatenate(a.lt)
-                toks = np.concatenate(a.tokens)
+                ls, lt, toks = _cat(a.ls), _cat(a.lt), _cat(a.tokens)
                 trains = np.asarray(a.trains, dtype=bool)
-                agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains)
+                ent = np.concatenate(a.ent) if a.has_ent else None
+                agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains, ent)
                 agg.completions = CompletionAgg.from_arrays(
                     np.asarray(a.lens, np.int64),
                     np.asarray(a.truncated, bool),
                     toks,
                     offsets,
                     a.tasks,
+                    attempt_G=np.asarray(a.attempts, np.int64),
                 )
                 if a.topk:
                     agg.topk = TopKEntropyAgg.from_arrays(
@@ -162,6 +217,12 @@ class TranscriptParser:
                 )
             out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
         return out
+
+
+def _cat(arrays: list[np.ndarray]) -> np.ndarray:
+    """One array of a step's generations: the only one as it is (a step of one long
+    generation is not copied), else their concatenation."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _sampler_tokens(ls: list[np.ndarray]) -> TokenAgg:

@@ -6,10 +6,18 @@ that just became final (maybe none). It folds them through the pure rules of
 the run state (so it is checkpointed with everything else), sets the run's status,
 findings and firing codes, and the rules its data cannot evaluate
 (`health.evaluable`), and returns the transitions as `alerts` events.
+
+The status tells the truth at a glance (`apply_health`): the worst warning or critical
+finding that fired is kept with the steps it fired over (`_worst`, from the
+transitions, so kept after it resolves, even within one batch of rows), so a finished run that had one has that severity, never `finished`; a run
+with nothing firing that the rules cannot judge (`health.evaluable.judgement`: too
+few evaluable rules or too few steps) is `insufficient`, never `healthy` or
+`finished`, and what is missing is kept beside it (`_judged`, `_missing`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -23,7 +31,13 @@ from rlstream.health import (
     new_state,
     run_status,
 )
-from rlstream.health.evaluable import config_figures, not_evaluable, row_figures
+from rlstream.health.evaluable import (
+    INSUFFICIENT,
+    config_figures,
+    judgement,
+    not_evaluable,
+    row_figures,
+)
 from rlstream.health.figures import RECENT_FIGURES
 from rlstream.health.state import View
 from rlstream.pipeline.state import RunState, is_finished
@@ -54,7 +68,7 @@ class HealthFold:
         transitions.extend(tr)
         if hs is state.health and state.status is not None and not ctx.finished:
             return []  # nothing folded, nothing changed: status and findings stand
-        apply_health(state, hs, ctx)
+        apply_health(state, hs, ctx, self.rules, transitions)
         # The figures the rules judged, beside the findings in the fleet views.
         h = self.rules.history
         view = View(hs, h.recent_steps, h.baseline_steps)
@@ -64,13 +78,73 @@ class HealthFold:
         return [{"run_id": state.run_id, **asdict(t)} for t in transitions]
 
 
-def apply_health(state: RunState, hs: Any, ctx: RunContext) -> None:
-    """Store a new health state in the run state with its status, findings and firing."""
+RANK = {"warning": 1, "critical": 2}
+"""Severities a run's worst finding is chosen among (info never counts)."""
+
+
+def track_worst(state: RunState, transitions: Sequence[Any], last_step: int) -> dict | None:
+    """The run's worst warning or critical finding so far ({code, severity,
+    since_step, until_step}: the steps it fired over, from the step it began firing,
+    at whatever severity), from the transitions in order; the first to reach the
+    highest severity stays (`stalled` aside)."""
+    worst = state.headline.get("_worst")
+    worst = dict(worst) if worst else None
+    since: dict[str, int] = dict(state.headline.get("_firing_since") or {})
+    for t in transitions:
+        if t.code == "stalled" or t.severity not in RANK:
+            continue
+        if t.to_state != "firing":  # resolved (or back to pending)
+            start = since.pop(t.code, None)
+            if worst is not None and worst["code"] == t.code and start is not None:
+                worst["until_step"] = max(worst["until_step"], t.step)
+            continue
+        since.setdefault(t.code, t.step)
+        if worst is not None and worst["code"] == t.code and worst["since_step"] == since[t.code]:
+            worst["severity"] = max(worst["severity"], t.severity, key=RANK.__getitem__)
+            worst["until_step"] = max(worst["until_step"], t.step)
+        elif worst is None or RANK[t.severity] > RANK[worst["severity"]]:
+            worst = {"code": t.code, "severity": t.severity, "since_step": since[t.code]}
+            worst["until_step"] = t.step
+    if worst is not None and worst["code"] in since:
+        worst["until_step"] = max(worst["until_step"], last_step)
+    state.headline["_firing_since"] = since
+    return worst
+
+
+def apply_health(
+    state: RunState,
+    hs: Any,
+    ctx: RunContext,
+    rules: RulesConfig = DEFAULT_RULES,
+    transitions: Sequence[Any] = (),
+) -> None:
+    """Store a new health state in the run state with its status, findings, firing,
+    worst finding and judgement (see the module docstring)."""
     state.health = hs
-    state.status = run_status(hs, ctx)
     current = findings(hs)
     state.findings = [asdict(f) for f in current]
     state.firing = [f.code for f in current if f.state == "firing"]
+    worst = track_worst(state, transitions, hs.last_step)
+    if worst is None:  # a state folded before worst findings were kept
+        firing_now = [f for f in current if f.state == "firing" and f.severity in RANK]
+        firing_now = [f for f in firing_now if f.code != "stalled"]
+        if firing_now:
+            f = max(firing_now, key=lambda f: RANK[f.severity])
+            since = f.since_step if f.since_step is not None else hs.last_step
+            worst = {"code": f.code, "severity": f.severity, "since_step": since}
+            worst["until_step"] = hs.last_step
+            state.headline["_firing_since"] = {f.code: since}
+    state.headline["_worst"] = worst
+    judged, missing = judgement(
+        state.headline.get("_not_evaluable", []), state.counters["steps_final"], rules
+    )
+    state.headline["_judged"], state.headline["_missing"] = judged, missing
+    status = run_status(hs, ctx)
+    if ctx.finished and status == "finished" and worst is not None:
+        status = worst["severity"]  # a finished run keeps the worst it had
+    if status in ("healthy", "finished") and judged == INSUFFICIENT:
+        status = INSUFFICIENT
+    state.status = status
 
 
 class HealthHooks:

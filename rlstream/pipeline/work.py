@@ -35,7 +35,7 @@ from rlstream.io.tail import FileCursor, ReadPlan, advance, plan_read, verify_pr
 from rlstream.metrics import RolloutAgg, StepAgg
 from rlstream.metrics.scanners import SamplesConfig
 from rlstream.pipeline.partial import StepPartial
-from rlstream.pipeline.transcripts import TranscriptParser
+from rlstream.pipeline.transcripts import EXCEEDS_MAX_TOKENS, TranscriptParser, cap_row
 
 STEPS_FILE = "steps.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -56,6 +56,8 @@ class LinesUnit:
     fmt: str = "loops"
     kind: str = ""
     """"steps" or "rollouts"; "" means by file name (the Loops files)."""
+    cap: int | None = None
+    """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,8 @@ class TranscriptsUnit:
     """Kept samples and scanners (None: the defaults)."""
     panel: tuple[str, ...] = ()
     """The run's probe tasks (`rlstream.pipeline.samples`)."""
+    cap: int | None = None
+    """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,8 @@ class FilesUnit:
     final_through: int
     final: bool = False
     """Batch end: take files without their last newline too (quarantining the rest)."""
+    cap: int | None = None
+    """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,12 +143,29 @@ class UnitResult:
     records: int = 0
     tokens: int = 0
     late: int = 0
+    trainer: str | None = None
+    """The trainer a tracker log's keys name (a `RecordsUnit`'s), when recognised."""
+
+
+def token_cap(config: dict[str, Any], slack: int = 0) -> int | None:
+    """The most tokens a generation of a run may have: its config's
+    `sampling.max_tokens` (Loops' run.json; the readers that know their trainer's
+    setting map it there) plus `slack`; None when the config gives none."""
+    sampling = config.get("sampling") if isinstance(config, dict) else None
+    cap = sampling.get("max_tokens") if isinstance(sampling, dict) else None
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
+        return None
+    return cap + max(0, slack)
 
 
 def execute(unit: Unit, storage: Storage) -> UnitResult:
     """Run one unit against storage."""
     if isinstance(unit, TranscriptsUnit):
         return _transcripts(unit, storage)
+    if type(unit).__name__ == "RecordsUnit":  # defined beside its planner
+        from rlstream.pipeline.records import run_records
+
+        return run_records(unit, storage)  # type: ignore[arg-type]
     if isinstance(unit, (FilesUnit, SnapshotUnit)):
         from rlstream.pipeline.streams import run_files, run_snapshot
 
@@ -220,6 +243,10 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
         if isinstance(rec, StepRecord):
             res.steps.append(replace(rec, offset=offset))
         elif isinstance(rec, Transcript):
+            row = cap_row(unit.run_id, unit.file, offset, rec, unit.cap)
+            if row is not None:
+                res.quarantine.append(row)
+                continue
             transcripts = transcripts or TranscriptParser()
             transcripts.add_transcript(rec)
         else:
@@ -254,13 +281,18 @@ def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
         res.bytes += len(data)
         res.records += 1
         try:
-            step, reason = parser.add(data, name.removesuffix(".json"), unit.final_through)
+            step, reason = parser.add(
+                data, name.removesuffix(".json"), unit.final_through, unit.cap
+            )
         except Exception as e:  # a reader bug must cost one file, not the unit
             step, reason = None, f"internal_error:{type(e).__name__}"
         if reason is not None:
             if reason == "late":
                 res.late += 1
-            res.quarantine.append(quarantine(unit.run_id, file, None, reason, data))
+            if reason == EXCEEDS_MAX_TOKENS:  # what is wrong, rather than the file's start
+                res.quarantine.append(QuarantineRow(unit.run_id, file, None, reason, parser.why))
+            else:
+                res.quarantine.append(quarantine(unit.run_id, file, None, reason, data))
             if step is not None:
                 res.quarantine[-1] = replace(res.quarantine[-1], step=step)
     res.partials = parser.aggregates()

@@ -18,11 +18,11 @@ import ray
 
 from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
+from rlstream.pipeline.commit import open_sink
 from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import state_summary
 from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
 from rlstream.runtime.malloc import keep_heap
-from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
 
@@ -115,9 +115,7 @@ class Tailer:
     ) -> None:
         logging.basicConfig(level=logging.INFO)
         hooks = hooks_factory() if hooks_factory is not None else {}
-        sink = DeltaSink(
-            out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds
-        )
+        sink = open_sink(out_url, cfg, out_storage)
         self.group = RunGroup(storage, sink, cfg, **hooks)
         self.execute = ray_executor([], cfg.max_inflight_units)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rlstream.config import PipelineConfig
-from rlstream.io.storage import Storage
+from rlstream.pipeline.commit import open_sink
 from rlstream.pipeline.discover import normalize_root
 from rlstream.pipeline.local import input_storage, runs_or_fail
 from rlstream.pipeline.outcome import Outcome, plural
@@ -102,10 +102,7 @@ def run(
     urls: list[str] | None = None
     if not watch:
         storage, urls = runs_or_fail(roots, out, cfg)
-    out_url = normalize_root(out)
-    out_storage = Storage.for_url(out_url, cfg.storage_options)
-    sink = DeltaSink(out_url, out_storage, cfg.storage_options, cfg.fsync, cfg.retention_seconds)
-    sink.check_layout()
+    sink = open_sink(out, cfg)
     maintainer = Maintainer(sink, rt.maintenance)
     previous_sigterm = _sigterm_as_interrupt()
     fleet, started, early = None, False, None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -94,11 +95,19 @@ class Fleet:
                     "tailer %d died (%s); restoring its %d runs", i, e, len(self.assigned[i])
                 )
                 self.tailer_restarts += 1
-                t = self.tailers[i]
-                ray.get(t.set_workers.remote(self.workers))
-                ray.get(t.add_runs.remote(self.assigned[i]))
-                out.append(ray.get(getattr(t, method).remote(*args)))
+                out.append(self._restore(i, method, args))
         return out
+
+    def _restore(self, i: int, method: str, args: tuple[Any, ...]) -> Any:
+        """Give restarted tailer `i` its workers and runs, then call `method` again."""
+        t = self.tailers[i]
+
+        def call() -> Any:
+            ray.get(t.set_workers.remote(self.workers))
+            ray.get(t.add_runs.remote(self.assigned[i]))  # runs it has are skipped
+            return ray.get(getattr(t, method).remote(*args))
+
+        return _once_up(call)
 
     def ready(self) -> None:
         """Wait until every tailer has started (raises if one could not)."""
@@ -156,8 +165,9 @@ class Fleet:
                     # Runs already committed resume from their resume states: only what
                     # the dead tailer had not committed is read again.
                     log.warning("tailer %d failed (%s); analysing its shard again", i, e)
-                    ray.get(self.tailers[i].set_workers.remote(self.workers))
-                    ref = self.tailers[i].analyze.remote(shards[i])
+                    t = self.tailers[i]
+                    _once_up(lambda t=t: ray.get(t.set_workers.remote(self.workers)))
+                    ref = t.analyze.remote(shards[i])
         return sorted(out, key=lambda s: s["run_id"])
 
     def _show(self, progress: Progress | None, runs: int, final: bool = False) -> None:
@@ -215,3 +225,19 @@ class Fleet:
     def close(self) -> None:
         for a in [*self.tailers, *self.workers]:
             ray.kill(a)
+
+
+def _once_up(call: Any, wait: float = 120.0) -> Any:
+    """`call()` (calls to one restarted actor), made again while Ray is still
+    restarting it (such calls fail at once, `ActorUnavailableError`) until it answers
+    or `wait` seconds have passed."""
+    deadline = time.monotonic() + wait
+    pause = 0.05
+    while True:
+        try:
+            return call()
+        except ray.exceptions.RayActorError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(2 * pause, 1.0)

@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --cohort-size: in every second cohort the last run's KL is X times its "
         "siblings' (unlike_peers; default 1: none)",
     )
+    parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="multi-turn agent mode: 4-8 generations per attempt, the solution written "
+        "between fixed tool-call turns (look at the files, run the tests, finish)",
+    )
     parser.add_argument("--live", action="store_true", help="write in real time")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds per step with --live")
     parser.add_argument(
@@ -100,6 +106,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         mode=args.mode,
         cohort_size=args.cohort_size,
         odd_kl=args.odd_kl,
+        agent=getattr(args, "agent", False),
     )
 
 
@@ -128,6 +135,7 @@ def run_learn(args: argparse.Namespace) -> int:
             steps=args.steps,
             seed=args.seed,
             mode=args.mode,
+            agent=getattr(args, "agent", False),
         ),
         f"trained {{n}} x {args.steps} steps into {args.root} "
         f"in {{took:.1f}}s (labels: {args.root}/labels.json)",

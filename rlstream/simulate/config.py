@@ -51,6 +51,10 @@ class SimConfig:
     """With n > 0, runs come in cohorts of n consecutive runs that share one recipe: the
     same config and latent parameters (drawn from the seed and the cohort's index),
     differing only in their random content, as seeds of one sweep do."""
+    agent: bool = False
+    """Multi-turn agent mode (simulate/agent.py): every run's attempts are 4 to 8
+    generations, a coding agent's written turns between fixed actions (the same
+    "Running the tests now." call in every attempt); max_turns 8."""
     odd_kl: float = 1.0
     """With cohorts: in every second cohort (odd cohort index) the last run's
     sampler/trainer KL is this many times its siblings' from the first step (its
@@ -128,6 +132,8 @@ class RunPlan:
     progress_every_seconds: float | None
     created_at: float
     seed: int
+    agent: bool = False
+    """Attempts laid out as a coding agent's turns (simulate/agent.py)."""
     recipe: str = ""
     """With cohorts: the recipe's name (its task set, in the config as `data.tasks`)."""
     # Latent parameters (never written): see engine.py for how they are used.
@@ -200,6 +206,8 @@ def plan_run(config: SimConfig, index: int) -> RunPlan:
     if scenario == "degenerate_outputs":
         max_turns = 1
         reward_kind = "binary"
+    if config.agent:
+        max_turns = 8
     # Cap at about 3.5x the median length, rounded up to a multiple of 64.
     max_tokens = int(np.ceil(config.tokens * 3.5 / 64.0) * 64)
     progress = 20.0 if rng.random() < 0.5 else None
@@ -254,6 +262,7 @@ def plan_run(config: SimConfig, index: int) -> RunPlan:
         progress_every_seconds=progress,
         created_at=EPOCH + offset + index * 37.0,
         seed=config.seed,
+        agent=config.agent,
         recipe="" if cohort is None else f"sim-tasks-{config.seed}-{cohort}",
         params=params,
     )

@@ -9,6 +9,7 @@ streak of unusable groups); everything else comes from the plan and its knobs.
 Per step: `groups` tasks are drawn from the run's task pool, each gets `group_size`
 attempts. Pass probability is `sigmoid(skill + shift - difficulty)`, lowered sharply
 for attempts that ran out of turns or tokens. Rewards are binary or partial (k/4).
+In agent mode (`plan.agent`) the turns are laid out as a coding agent's (agent.py).
 Attempt-level failures (rollout_failed/*, grading_failed/*: reward null) and
 `unversioned` attempts leave their group; then a group is `stale` (async lag beyond
 training.max_steps_off_policy), `group_too_small` (fewer than 2 usable attempts or
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlstream.simulate import agent
 from rlstream.simulate.config import STREAM_CONTENT, RunPlan
 from rlstream.simulate.scenarios import Knobs, build_knobs
 from rlstream.simulate.tokens import TokenArrays, sample_tokens
@@ -136,14 +138,23 @@ class RunEngine:
         ).astype(np.int64)
         capped = len_AM >= plan.max_tokens
         len_AM = np.minimum(len_AM, plan.max_tokens)
-        n_turns = np.minimum(raw, MT)
+        if plan.agent:  # fixed actions around the written turns (agent.py)
+            n_turns, out_A = agent.agent_turns(raw, MT)
+            n_turns[degen_A], out_A[degen_A] = agent.DEGENERATE_TURNS, False
+            grid = agent.action_grid(n_turns, ~out_A, MT)
+            len_AM = np.where(grid >= 0, agent.action_lengths(grid), len_AM)
+            capped &= (grid < 0) & ~degen_A[:, None]
+        else:
+            n_turns, out_A = np.minimum(raw, MT), raw > MT
+            grid = np.full((A, MT), agent.FREE, np.int64)
         first_cap = np.where(capped.any(axis=1), capped.argmax(axis=1), MT)
         cut = first_cap < n_turns
         turns_A = np.where(cut, first_cap + 1, n_turns)
-        term_A = np.where(cut, "length", np.where(raw > MT, "max_turns", "stop")).astype(object)
-        turns_A[degen_A] = 1
+        term_A = np.where(cut, "length", np.where(out_A, "max_turns", "stop")).astype(object)
+        if not plan.agent:
+            turns_A[degen_A] = 1
         term_A[degen_A] = "stop"
-        len_AM[degen_A, 0] = self.const_ids.size
+        len_AM[degen_A, int(plan.agent)] = self.const_ids.size
         ran_out_A = (term_A == "length") | (term_A == "max_turns")
 
         # Rewards.
@@ -180,6 +191,7 @@ class RunEngine:
         n_gen = gen_len.size
         gen_att = np.nonzero(gmask)[0]
         span_on = (MT > 1) & (gen_len >= 12) & ~degen_A[gen_att] & (rng.random(n_gen) < 0.2)
+        span_on &= grid[gmask] < 0  # no tool output inside a fixed action
         hi = np.minimum(24, gen_len // 2)
         span_len = 4 + (rng.random(n_gen) * (hi - 3)).astype(np.int64)
         span_start = 1 + (rng.random(n_gen) * np.maximum(gen_len - span_len - 1, 1)).astype(
@@ -232,15 +244,17 @@ class RunEngine:
         np.add.at(diff, gen_tok[on] + span_start[on] + span_len[on], -1)
         sampled_T = np.cumsum(diff[:-1]) == 0
 
-        degen_T = degen_A[gen_att_orig][gen_T]
+        action_T = grid.reshape(-1)[gen_in_att_order][gen_T]
+        degen_T = degen_A[gen_att_orig][gen_T] & (action_T < 0)
         motif = rng.integers(0, plan.vocab_size, (n_gen, MOTIF))
         rep_T = sampled_T & (rng.random(n_tok) < k.rep[t])
-        forced_T = rep_T | degen_T
+        forced_T = rep_T | degen_T | (action_T >= 0)
         forced_id_T = np.where(
             degen_T,
             self.const_ids[np.minimum(pos_T, self.const_ids.size - 1)],
             motif[gen_T, pos_T % MOTIF],
         )
+        forced_id_T = np.where(action_T >= 0, agent.action_tokens(action_T, pos_T), forced_id_T)
         tokens = sample_tokens(
             rng,
             gen_T=gen_T,

@@ -12,8 +12,12 @@ list for the run's end), field for field from the trainer's writer:
   metric_utils.py` and `rollout_corr_helper.py` (the metric keys);
 - prime-rl: PrimeIntellect-ai/prime-rl `src/prime_rl/monitors/file.py`,
   `src/prime_rl/trainer/rl/token_export.py`, `src/prime_rl/orchestrator/
-  orchestrator.py` and `metrics.py` (the metric keys); episodes as PrimeIntellect-ai/
-  verifiers `verifiers/v1/episode.py` `Episode.to_record` dumps them;
+  orchestrator.py` and `metrics.py` (the metric keys), `trainer/rl/train.py` (five
+  trainer lines per step); episodes as PrimeIntellect-ai/verifiers
+  `verifiers/v1/episode.py` `Episode.to_record` dumps them. The simulator keeps no
+  token's full distribution here, so an exported token's `entropy` is its sampled
+  surprise `-ls` (null where the token was not sampled), whose mean over the trained
+  tokens is the trainer line's `entropy/all/mean`;
 - trl: huggingface/trl `trl/trainer/grpo_trainer.py` (`log`, the completions
   parquet) and transformers' `TrainerState.save_to_json`.
 """
@@ -238,11 +242,19 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
                 "eval/heldout/all/num_output_tokens/mean": f["episode_len"] or 0.0,
             }  # fmt: skip
             evals.append(Write("metrics.jsonl", _line(row), append=True))
-        trainer = {
-            "step": sd.step, "time": t + 0.5, "entropy/all/mean": f["entropy"],
-            "mismatch_kl/all/mean": f["k3"], "loss/mean": 0.0,
-        }  # fmt: skip
-        trainer = _some(trainer)
+        # One line per FileMonitor.log call of trainer/rl/train.py, in its order.
+        tensors = {"entropy/all/mean": f["entropy"], "mismatch_kl/all/mean": f["k3"],
+                   "loss/mean": 0.0}  # fmt: skip
+        trainer = [
+            _some({"step": sd.step, "time": t + 0.5 + i * 1e-3, **m})
+            for i, m in enumerate((
+                {"perf/throughput": 1000.0, "perf/mfu": 30.0, "perf/peak_memory": 20.0},
+                {"optim/lr": 1e-6, "optim/grad_norm": 0.5},
+                tensors,
+                {"time/step": 10.0, "time/forward_backward": 8.0},
+                {"system/ckpt_disk_free_gib": 100.0, "system/ckpt_disk_free_ratio": 0.5},
+            ))
+        ]  # fmt: skip
         lines = []
         for i, a in enumerate(x for x in sd.attempts if x.trained and x.gens):
             p = a.gens[0]["prompt_len"] or 1
@@ -256,7 +268,7 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
                 "token_ids": toks, "position_ids": list(range(n)),
                 "loss_mask": [False] * p + [True] * (n - p),
                 "advantages": [0.0] * n, "inference_logprobs": inf, "trainer_logprobs": trn,
-                "entropy": [0.0] * n,
+                "entropy": [None] * p + [None if x is None else -x for x in inf[p:]],
             }  # fmt: skip
             lines.append(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
         folder = f"token_exports/step_{sd.step}"
@@ -277,7 +289,7 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
                 *([Write(f"{folder}/STABLE", b"")] if lines else []),
             ]
         )
-        pending = [Write("metrics.jsonl", _line(trainer), append=True)]
+        pending = [Write("metrics.jsonl", _line(m), append=True) for m in trainer]
     out.append(pending)
     return out
 

@@ -23,8 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from rlstream.simulate.trainer_files import WRITERS
+from rlstream.simulate.trainer_files import WRITERS as FILE_WRITERS
+from rlstream.simulate.trainer_trackers import tensorboard
 
+WRITERS = {**FILE_WRITERS, "tensorboard": tensorboard}
+"""Trainers' own files, and verl logging to TensorBoard (`trainer_trackers`)."""
 FORMATS = ("loops", *WRITERS)
 
 
@@ -174,7 +177,7 @@ def convert_tree(src: Path, dst: Path, fmt: str) -> None:
     labels["format"] = fmt
     for r in labels.get("runs", []):
         r["run_id"] = ids.get(r["run_id"], r["run_id"])
-        if fmt in ("verl", "trl") and r.get("onset_step") is not None:
+        if fmt in ("verl", "trl", "tensorboard") and r.get("onset_step") is not None:
             r["onset_step"] += 1  # these trainers count steps from 1
     dst.mkdir(parents=True, exist_ok=True)
     (dst / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from rlstream.metrics.digest import bin_width
 from rlstream.sinks.cohorts import COHORTS_SCHEMA, newest_bands
 from rlstream.sinks.delta import DeltaSink
-from rlstream.sinks.digest import COVERED, Compact, rewrite, uncovered_rows
+from rlstream.sinks.digest import COVERED, Compact, files_holding, rewrite, uncovered_rows
 
 BAND_TABLE = "band_digest"
 BAND_COLUMNS = ("cohort", "figure", "step", "n", "p10", "p50", "p90", "median", "mad", "as_of")
@@ -160,6 +160,27 @@ def refresh_bands(sink: DeltaSink, compact: Compact | None = None) -> int | None
         return to_table(_folded(digest, rows), files)
 
     return rewrite(sink, BAND_TABLE, build)
+
+
+def rewind_cohorts(sink: DeltaSink, cohorts: list[str]) -> None:
+    """Drop cohorts from the band digest and uncover the `cohorts` files that may hold
+    their rows, after band rows of theirs were deleted (`pipeline.rewind`): the next
+    pass, and a reader, fold them again from the rows the table holds now (a row seen
+    twice changes nothing). With no digest yet, an empty one is created, so that a
+    pass that read the rows before the delete cannot create it; it is written even
+    when it changes nothing, so that such a pass's overwrite fails and builds again."""
+
+    def build(dt: Any) -> pa.Table:
+        if dt is None:
+            return to_table(fold_bands(None, _ROWS.empty_table()), [])
+        digest, covered = read_band_digest(sink, None, dt)
+        holding = covered & files_holding(sink, "cohorts", "cohort", cohorts)
+        drop = pc.field("cohort").isin(sorted(set(cohorts)))
+        return to_table(
+            _folded(digest.filter(~drop), _ROWS.empty_table()), sorted(covered - holding)
+        )
+
+    rewrite(sink, BAND_TABLE, build)
 
 
 def to_table(bands: pa.Table, files: list[str]) -> pa.Table:

@@ -152,17 +152,17 @@ def uncovered_rows(
     sink: DeltaSink,
     covered: set[str],
     table: str = "steps",
-    columns: tuple[str, ...] = COLUMNS,
+    columns: tuple[str, ...] | None = COLUMNS,
     compact: Compact | None = None,
 ) -> tuple[pa.Table, list[str]]:
-    """(`columns` (those the table has) of the rows of `table` in data files not in
-    `covered`, the names of every data file of the snapshot read, or with `compact`
-    of the files covered after it compacted that snapshot); the table's key column
-    (`run_id`, `cohort`) first."""
+    """(`columns` (those the table has; None: all) of the rows of `table` in data files
+    not in `covered`, the names of every data file of the snapshot read, or with
+    `compact` of the files covered after it compacted that snapshot); the table's key
+    column (`cohort` for `cohorts`, else `run_id`) first."""
     import pyarrow.dataset as pds
     from deltalake import DeltaTable
 
-    key = "run_id" if table == "steps" else "cohort"
+    key = "cohort" if table == "cohorts" else "run_id"
     if not sink.exists(table):
         return pa.table({key: pa.array([], pa.string())}), []
     dt = DeltaTable(sink.uri(table), storage_options=sink.options)
@@ -170,7 +170,8 @@ def uncovered_rows(
     frags = list(ds.get_fragments())
     names = [_name(f.path) for f in frags]
     new = [f for f, n in zip(frags, names, strict=True) if n not in covered]
-    cols = [key, *(c for c in columns if c in ds.schema.names and c != key)]
+    want = ds.schema.names if columns is None else columns
+    cols = [key, *(c for c in want if c in ds.schema.names and c != key)]
     part = pds.FileSystemDataset(new, ds.schema, ds.format, ds.filesystem)
     rows = part.to_table(columns=cols, memory_pool=pa.system_memory_pool())
     return rows, names if compact is None else compact(dt, names)
@@ -236,6 +237,46 @@ def refresh_digest(sink: DeltaSink, compact: Compact | None = None) -> int | Non
         return to_table(fold_runs(digests, rows), files)
 
     return rewrite(sink, DIGEST_TABLE, build)
+
+
+def files_holding(sink: DeltaSink, table: str, column: str, values: list[str]) -> set[str]:
+    """Names of `table`'s data files that may hold rows whose `column` is one of
+    `values`, from the files' statistics (a file without them may hold any)."""
+    dt = sink.handle(table)
+    if dt is None:
+        return set()
+    acts = pa.table(dt.get_add_actions(flatten=True))
+    names = [_name(p) for p in acts.column("path").to_pylist()]
+    if f"min.{column}" not in acts.column_names:
+        return set(names)
+    lows = acts.column(f"min.{column}").to_pylist()
+    highs = acts.column(f"max.{column}").to_pylist()
+    return {
+        n
+        for n, lo, hi in zip(names, lows, highs, strict=True)
+        if lo is None or hi is None or any(lo <= v <= hi for v in values)
+    }
+
+
+def rewind_runs(sink: DeltaSink, run_ids: list[str]) -> None:
+    """Drop runs from the digest and uncover the `steps` files that may hold their
+    rows, after rows of theirs were deleted (`pipeline.rewind`): the next pass, and a
+    reader, fold those runs again from the rows the table holds now. The other runs'
+    rows in those files are at or below their `last_step`: nothing is folded twice.
+    With no digest yet, an empty one is created, as in `drop_run`. It is written even
+    when it changes nothing: a pass that read the rows before the delete then fails
+    its overwrite (the `_pass` row) and builds again from the rows left."""
+
+    def build(dt: Any) -> pa.Table:
+        if dt is None:
+            return to_table({}, [])
+        digests, covered = read_digest(sink, dt)
+        holding = covered & files_holding(sink, "steps", "run_id", run_ids)
+        for r in run_ids:
+            digests.pop(r, None)
+        return to_table(digests, sorted(covered - holding))
+
+    rewrite(sink, DIGEST_TABLE, build)
 
 
 def drop_run(sink: DeltaSink, run_id: str) -> None:

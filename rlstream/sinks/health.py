@@ -24,6 +24,15 @@ FINDING = pa.struct(
     ]
 )
 
+WORST = pa.struct(
+    [
+        pa.field("code", pa.string()),
+        pa.field("severity", pa.string()),
+        pa.field("since_step", pa.int64()),
+        pa.field("until_step", pa.int64()),
+    ]
+)
+
 HEADLINE = (*HEADLINE_KEYS, "reward_trend", *RECENT_FIGURES, "recent_steps")
 """Headline figures of a run: the latest value of these steps columns, the trend, and
 the window medians the health rules judged (`health.figures.RECENT_FIGURES`)."""
@@ -51,6 +60,12 @@ RUN_HEALTH_SCHEMA = pa.schema(
         pa.field("format", pa.string()),
         pa.field("not_evaluable", pa.list_(pa.string())),
         pa.field("cohort", pa.string()),
+        pa.field("replaced_steps", pa.int64()),
+        pa.field("finished", pa.bool_()),
+        pa.field("judged", pa.string()),
+        pa.field("missing", pa.string()),
+        pa.field("worst_finding", WORST),
+        pa.field("reported_figures", pa.list_(pa.string())),
     ],
     metadata={"rlstream.schema_version": "1", "rlstream.table": "run_health"},
 )
@@ -65,6 +80,7 @@ ALERTS_SCHEMA = pa.schema(
         pa.field("step", pa.int64()),
         pa.field("time", pa.timestamp("ms", tz="UTC")),
         pa.field("message", pa.string()),
+        pa.field("commit_seq", pa.int64()),
     ],
     metadata={"rlstream.schema_version": "1", "rlstream.table": "alerts"},
 )
@@ -101,9 +117,15 @@ def health_row(state: Any, now: float, finished: bool) -> dict[str, Any]:
         "quarantined": c["quarantined"],
         "late": c["late"],
         "token_metrics": token_metrics,
-        "format": state.format,
+        "format": f"{state.format}/{state.trainer}" if state.trainer else state.format,
         "not_evaluable": list(state.headline.get("_not_evaluable", [])),
         "cohort": state.cohort or None,
+        "replaced_steps": c["replaced_steps"],
+        "finished": finished,
+        "judged": state.headline.get("_judged"),
+        "missing": state.headline.get("_missing"),
+        "worst_finding": state.headline.get("_worst"),
+        "reported_figures": sorted(state.headline.get("_reported", ())),
     }
 
 

@@ -23,11 +23,14 @@ one period), not by the length of the watch. A reader that started before a vacu
 keeps its files for that long, so a concurrent `status` never fails.
 
 `run_latest` holds one row per run: the newest `run_health` row of each run as of
-the compaction, written by maintenance alone (an overwrite; tailers only ever append
-to `run_health`, and blind appends never conflict with compaction). A reader takes
-`run_latest` plus the `run_health` rows with `as_of` within `LATEST_SLACK_SECONDS` (60 s)
-of the newest `as_of` in `run_latest` (file statistics prune the rest), and keeps
-the newest row per run: a handful of files whatever the history (fleet/read.py).
+the pass, written by maintenance alone (an overwrite; tailers only ever append to
+`run_health`, and blind appends never conflict with compaction). As for the digests,
+the overwrite records the `run_health` data files it covers (the commit's custom
+metadata `rlstream.covered`, a JSON list of names), after the pass compacted them.
+A reader takes `run_latest` plus the rows of the `run_health` files it does not cover
+and keeps the newest row per run: a handful of files whatever the history, and
+every row a commit appended, however long before the newest it was stamped
+(fleet/read.py).
 """
 
 from __future__ import annotations
@@ -45,14 +48,12 @@ import pyarrow as pa
 from rlstream.io.storage import Storage
 from rlstream.sinks.band_digest import BAND_TABLE, refresh_bands
 from rlstream.sinks.delta import DIGEST_TABLE, TABLES, DeltaSink, table_config
-from rlstream.sinks.digest import refresh_digest
+from rlstream.sinks.digest import Compact, refresh_digest, uncovered_rows
 
 log = logging.getLogger("rlstream")
 
-LATEST_SLACK_SECONDS = 60.0
-"""How far before the newest `run_latest` row a commit may have stamped `as_of`: it
-is taken at the start of a commit, whose appends land seconds later (6 s at most in
-the long-watch benchmark on an overloaded machine); tailers share the driver's clock."""
+COVERED_KEY = "rlstream.covered"
+"""Custom metadata of a `run_latest` overwrite: the `run_health` files it covers."""
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,6 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
                 if name in DIGESTS
                 else _compact(dt, cfg)[0]
             )
-            if name == "run_health":
-                report["run_latest"] = rebuild_latest(sink)
             dt = DeltaTable(sink.uri(name), storage_options=sink.options)
             _tidy(dt)
             report[name] = {"compacted": removed, "seconds": round(time.monotonic() - t0, 3)}
@@ -111,7 +110,46 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
     return report
 
 
-DIGESTS = {"steps": (DIGEST_TABLE, refresh_digest), "cohorts": (BAND_TABLE, refresh_bands)}
+def refresh_latest(sink: DeltaSink, compact: Compact | None = None, tries: int = 3) -> int | None:
+    """Overwrite `run_latest` with the newest row per run of it and of the `run_health`
+    files it does not cover, covering every file of the snapshot read (`compact`: as
+    for the digests); returns its rows, None if no file was committed or compacted
+    since. The overwrite commits against the version read: if a delete (`--reset-run`,
+    a rewind) or another pass changed it meanwhile, it is built again."""
+    from deltalake import CommitProperties, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    for attempt in range(tries):
+        latest = sink.handle("run_latest")
+        rows, files, covered = _latest(sink, latest, compact)
+        if latest is not None and covered is not None and set(files) == covered:
+            return None
+        rows = newest_per_run(rows)
+        try:
+            write_deltalake(
+                latest if latest is not None else sink.uri("run_latest"),
+                rows,
+                mode="overwrite",
+                schema_mode="overwrite",
+                storage_options=sink.options,
+                configuration=table_config(sink.retention_seconds),
+                commit_properties=CommitProperties(
+                    custom_metadata={COVERED_KEY: orjson.dumps(sorted(files)).decode()}
+                ),
+            )
+            return rows.num_rows
+        except (CommitFailedError, DeltaError):
+            sink._handles.pop("run_latest", None)
+            if attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+DIGESTS = {
+    "steps": (DIGEST_TABLE, refresh_digest),
+    "cohorts": (BAND_TABLE, refresh_bands),
+    "run_health": ("run_latest", refresh_latest),
+}
 """Tables with a digest: compacted inside the digest's refresh (`_compact_and_digest`)."""
 
 
@@ -163,9 +201,13 @@ def _compact_and_digest(
 
     try:
         rows = refresh(sink, compact)
-        report[digest] = {"rows": rows} if rows is not None else {"unchanged": True}
+        if digest == "run_latest":
+            report[digest] = rows if rows is not None else {"unchanged": True}
+        else:
+            report[digest] = {"rows": rows} if rows is not None else {"unchanged": True}
         if rows is not None:
-            _tidy(DeltaTable(sink.uri(digest), storage_options=sink.options))
+            dt = DeltaTable(sink.uri(digest), storage_options=sink.options)
+            _tidy(dt, _covered_props(dt) if digest == "run_latest" else None)
     except Exception as e:  # retried next pass, as for the tables
         log.warning("maintenance of %s failed: %s", digest, e)
         report[digest] = {"error": str(e)}
@@ -174,65 +216,67 @@ def _compact_and_digest(
     return removed
 
 
-def _tidy(dt: Any) -> None:
+def _tidy(dt: Any, commit_properties: Any = None) -> None:
     # A full vacuum: every file under the table that the current version does not
     # reference, once older than the retention. The log's remove actions alone (a
     # plain vacuum) miss a removal that a commit's checkpoint dropped as expired before
-    # this pass, and the files of an append whose commit never landed.
-    dt.vacuum(retention_hours=None, enforce_retention_duration=False, dry_run=False, full=True)
+    # this pass, and the files of an append whose commit never landed. Its commits
+    # carry `commit_properties` (run_latest's covered files: log cleanup may remove
+    # the overwrite's entry, never the newest).
+    dt.vacuum(
+        retention_hours=None,
+        enforce_retention_duration=False,
+        dry_run=False,
+        full=True,
+        commit_properties=commit_properties,
+    )
     dt.create_checkpoint()
     dt.cleanup_metadata()
 
 
-def rebuild_latest(sink: DeltaSink) -> int:
-    """Overwrite `run_latest` with the newest row per run of `run_health` and of the
-    current `run_latest`; returns its rows."""
-    from deltalake import DeltaTable, write_deltalake
+def _covered_props(latest: Any) -> Any:
+    from deltalake import CommitProperties
 
-    health = DeltaTable(sink.uri("run_health"), storage_options=sink.options)
-    rows = newest_per_run(read_latest_rows(sink, health))
-    write_deltalake(
-        sink.uri("run_latest"),
-        rows,
-        mode="overwrite",
-        schema_mode="overwrite",
-        storage_options=sink.options,
-        configuration=table_config(sink.retention_seconds),
-    )
-    latest = DeltaTable(sink.uri("run_latest"), storage_options=sink.options)
-    _tidy(latest)
-    return rows.num_rows
+    covered = covered_by(latest)
+    if covered is None:
+        return None
+    return CommitProperties(custom_metadata={COVERED_KEY: orjson.dumps(sorted(covered)).decode()})
 
 
-def read_latest_rows(sink: DeltaSink, health: Any = None) -> pa.Table:
-    """`run_latest` plus the `run_health` rows that may be newer (not yet reduced to
-    one per run). Reads a handful of files: run_latest's, and the run_health files
-    whose `as_of` statistics reach the slack window."""
-    import pyarrow.compute as pc
-    from deltalake import DeltaTable
+def covered_by(latest: Any) -> set[str] | None:
+    """The `run_health` files a `run_latest` version covers, recorded by its last
+    overwrite (and by the vacuum after it), which the deletes since (`--reset-run`, a
+    rewind) leave valid. None: unknown (written by an earlier rlstream): the reader
+    then reads every `run_health` file."""
+    for limit in (3, 50):  # the overwrite, then its vacuum's two commits, usually
+        for commit in latest.history(limit):
+            if COVERED_KEY in commit:
+                return set(orjson.loads(commit[COVERED_KEY]))
+            if commit.get("operation") not in ("DELETE", "VACUUM START", "VACUUM END"):
+                return None
+    return None
 
-    opts = sink.options
-    if health is None:
-        if not sink.exists("run_health"):
-            return pa.table({})
-        health = DeltaTable(sink.uri("run_health"), storage_options=opts)
-    parts = []
-    cut = None
-    if sink.exists("run_latest"):
-        latest = DeltaTable(sink.uri("run_latest"), storage_options=opts)
-        lt = sink.dataset(latest).to_table()
-        if lt.num_rows:
-            parts.append(lt)
-            newest = pc.max(lt.column("as_of")).as_py()
-            cut = pa.scalar(newest.timestamp() - LATEST_SLACK_SECONDS, pa.float64())
-    ds = sink.dataset(health)
-    if cut is not None:
-        stamp = pa.scalar(int(cut.as_py() * 1_000_000), pa.int64()).cast(
-            ds.schema.field("as_of").type
-        )
-        parts.append(ds.to_table(filter=pc.field("as_of") >= stamp))
-    else:
-        parts.append(ds.to_table())
+
+def _latest(
+    sink: DeltaSink, latest: Any, compact: Compact | None = None
+) -> tuple[pa.Table, list[str], set[str] | None]:
+    """(`run_latest`'s rows plus those of the `run_health` files it does not cover, the
+    files of the snapshot read (or after `compact`), the files covered until now)."""
+    parts, covered = [], None
+    if latest is not None:
+        covered = covered_by(latest)
+        parts.append(sink.dataset(latest).to_table())
+    rows, files = uncovered_rows(sink, covered or set(), "run_health", None, compact)
     # A newer rlstream may have added columns since run_latest was written: missing
     # ones read as null.
-    return pa.concat_tables(parts, promote_options="permissive")
+    parts.append(rows)
+    return pa.concat_tables(parts, promote_options="permissive"), files, covered
+
+
+def read_latest_rows(sink: DeltaSink) -> pa.Table:
+    """`run_latest` plus the `run_health` rows it does not cover yet (not yet reduced
+    to one per run). Reads a handful of files: run_latest's, and the run_health files
+    committed since the last pass."""
+    if not sink.exists("run_health"):
+        return pa.table({})
+    return _latest(sink, sink.handle("run_latest"))[0]

@@ -2,7 +2,7 @@
 
 Rows are built when a step becomes final (`rlstream.pipeline.samples`) and ride in the
 run's commit like its steps rows (`rlstream.pipeline.commit`): written exactly once,
-spilled like steps rows when a run catches up, compacted by maintenance. Columns are
+stamped with the commit's `commit_seq`, compacted by maintenance. Columns are
 docs/schema.md's. A step keeps at most 2K + K + P rows (top, bottom, flagged, probe
 panel; K = `[samples] top`, P = `[samples] probes`), whatever its size; each row holds
 at most 16 KiB of text (`sent` and `returned`, head and tail excerpts).
@@ -36,6 +36,7 @@ SAMPLES_SCHEMA = pa.schema(
         pa.field("returned", pa.string()),
         pa.field("returned_bytes", pa.int64()),
         pa.field("transcript", pa.string()),
+        pa.field("commit_seq", pa.int64()),
     ],
     metadata={"rlstream.schema_version": "1", "rlstream.table": "samples"},
 )

@@ -29,6 +29,10 @@ def test_recall_and_firing_at_onset_columns():
     assert summary[code]["recall"] == 0.25
     assert summary[code]["firing_at_or_after_onset"] == 0.5
     assert summary["_false_alarms_per_healthy_run"] == 0.5
+    # The targets line names what misses: 25 % recall, 5 false alarms per ten runs.
+    last = table.splitlines()[-1]
+    assert "recall missed: tasks_mastered 25%" in last and last.endswith("false alarms missed")
+    assert summary["_targets_met"] is False
 
 
 def test_learning_runs_are_scored_by_their_observed_label():
@@ -47,4 +51,5 @@ def test_learning_runs_are_scored_by_their_observed_label():
     assert "| heldout_gap | 1 | 100% |" in table
     assert summary["_false_alarms_per_healthy_run"] == 0.0
     assert summary["_unobserved"] == {"unobserved:loophole": 1}
+    assert "recall met; false alarms met" in table and summary["_targets_met"] is True
     assert "not observed (not scored): loophole 1" in table

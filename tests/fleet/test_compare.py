@@ -80,3 +80,77 @@ def test_compare_an_unknown_run_is_a_usage_error(out, capsys):
 def test_compare_a_missing_out_is_a_usage_error(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "nope"), "a", "b"]) == EXIT_USAGE
     assert "does not exist" in capsys.readouterr().err
+
+
+def _kl_rise(labels, out: str) -> tuple[list[float], list[float]]:
+    """Both runs' mismatch_kl, read back from the steps table."""
+    from rlstream.fleet.read import StepsTable
+
+    t = StepsTable(out)
+    return tuple(
+        [v for v in t.run(lb.run_id, ["mismatch_kl"])["mismatch_kl"] if v is not None]
+        for lb in labels
+    )
+
+
+def test_compare_finds_the_demo_kl_rise_at_the_default_window(tmp_path, capsys):
+    # The demo's plan (seed 1, 50 steps): run 0 healthy, run 2 mismatch_kl_rising.
+    labels = simulate(
+        tmp_path / "runs",
+        SimConfig(runs=3, steps=50, seed=1, scenarios=("healthy", "healthy", "mismatch_kl_rising")),
+    )
+    out = str(tmp_path / "out")
+    analyze_local([str(tmp_path / "runs")], out)
+    healthy, rising = labels[0], labels[2]
+    ka, kb = _kl_rise([healthy, rising], out)
+    assert kb[-1] / kb[0] > 100 and max(ka) / min(ka) < 2  # the rise the demo shows
+    assert main(["compare", out, healthy.run_id, rising.run_id, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    got = {d["figure"]: d for d in doc["divergences"]}
+    kl = got["mismatch_kl"]
+    assert kl["step"] is not None and kl["why"] is None and kl["source"] == "recomputed"
+    assert kl["step"] < 45 and kl["value"] > 3 * kl["reference_value"]
+    assert f"{rising.run_id} on mismatch_kl at step {kl['step']}" in doc["verdict"]
+    # A figure that did not part says how close it came.
+    assert got["completion_len_mean"]["step"] is None
+    assert "noise" in got["completion_len_mean"]["why"]
+
+
+def test_compare_finds_a_learning_trainers_stale_sampler_near_its_onset(tmp_path, capsys):
+    from rlstream.simulate.learn import simulate_learn
+
+    root = tmp_path / "runs"
+    (healthy,) = simulate_learn(root, "healthy", runs=1, steps=80, seed=3)
+    (stale,) = simulate_learn(root, "stale_sampler", runs=1, steps=80, seed=4)
+    out = str(tmp_path / "out")
+    analyze_local([str(root)], out)
+    assert main(["compare", out, healthy.run_id, stale.run_id, "--json"]) == 0
+    got = {d["figure"]: d for d in json.loads(capsys.readouterr().out)["divergences"]}
+    cfg = CompareConfig()
+    assert got["mismatch_kl"]["step"] is not None
+    assert got["mismatch_kl"]["step"] <= stale.onset_step + cfg.window
+    assert got["lag_mean"]["step"] is not None
+
+
+def test_compare_with_too_few_common_steps_says_so_and_fails(out, capsys):
+    path, ids = out  # 30 common steps
+    assert main(["compare", path, ids[0], ids[1], "--sustain", "25"]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert "too few common steps: 30 < --window + --sustain - 1 = 34" in captured.out
+    assert lines[-1].startswith("nothing compared: at most 30 common steps")
+    assert "lower --window or --sustain" in captured.err
+    assert main(["compare", path, ids[0], ids[1], "--json", "--sustain", "25"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"].startswith("nothing compared")
+    assert all(d["step"] is None and d["why"] for d in doc["divergences"])
+
+
+def test_compare_without_a_divergence_says_why(tmp_path, capsys):
+    # Two siblings of one cohort: the same plan, other seeds.
+    labels = simulate(tmp_path / "runs", SimConfig(runs=2, steps=40, seed=2, cohort_size=2))
+    path = str(tmp_path / "out")
+    analyze_local([str(tmp_path / "runs")], path)
+    assert main(["compare", path, labels[0].run_id, labels[1].run_id]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("no divergence: no figure apart by more than --k 3 x noise")

@@ -36,18 +36,31 @@ def test_report_escapes_every_string_from_run_data(fleet_out, tmp_path):
 
 def test_report_overview_and_sections(fleet_out):
     html = render_report(str(fleet_out.out), now=2e9)
-    rows = re.findall(r'<tr><td data-v="([^"]*)"><a href="#run-(\d+)">', html)
+    rows = re.findall(
+        r'<tr><td class="name" data-v="([^"]*)"><a href="#run-\d+">[^<]*</a>'
+        r'<div class="sub id">([^<]*)</div>',
+        html,
+    )
     assert len(rows) == 4
-    # worst first: the two critical runs lead
+    # runs are named by their folder, the id below
     latest = {r["run_id"]: r for r in read_latest(str(fleet_out.out))}
-    statuses = [latest[_unescape(v)]["status"] for v, _ in rows]
+    for name, rid in rows:
+        assert latest[_unescape(rid)]["run_uri"].rstrip("/").endswith("/" + _unescape(name))
+    # worst first: the two critical runs lead
+    statuses = [latest[_unescape(v)]["status"] for _, v in rows]
     assert statuses == sorted(
         statuses, key=["critical", "stalled", "warning", "healthy", "finished"].index
     )
     assert html.count('<section class="run"') == 4
-    assert '<span class="s-critical">2 critical</span>' in html
+    # finished runs keep their severity and say that they finished
+    assert '<span class="s-critical">2 critical (2 finished)</span>' in html
     # every run has its eight charts
     assert html.count('<svg xmlns="http://www.w3.org/2000/svg"') == 4 * 8
+    # quarantined lines per run: a column and each section's line
+    assert "<th>quar.</th>" in html and html.count("0 quarantined lines") == 4
+    # the held-out evaluations are on each reward chart; the all-attempts mean is named
+    assert html.count("held-out heldout") == 4
+    assert "all attempts (incl. rejected groups)" in html
     # example completions only for runs with degenerate_outputs / entropy_collapse
     assert html.count("<h3>Example completions") == 2
     assert html.count('<pre class="completion">') >= 2
@@ -223,10 +236,15 @@ def test_report_figures_agree_with_the_findings_and_counts_add_up(fleet_out):
     # the finding cites the window median; the overview shows that same figure
     assert f"mismatch KL {run['mismatch_kl_recent']:.4f} over the last 5 steps" in kl["message"]
     assert f">{run['mismatch_kl_recent']:.2e}</td>" in html
-    assert "<th>mismatch KL (median of last 5 steps)</th>" in html
-    badges = re.findall(r'<span class="s-[a-z]+">(\d+) ([a-z ]+)</span>', html)
+    assert "<th>KL*</th>" in html
+    assert "* median of last 5 steps, the value the health rules judge" in html
+    badges = re.findall(r'<span class="s-[a-z]+">(\d+) ([^<]+)</span>', html)
     assert sum(int(n) for n, _ in badges) == len(latest) == 4
-    assert {label for _, label in badges} >= {"finished healthy", "healthy running"}
+    assert {label for _, label in badges} == {
+        "critical (2 finished)",
+        "warning (1 finished)",
+        "finished healthy",
+    }
     assert not re.search(r"[ >]1 (findings|final steps|runs)\b", html)
     assert re.search(r"· \d+ findings?</div>", html)
 

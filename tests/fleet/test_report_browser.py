@@ -55,7 +55,7 @@ def test_report_renders_in_chromium_without_running_run_data(fleet_out, tmp_path
             assert run_id in dom
     # The hostile run id is shown as text (escaped again when the DOM is serialized).
     assert '&lt;script&gt;document.body.setAttribute("data-pwned", "id")&lt;/script&gt;' in dom
-    assert dom.count("<tr><td data-v=") == 4
+    assert dom.count('<tr><td class="name" data-v=') == 4
 
     png = tmp_path / "shot.png"
     _chromium(tmp_path, "--window-size=1280,1600", f"--screenshot={png}", url)

@@ -67,6 +67,7 @@ def test_table_shows_the_figures_the_rules_judged():
                 entropy_recent=0.15,
                 truncated_recent=0.5,
                 recent_steps=5.0,
+                quarantined=3,
                 not_evaluable=["heldout_gap", "stalled"],
             ),
             _row("r2", "healthy", last_step=3, not_evaluable=[]),
@@ -78,17 +79,18 @@ def test_table_shows_the_figures_the_rules_judged():
     assert lines[0] == "2 runs: 1 critical, 1 healthy running"
     assert lines[1].split() == [
         "run", "format", "cohort", "status", "step", "updated", "reward", "trend/100", "kl*", "ess*",
-        "entropy*", "trunc*", "n/e", "findings",
+        "entropy*", "trunc*", "quar", "n/e", "findings",
     ]  # fmt: skip
     assert lines[2].split() == [
         "r1", "loops", "sweep-a", "critical", "41", "3h", "0.457", "↓-0.40", "1.23e-02", "0.210",
-        "0.150", "0.50", "2", "low_ess,mismatch_kl_rising",
+        "0.150", "0.50", "3", "2", "low_ess,mismatch_kl_rising",
     ]  # fmt: skip
     assert lines[3].split()[-2:] == ["-", "-"]  # nothing not evaluable, nothing firing
     assert lines[4] == (
         "* median of the last 5 final steps, the value the health rules judge (reward: last step)"
     )
-    assert lines[5].startswith("n/e: how many health rules")
+    assert lines[5].startswith("quar: lines quarantined")
+    assert lines[6].startswith("n/e: how many health rules")
     assert rows[0]["not_evaluable"] == ["heldout_gap", "stalled"]
     # --json keeps both: the last step's value and the window's
     assert rows[0]["mismatch_ess"] == 1.0 and rows[0]["mismatch_ess_recent"] == 0.21

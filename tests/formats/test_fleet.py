@@ -40,7 +40,8 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
     latest = {r["run_id"]: r["format"] for r in read_latest(str(tmp_path / "out"))}
     assert sorted(latest.values()) == sorted(["loops", *FORMATS])
     text = render_table(status_rows(read_latest(str(tmp_path / "out"))))
-    rows = [ln for ln in text.splitlines()[2:] if not ln.startswith(("*", "n/e:"))]  # legends
+    legends = ("*", "n/e:", "r:", "not judged:", "partly judged:", "quar:")
+    rows = [ln for ln in text.splitlines()[2:] if not ln.startswith(legends)]
     table_formats = {ln.split()[0]: ln.split()[1] for ln in rows}
     assert table_formats == latest
     steps = table(tmp_path / "out", "steps")
@@ -71,7 +72,7 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
     assert n_e == {k: str(len(v["not_evaluable"]) or "-") for k, v in by_id.items()}
     html = render_report(str(tmp_path / "out"))
     for section in html.split('<section class="run"')[1:]:
-        run = by_id[re.search(r"<h2>(\S+) ", section).group(1)]
+        run = by_id[re.search(r'<div class="sub">id (\S+) ', section).group(1)]
         codes = run["not_evaluable"]
         assert (
             f"not evaluable on this run ({run['format']} files lack their figures): "
@@ -114,7 +115,8 @@ REAL = realruns_dir()
 @pytest.mark.skipif(REAL is None, reason="../shared/realruns is not beside the repository")
 def test_tinker_reader_on_a_real_metrics_file(tmp_path):
     """A real tinker-cookbook log_path reused by several restarts: steps 0 0 0 0 1 0.
-    The first step 0 and the step 1 are rows; the repeats are quarantined, each once."""
+    The newest step 0 (the last line) and the step 1 are rows; the four repeats of
+    step 0 are replaced steps, counted, none quarantined."""
     src = REAL / "astOwOlfo_tinker_reward_hacking"
     run = tmp_path / "runs" / "bash_codeforces"
     run.mkdir(parents=True)
@@ -124,11 +126,9 @@ def test_tinker_reader_on_a_real_metrics_file(tmp_path):
     assert [(s.run_id, s.format) for s in states] == [("bash_codeforces", "tinker")]
     assert states[0].config["sampling"] == {"max_tokens": 2048}
     lines = jsonl(run / "metrics.jsonl")
-    data = (run / "metrics.jsonl").read_bytes()
-    offsets = [0, *[i + 1 for i, b in enumerate(data) if b == 10][:-1]]
     rows = table(tmp_path / "out", "steps", "order by step")
     assert [r["step"] for r in rows] == [0, 1]
-    for row, m in ((rows[0], lines[0]), (rows[1], lines[4])):
+    for row, m in ((rows[0], lines[5]), (rows[1], lines[4])):
         assert row["reported_reward_mean_with_unusable"] == m["env/all/reward/total"]
         assert row["reported_mismatch_kl"] == m["optim/kl_sample_train_v2"]
         assert row["reported_entropy_estimate"] == m["optim/entropy"]
@@ -140,10 +140,9 @@ def test_tinker_reader_on_a_real_metrics_file(tmp_path):
             dict(row["reported_other"])["optim/kl_sample_train_v1"] == m["optim/kl_sample_train_v1"]
         )
         assert row["reward_mean"] is None and row["truncated_frac"] is None
-    q = table(tmp_path / "out", "quarantine", 'order by "offset"')
-    assert [(r["file"], r["offset"], r["reason"]) for r in q] == [
-        ("metrics.jsonl", offsets[i], "duplicate_step") for i in (1, 2, 3, 5)
-    ]
+    assert table(tmp_path / "out", "quarantine", 'order by "offset"') == []
+    health = table(tmp_path / "out", "run_health", "")
+    assert [(h["replaced_steps"], h["quarantined"]) for h in health] == [(4, 0)]
 
 
 def test_adding_a_run_of_another_format_lists_its_folder_once(tmp_path, monkeypatch):

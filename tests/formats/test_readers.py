@@ -162,9 +162,21 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
         by_step[m["step"]].append(m)
     assert [r["step"] for r in rows] == sorted(by_step) == [0, 1, 2, 3, 4]
     assert any("eval/heldout/effective/default/avg@1" in m for m in lines)
+    quarantined = table(run.parent.parent / "out", "quarantine")
+    assert not [q for q in quarantined if q["reason"] == "duplicate_step"]
     for row in rows:
         orch = next(m for m in by_step[row["step"]] if "progress/rollouts" in m)
-        trainer = next(m for m in by_step[row["step"]] if "loss/mean" in m)
+        # prime-rl's trainer writes five lines a step (perf, optim, tensor stats, time,
+        # system): every one of their figures reaches the step's row.
+        lines_t = [
+            m
+            for m in by_step[row["step"]]
+            if m is not orch and not any(k.startswith("eval/") for k in m)
+        ]
+        families = [{k.split("/")[0] for k in m if k not in ("step", "time")} for m in lines_t]
+        assert families == [{"perf"}, {"optim"}, {"entropy", "mismatch_kl", "loss"},
+                            {"time"}, {"system"}]  # fmt: skip
+        trainer = {k: v for m in lines_t for k, v in m.items()}
         assert row["reported_mismatch_kl"] == trainer["mismatch_kl/all/mean"]
         assert row["reported_entropy_estimate"] == trainer["entropy/all/mean"]
         assert row["reported_reward_mean"] == orch["train/agg/effective/default/reward/mean"]
@@ -174,6 +186,14 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
         assert row["reported_lag_mean"] == orch["off_policy/mean"]
         other = dict(row["reported_other"])
         assert other["loss/mean"] == trainer["loss/mean"]
+        for k in (
+            "perf/mfu",
+            "optim/lr",
+            "optim/grad_norm",
+            "time/step",
+            "system/ckpt_disk_free_gib",
+        ):
+            assert other[k] == trainer[k], k
         ev = [m for m in by_step[row["step"]] if any(k.startswith("eval/") for k in m)]
         assert dict(row["reported_eval"]) == {
             k.split("/")[1]: v for m in ev for k, v in m.items() if k.endswith("/avg@1")
@@ -183,12 +203,13 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
                 other["eval_stats/heldout/all/num_output_tokens/mean"]
                 == (m["eval/heldout/all/num_output_tokens/mean"])
             )
-        assert row["time"] == max(orch["time"], trainer["time"])
+        assert row["time"] == max(m["time"] for m in [orch, *lines_t])
         step_dir = run / "token_exports" / f"step_{row['step']}"
         assert (step_dir / "STABLE").exists()
         k3, ent, length = _k3_set(jsonl(step_dir / "rank_0.jsonl"))
         assert row["mismatch_kl"] == pytest.approx(k3, rel=1e-9)
         assert row["entropy_estimate"] == pytest.approx(ent, rel=1e-9)
+        assert row["entropy_exact_frac"] == 1.0  # the exports' `entropy` on every token
         assert row["completion_len_mean"] == pytest.approx(length)
         assert row["truncated_frac"] is None and row["trace"] == "full"
         assert row["top_completion_task_share"] is None  # env_name is no task label

@@ -37,3 +37,41 @@ def test_row_figures_from_a_steps_row():
         "unusable_limit"
     }
     assert config_figures({}) == set()
+
+
+def test_judgement_counts_the_enabled_rules_and_the_steps_the_rules_need():
+    import dataclasses
+
+    from rlstream.health.config import DEFAULT_RULES, HistoryConfig
+    from rlstream.health.evaluable import judgement
+
+    codes = [c for c in NEEDS if c != "stalled"]  # 20: stalled judges liveness
+    assert len(codes) == 20
+    # 12 of 20 evaluable (60 %) is enough; 11 is not.
+    assert judgement(codes[:8], 100) == ("judged", None)
+    assert judgement(codes[:9], 100) == (
+        "insufficient",
+        "11 of 20 rules evaluable on its files, at least 12 needed (not_evaluable names the others)",
+    )
+    # `stalled` not evaluable (no step times) does not count against a run.
+    assert judgement(["stalled"], 100) == ("judged", None)
+    # Steps: warm-up 2 + baseline 10 + recent 5 = 17; reward_too_fast's 60 rows.
+    assert judgement([], 16) == ("insufficient", "16 final steps, the rules need 17")
+    assert judgement([], 17) == (
+        "judged",
+        "not yet judged at 17 final steps: reward_too_fast (needs 60)",
+    )
+    assert judgement(["reward_too_fast"], 17) == ("judged", None)
+    # A rules TOML that shortens the baseline or disables rules changes both counts.
+    short = dataclasses.replace(DEFAULT_RULES, history=HistoryConfig(baseline_steps=4))
+    assert judgement([], 11, short) == (
+        "judged",
+        "not yet judged at 11 final steps: reward_too_fast (needs 60)",
+    )
+    off = dataclasses.replace(
+        DEFAULT_RULES,
+        **{c: dataclasses.replace(getattr(DEFAULT_RULES, c), enabled=False) for c in codes[:5]},
+    )
+    # 15 enabled, 9 needed: 9 of them evaluable is enough.
+    assert judgement(codes[:11], 100, off)[0] == "judged"
+    assert judgement(codes[:12], 100, off)[1].startswith("8 of 15 rules evaluable")

@@ -114,3 +114,57 @@ def test_healthy_sharpening_raises_nothing_but_collapse_still_fires(tmp_path):
     # reasoning RL does; tripling with nothing learned is a runaway.
     assert [f for f in fired["longer"] if f[1] != "info"] == []
     assert "length_explosion" in {c for c, _, _ in fired["longer_flat"]}
+
+
+def write_sharpening_run(root: Path, name: str, seed: int, heldout_end: float, div_end: float):
+    """Shaped like real GRPO/RLOO runs of 1.5B-scale models that learned: entropy
+    1.05 -> 0.32 nats/token, the trainer's n-gram diversity 0.88 -> ``div_end`` with it,
+    lengths flat, the held-out score 0.27 -> ``heldout_end`` (evals every 10 steps)."""
+    rng = random.Random(seed)
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(
+        json.dumps({"run_id": name, "created_at": 1000.0, "config": CONFIG, "finished_at": 9e9})
+    )
+    e0, e1 = 1.05 * rng.uniform(0.95, 1.05), 0.32 * rng.uniform(0.95, 1.05)
+    lines = []
+    for i in range(STEPS):
+        decay = math.exp(-max(i - 10, 0) / 40.0)  # after the baseline
+        gain = 1.0 - math.exp(-i / 50.0)
+        reward = min(max(0.3 + 0.5 * gain + rng.gauss(0, 0.03), 0.0), 1.0)
+        rec = {
+            "step": i,
+            "time": 1000.0 + 60.0 * i,
+            "reward/mean": reward,
+            "reward/mean_with_unusable": reward,
+            "reward/std": 0.4,
+            "reward/group_std_mean": 0.35 + rng.gauss(0, 0.02),
+            "discard/groups/no_variance": int(rng.random() < 0.3),
+            "discard/groups/group_too_small": 0,
+            "sampling/entropy_estimate": (e1 + (e0 - e1) * decay) * math.exp(rng.gauss(0, 0.03)),
+            "rollout/completion_len": 300.0 * math.exp(rng.gauss(0, 0.05)),
+            "rollout/ngram_diversity": div_end + (0.88 - div_end) * decay + rng.gauss(0, 0.01),
+        }
+        if i % 10 == 0:
+            rec["eval/heldout"] = 0.27 + (heldout_end - 0.27) * gain + rng.gauss(0, 0.02)
+        lines.append(json.dumps(rec))
+    (d / "steps.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_sharpening_with_diversity_following_entropy_is_not_collapse(tmp_path):
+    """Eight runs sharpening as real learning runs do (diversity 0.88 -> 0.69 beside
+    entropy 1.05 -> 0.32, held-out 0.27 -> 0.8): no finding warning or worse. The same
+    curves with the held-out score flat, or with diversity collapsing to half while
+    the held-out score rises, are collapse."""
+    runs = tmp_path / "runs"
+    for i in range(8):
+        write_sharpening_run(runs, f"sharp-{i}", 40 + i, heldout_end=0.8, div_end=0.69)
+    write_sharpening_run(runs, "flat-heldout", 50, heldout_end=0.27, div_end=0.69)
+    write_sharpening_run(runs, "diversity-gone", 51, heldout_end=0.8, div_end=0.4)
+    fired = loud_firings(tmp_path)
+    assert len(fired) == 10
+    for i in range(8):
+        loud = [f for f in fired[f"sharp-{i}"] if f[1] != "info"]
+        assert loud == [], (i, loud)
+    assert "entropy_collapse" in {c for c, _, _ in fired["flat-heldout"]}
+    assert "entropy_collapse" in {c for c, _, _ in fired["diversity-gone"]}

@@ -136,3 +136,26 @@ def test_a_read_error_is_yielded_in_place():
     assert item == "a" and isinstance(err, PermissionError)
     assert next(gen) == ("b", b"xx")
     assert next(gen, None) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 60), min_size=1, max_size=20),
+    budget=st.integers(1, 600),
+    factor=st.integers(1, 8),
+)
+def test_known_sizes_count_at_their_decoded_cost(sizes, budget, factor):
+    """With sizes known before the reads (a listing's), the reads held or running,
+    each counted at `factor` times its size, stay within the budget: several large
+    files at once never add up beyond it (one read is always allowed)."""
+    items = [f"t{i:03d}" for i in range(len(sizes))]
+    size = dict(zip(items, sizes, strict=True))
+    reads = Reads(size)
+    gen = read_window(
+        reads.submit, items, budget, 64, first_guess=1, size_of=size.get, factor=factor
+    )
+    got = _drain(gen, reads)
+    assert [i for i, _ in got] == items
+    assert factor * reads.peak_bytes <= max(budget, factor * max(sizes))
+    if len(sizes) >= 2 and factor * (sizes[0] + sizes[1]) <= budget:
+        assert reads.peak_count >= 2

@@ -183,3 +183,153 @@ def test_repetition_many_generations_matches_reference() -> None:
     seqs = [list(rng.integers(0, 3, rng.integers(0, 15))) for _ in range(3000)]
     got = build(seqs, ngram=3).finalize()["repetition"]
     assert got == pytest.approx(ref_repetition(seqs, 3), rel=1e-12)
+
+
+# -- multi-turn attempts (docs/health.md, "Multi-turn attempts") ----------------------
+
+
+def build_attempts(attempts: list[tuple[list[list[int]], str]], ngram: int = 2):
+    """An aggregate of attempts, each (its generations, its task)."""
+    seqs = [g for gens, _ in attempts for g in gens]
+    tasks = [task for gens, task in attempts for _ in gens]
+    att = np.array([a for a, (gens, _) in enumerate(attempts) for _ in gens], dtype=np.int64)
+    lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+    tokens = np.array([t for s in seqs for t in s], dtype=np.int64)
+    offsets = np.cumsum([0, *lengths]).astype(np.int64)
+    return CompletionAgg.from_arrays(
+        lengths, np.zeros(len(seqs), bool), tokens, offsets, tasks, ngram=ngram, attempt_G=att
+    )
+
+
+def ref_attempts(attempts: list[tuple[list[list[int]], str]], n: int) -> dict:
+    """The docs' figures, recomputed: an attempt's output is its generations in order;
+    its repetition counts the n-grams inside each of its generations, a generation
+    equal to an earlier one of the attempt left out."""
+    reps, outputs = [], {}
+    for gens, task in attempts:
+        kept = [g for i, g in enumerate(gens) if g not in gens[:i]]
+        grams = [tuple(g[i : i + n]) for g in kept for i in range(len(g) - n + 1)]
+        if grams:
+            reps.append(1 - len(set(grams)) / len(grams))
+        outputs.setdefault(tuple(tuple(g) for g in gens), set()).add(task)
+    tasks = {task for _, task in attempts}
+    return {
+        "repetition": sum(reps) / len(reps) if reps else None,
+        "distinct_completions": len(outputs) / len(attempts) if attempts else None,
+        "top_completion_task_share": (
+            max(len(v) for v in outputs.values()) / len(tasks) if outputs else None
+        ),
+    }
+
+
+RUN_TESTS = [901, 902, 903, 904, 905]  # "Running the tests now." + run_tests()
+FINISH = [951, 952, 953]
+
+
+def test_identical_tool_turns_across_tasks_are_not_one_answer() -> None:
+    # Four tasks, each attempt: its own solution, the same test call twice, finish.
+    attempts = [
+        ([[10 + t, 20 + t, 30 + t, 40 + t], RUN_TESTS, RUN_TESTS, FINISH], f"t{t}")
+        for t in range(4)
+    ]
+    out = build_attempts(attempts).finalize()
+    assert out["completions"] == 16  # lengths still count every generation
+    assert out["distinct_completions"] == 1.0
+    assert out["top_completion_task_share"] == 0.25
+    # solution 3 bigrams + tests 4 + finish 2 (the second test run adds none): no repeat.
+    assert out["repetition"] == 0.0
+    # Judged per generation, the same turns were one completion for every task.
+    flat = build(
+        [g for gens, _ in attempts for g in gens], [t for _, t in attempts for _ in range(4)]
+    )
+    assert flat.finalize()["top_completion_task_share"] == 1.0
+
+
+def test_one_answer_across_tasks_is_still_one_output() -> None:
+    hack = [7, 7, 8, 9]
+    attempts = [([RUN_TESTS, hack, RUN_TESTS, FINISH], f"t{t}") for t in range(3)]
+    attempts.append(([RUN_TESTS, [1, 2, 3], RUN_TESTS, FINISH], "t3"))
+    out = build_attempts(attempts).finalize()
+    assert out["top_completion_task_share"] == 0.75
+    assert out["distinct_completions"] == 0.5
+    # hack bigrams (7,7),(7,8),(8,9) + tests 4 + finish 2 = 9 n-grams, all distinct.
+    assert out["repetition"] == 0.0
+
+
+def test_repetition_counts_ngrams_repeated_across_an_attempts_turns() -> None:
+    # Two different turns sharing the bigram (1, 2): 4 n-grams, 3 distinct.
+    out = build_attempts([([[1, 2, 3], [1, 2, 4]], "t")]).finalize()
+    assert out["repetition"] == pytest.approx(0.25)
+    assert out["distinct_completions"] == 1.0
+
+
+def test_single_generation_attempts_keep_the_generation_figures() -> None:
+    seqs = [[5, 6, 5, 6, 5], [5, 6, 5, 6, 5], [1, 2, 3]]
+    tasks = ["a", "b", "c"]
+    per_gen = build(seqs, tasks, ngram=2).finalize()
+    per_att = build_attempts([([s], t) for s, t in zip(seqs, tasks, strict=True)]).finalize()
+    assert_identical(per_att, per_gen)
+    assert build_attempts([([s], t) for s, t in zip(seqs, tasks, strict=True)]).hashes == (
+        build(seqs, tasks, ngram=2).hashes
+    )
+
+
+def test_attempt_ids_must_keep_an_attempts_generations_together() -> None:
+    with pytest.raises(ValueError, match="non-decreasing"):
+        CompletionAgg.from_arrays(
+            np.array([1, 1, 1]),
+            np.zeros(3, bool),
+            np.array([1, 2, 3]),
+            np.array([0, 1, 2, 3]),
+            None,
+            attempt_G=np.array([0, 1, 0]),
+        )
+    with pytest.raises(ValueError, match="shape"):
+        CompletionAgg.from_arrays(
+            np.array([1]),
+            np.zeros(1, bool),
+            np.array([1]),
+            np.array([0, 1]),
+            None,
+            attempt_G=np.array([0, 0]),
+        )
+
+
+attempt_st = st.tuples(
+    st.lists(st.lists(st.integers(0, 3), max_size=6), min_size=1, max_size=5),
+    st.sampled_from("abcd"),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(attempt_st, max_size=10), st.integers(1, 3))
+def test_attempt_figures_match_reference(attempts, n) -> None:
+    out = build_attempts(attempts, ngram=n).finalize()
+    want = ref_attempts(attempts, n)
+    for key, value in want.items():
+        assert out[key] == (None if value is None else pytest.approx(value, rel=1e-12))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(attempt_st, max_size=10), st.data())
+def test_any_split_of_attempts_merges_to_the_whole(attempts, data) -> None:
+    shards, shape, rnd = data.draw(split_plans(len(attempts)))
+    aggs = [build_attempts([attempts[i] for i in s]) for s in shards]
+    merged = merge_tree(aggs, CompletionAgg.empty(), shape, rnd)
+    assert_identical(merged.finalize(), build_attempts(attempts).finalize())
+
+
+def test_many_attempts_cross_the_dedup_blocks() -> None:
+    rng = np.random.default_rng(11)
+    attempts = [
+        (
+            [list(rng.integers(0, 4, rng.integers(0, 12))) for _ in range(rng.integers(1, 6))],
+            f"t{rng.integers(0, 40)}",
+        )
+        for _ in range(700)
+    ]
+    out = build_attempts(attempts, ngram=3).finalize()
+    want = ref_attempts([([list(map(int, g)) for g in gens], t) for gens, t in attempts], 3)
+    assert out["repetition"] == pytest.approx(want["repetition"], rel=1e-12)
+    assert out["distinct_completions"] == pytest.approx(want["distinct_completions"])
+    assert out["top_completion_task_share"] == pytest.approx(want["top_completion_task_share"])

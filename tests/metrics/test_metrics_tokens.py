@@ -311,3 +311,27 @@ def test_many_tokens_vectorised() -> None:
     assert out["mismatch_kl"] == pytest.approx(0.05**2 / 2, rel=0.05)
     assert out["mismatch_ess"] == pytest.approx(math.exp(-(0.05**2)), rel=1e-3)
     assert out["trained_tokens"] == pytest.approx(0.8 * 0.9 * ls.size, rel=0.02)
+
+
+def test_exact_entropy_where_given_sampler_estimate_elsewhere_by_hand() -> None:
+    """docs/schema.md: the mean over tokens of the exported exact entropy where it is
+    given, of -ls where it is not (and ls is finite); the share exact beside it."""
+    ls = np.array([-1.0, -2.0, NAN, -0.5, -4.0])
+    lt = np.array([-1.0, -2.0, -1.0, -0.5, -4.0])
+    ent = np.array([0.7, NAN, 1.9, NAN, 0.1])  # token 2: exact entropy, no ls
+    offsets = np.array([0, 3, 5], np.int64)
+    trains = np.array([True, False])
+    out = TokenAgg.from_arrays(ls, lt, offsets, trains, ent).finalize()
+    assert out["entropy_estimate"] == pytest.approx((0.7 + 2.0 + 1.9 + 0.5 + 0.1) / 5)
+    assert out["entropy_exact_frac"] == pytest.approx(3 / 5)
+    assert out["sampled_tokens"] == 4  # finite ls, whatever the entropy's source
+    # Without exact entropy: the sampler estimate alone, share 0.
+    plain = TokenAgg.from_arrays(ls, lt, offsets, trains).finalize()
+    assert plain["entropy_estimate"] == pytest.approx((1.0 + 2.0 + 0.5 + 4.0) / 4)
+    assert plain["entropy_exact_frac"] == 0.0
+    # Generations split across batches merge to the whole, bit for bit.
+    a = TokenAgg.from_arrays(ls[:3], lt[:3], offsets[:2], trains[:1], ent[:3])
+    b = TokenAgg.from_arrays(ls[3:], lt[3:], np.array([0, 2]), trains[1:], ent[3:])
+    assert b.merge(a).finalize() == out
+    with pytest.raises(ValueError):
+        TokenAgg.from_arrays(ls, lt, offsets, trains, ent[:2])

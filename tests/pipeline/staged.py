@@ -1,14 +1,13 @@
 """A deterministic 'watch' for crash tests, in one process and without Ray.
 
-    python -m tests.pipeline.staged SRC ROOT OUT STAGES [MAX_ROWS] [cohorts]
+    python -m tests.pipeline.staged SRC ROOT OUT STAGES [cohorts]
 
 copies the finished runs under SRC into ROOT stage by stage (stage k adds every
 record of the steps below 2k: transcripts first, then the JSONL lines, appended, so a
 rerun after a crash appends only what is missing), and after each stage polls and
 commits a `RunGroup` on OUT at the fixed clock 1000 + k. Then a final poll and
 commit. With RLSTREAM_FAILPOINT set it dies where told (rlstream.pipeline.failpoint);
-run again with the same arguments it resumes from OUT. MAX_ROWS sets
-`commit_max_rows` (a small value makes every commit spill). With `cohorts`, the group
+run again with the same arguments it resumes from OUT. With `cohorts`, the group
 runs the health hooks with every run in one cohort (bands and `unlike_peers`).
 """
 
@@ -48,8 +47,7 @@ def stage(src: Path, root: Path, upto: int) -> None:
 
 
 def main(src: str, root: str, out: str, stages: str, *opts: str) -> None:
-    max_rows = next((int(o) for o in opts if o.isdigit()), 128)
-    cfg = PipelineConfig(commit_threads=1, commit_max_rows=max_rows)
+    cfg = PipelineConfig(commit_threads=1)
     hooks = {}
     if "cohorts" in opts:
         from rlstream.health import DEFAULT_RULES
@@ -78,7 +76,6 @@ def run_staged(
     root: Path,
     out: Path,
     failpoint: str | None = None,
-    max_rows: int = 128,
     stages: int = 4,
     cohorts: bool = False,
 ) -> int:
@@ -87,7 +84,7 @@ def run_staged(
     if failpoint:
         env["RLSTREAM_FAILPOINT"] = failpoint
     cmd = [sys.executable, "-m", "tests.pipeline.staged", str(src), str(root), str(out)]
-    cmd += [str(stages), str(max_rows), *(["cohorts"] if cohorts else [])]
+    cmd += [str(stages), *(["cohorts"] if cohorts else [])]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=300).returncode
 
 

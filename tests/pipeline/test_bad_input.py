@@ -108,12 +108,12 @@ def test_unreadable_run_json_skips_the_run_not_the_pipeline(tmp_path):
     assert _q(tmp_path / "out") == [(str(bad), None, "bad_run_json")]
 
 
-def test_nesting_strings_for_numbers_and_duplicate_steps(tmp_path):
+def test_nesting_strings_for_numbers_and_a_step_logged_again(tmp_path):
     run = write_run(tmp_path / "runs", steps=2)
     steps = run / "steps.jsonl"
     o1 = _append(steps, '{"step": 5, "m": ' + '{"a": ' * 1500 + "1" + "}" * 1500 + "}\n")
     o2 = _append(steps, "[" * 5000 + "\n")
-    o3 = _append(steps, json.dumps({"step": 1, "reward/mean": 0.9}) + "\n")  # step 1 again
+    _append(steps, json.dumps({"step": 1, "reward/mean": 0.9}) + "\n")  # step 1 again
     tdir = run / "transcripts"
     t = json.loads((tdir / "a00000000.json").read_text())
     t["generations"][0]["sampler_logprobs"] = ["-0.5"] * 5  # strings, not numbers
@@ -122,12 +122,12 @@ def test_nesting_strings_for_numbers_and_duplicate_steps(tmp_path):
     t["generations"][0]["completion_tokens"] = [1, 2.7, 3, 4, 5]  # not integers
     (tdir / "a00000001.json").write_text(json.dumps(t))
     out = tmp_path / "out"
-    analyze_local([str(tmp_path / "runs")], str(out))
+    (state,) = analyze_local([str(tmp_path / "runs")], str(out))
     assert _q(out) == [
         ("steps.jsonl", o1, "too_deeply_nested"),
         ("steps.jsonl", o2, "too_deeply_nested"),
-        ("steps.jsonl", o3, "duplicate_step"),
         ("transcripts/a00000000.json", None, "invalid_field:generations[0].sampler_logprobs"),
         ("transcripts/a00000001.json", None, "invalid_field:generations[0].completion_tokens"),
     ]
-    assert _steps(out, "reported_reward_mean") == [0.5, 0.5]  # the first line of step 1 stands
+    assert _steps(out, "reported_reward_mean") == [0.5, 0.9]  # the newest line of step 1 wins
+    assert state.counters["replaced_steps"] == 1

@@ -39,11 +39,11 @@ def _drive(states, fold, odd=None, steps=STEPS, factor=3.0, lag=None):
                 continue
             rows[st.run_url] = [{"step": t, "mismatch_kl": _kl(i, t, odd, factor)}]
             st.final_through = t
+            st.counters["steps_final"] += 1  # as the group counts a final row
         fold.fold(states, rows, now=1000.0 + s)
         for st in states:
-            alerts += st.out_alerts
-            bands += st.out_cohorts
-            st.out_alerts, st.out_cohorts = [], []
+            alerts += st.out.pop("alerts", [])
+            bands += st.out.pop("cohorts", [])
     return alerts, bands
 
 
@@ -87,7 +87,7 @@ def test_bands_are_quantiles_of_the_runs_at_each_step_and_grow_with_late_runs():
     at10 = [b for b in bands if b["step"] == 10 and b["figure"] == "mismatch_kl"]
     assert [b["n"] for b in at10] == [3, 4]
     want = band([_kl(i, 10, None) for i in range(4)])
-    assert at10[-1] == {"cohort": "c", "step": 10, "figure": "mismatch_kl", **want}
+    assert at10[-1] == {"cohort": "c", "step": 10, "figure": "mismatch_kl", "as_of": 1015.0, **want}
     assert want["p10"] < want["median"] < want["p90"]
 
 

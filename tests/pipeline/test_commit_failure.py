@@ -22,6 +22,9 @@ def _steps(tmp_path):
 
 
 def test_failed_state_write_is_retried_without_duplicates(tmp_path):
+    """The tables are written first: a state write that fails leaves rows of a commit
+    the state does not account for; the next commit deletes them, then writes them
+    again with its state."""
     group, state = _group(tmp_path)
     real = group.sink.save_state
     calls = []
@@ -34,17 +37,22 @@ def test_failed_state_write_is_retried_without_duplicates(tmp_path):
 
     group.sink.save_state = flaky
     assert group.commit() == 0
-    assert state.seq == 0 and len(state.out_rows) == 3 and group.dirty == {state.run_url}
-    assert not group.sink.exists("steps")  # no table is written before the state
+    assert state.seq == 0 and len(state.out["steps"]) == 3 and group.dirty == {state.run_url}
+    assert state.check and _steps(tmp_path) == [(0,), (1,), (2,)]  # landed, not durable
+    assert group.written["steps"] == 0  # not the run's until its state is written
     assert group.commit() == 1
     assert _steps(tmp_path) == [(0,), (1,), (2,)]
-    assert state.seq == 1 and state.out_rows == [] and not state.unconfirmed
+    assert state.seq == 1 and state.out == {} and not state.check
+    assert group.written["steps"] == 3
+    seqs = out_sql(tmp_path / "out", "select distinct commit_seq from steps")
+    assert seqs == [(1,)]
 
 
 @pytest.mark.parametrize("landed", [False, True])
-def test_failed_append_is_resolved_by_its_txn(tmp_path, landed):
+def test_failed_append_is_undone_and_retried(tmp_path, landed):
     """An append that raised may or may not have landed (a timeout after the commit):
-    the next commit asks the table's txn version and carries the rows only if not."""
+    the run's state is not written, and the next commit deletes what landed before it
+    appends the rows again."""
     group, state = _group(tmp_path)
     real = group.sink.append
 
@@ -58,18 +66,16 @@ def test_failed_append_is_resolved_by_its_txn(tmp_path, landed):
 
     flaky.done = False
     group.sink.append = flaky
-    assert group.commit() == 0  # its state was written; its steps append is unsure
-    assert state.unconfirmed == {"steps"} and group.dirty == {state.run_url}
+    assert group.commit() == 0  # no table after it, no state
+    assert state.check and state.seq == 0 and group.dirty == {state.run_url}
     assert _steps(tmp_path) == ([(0,), (1,), (2,)] if landed else [])
-    # the closing report counts only appends known to have landed
-    assert group.written.rows["steps"] == 0 and group.written.rows["run_health"] == 1
-    group.commit()
+    assert group.written["steps"] == 0 and group.written["run_health"] == 0
+    assert not group.sink.exists("run_health")  # the tables after it were not written
+    assert group.commit() == 1
     assert _steps(tmp_path) == [(0,), (1,), (2,)]
-    assert not state.unconfirmed and group.dirty == set()
-    assert state.seq == 2  # landed or carried at commit 2: either way once
-    # counted once: found by its txn, or carried into commit 2's append
+    assert not state.check and group.dirty == set() and state.seq == 1
     (n,) = out_sql(tmp_path / "out", "select count(*) from steps")[0]
-    assert group.written.rows["steps"] == n == 3 and not group.written.unsure
+    assert group.written["steps"] == n == 3 and group.written["run_health"] == 1
 
 
 def test_rejected_run_is_quarantined_once_across_restarts(tmp_path):

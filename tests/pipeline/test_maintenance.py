@@ -149,3 +149,27 @@ def test_a_pass_deletes_files_the_log_no_longer_knows(tmp_path):
     assert not old.exists()
     assert fresh.exists()
     assert sorted(read_table(str(out), "run_health").column("commit_seq").to_pylist()) == [0, 1, 2]
+
+
+def test_a_row_stamped_long_before_the_newest_is_seen_by_status(tmp_path, capsys):
+    """A commit stamps `as_of` when it starts; its append may land minutes later (a
+    slow object store), after a pass wrote `run_latest` with newer rows of other runs.
+    Its row is in a `run_health` file `run_latest` does not cover: `status` sees it at
+    once, and the next pass keeps it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    sink = out_sink(str(out), retention_seconds=60)
+    for run_id, seq in (("r0", 300), ("r1", 301)):
+        sink.append("run_health", run_health_table([_row(run_id, seq)]), {f"t:{run_id}": seq})
+    maintain(sink, MaintenanceConfig())
+    late = dict(_row("r2", 5), status="critical")  # stamped 296 s before the newest
+    sink.append("run_health", run_health_table([late]), {"t:r2": 5})
+    latest = {r["run_id"]: r["commit_seq"] for r in read_latest(str(out))}
+    assert latest == {"r0": 300, "r1": 301, "r2": 5}
+    assert main(["status", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "r2" in shown and "critical" in shown
+    report = maintain(sink, MaintenanceConfig())
+    assert report["run_latest"] == 3
+    assert {r["run_id"] for r in read_latest(str(out))} == {"r0", "r1", "r2"}
+    assert maintain(sink, MaintenanceConfig())["run_latest"] == {"unchanged": True}

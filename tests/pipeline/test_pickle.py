@@ -42,4 +42,4 @@ def test_units_results_and_state_round_trip(tmp_path):
     assert len(state.names_window) == 8  # listed again: the first plan's units were never folded
     back = pickle.loads(pickle.dumps(state))
     assert back.cursors == state.cursors and back.names_window == state.names_window
-    assert back.out_rows == state.out_rows and len(back.out_rows) == 2
+    assert back.out == state.out and len(back.out["steps"]) == 2

@@ -199,3 +199,15 @@ def test_header_names_format_and_version():
     data = encode({"run_id": "r", "seq": 3}, {})
     head = data[len(MAGIC) :].split(b"\n", 1)[0]
     assert b'"format":1' in head and b'"rlstream":' in head and b'"seq":3' in head
+
+
+def test_a_state_of_the_outbox_protocol_loads_only_without_rows():
+    """An earlier rlstream kept its last commit's rows in the state (an outbox): an
+    empty one loads (the fields are dropped); one holding rows is refused, saying what
+    to do, since they may not be in the tables."""
+    empty = _file(b'{"run_id": "run-a", "run_url": "u", "seq": 3, "outbox": {}, "outbox_seq": 3}')
+    state = decode_state(empty, "x", "y")
+    assert (state.run_id, state.seq, state.durable_seq) == ("run-a", 3, 3)
+    full = _file(b'{"run_id": "run-a", "seq": 3, "outbox": {"steps": {"$b": "AA=="}}}')
+    with pytest.raises(ResumeStateError, match=r"outbox.*analyze.*--reset-run run-a"):
+        decode_state(full, "x", "rerun with --reset-run run-a")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from rlstream.errors import UnsafeFile
+from rlstream.io.localfs import OUTSIDE
 from rlstream.io.storage import Storage
 from rlstream.pipeline.discover import find_runs
 from rlstream.pipeline.local import analyze_local
@@ -122,3 +124,134 @@ def test_a_file_above_the_limit_is_quarantined_with_its_size_unread(tmp_path):
         )
     ]
     assert out_sql(out, "select count(*) from steps") == [(3,)]
+
+
+def test_a_linked_folder_leading_out_of_root_is_quarantined_never_read(tmp_path):
+    """RUN/transcripts a link to a folder outside ROOT: each file under it is refused
+    (its real location is checked on the descriptor), quarantined without excerpt."""
+    run = write_run(tmp_path / "runs", steps=3)
+    outside = tmp_path / "outside"
+    shutil.move(run / "transcripts", outside)
+    for f in outside.iterdir():
+        f.write_bytes(SECRET)
+    os.symlink(outside, run / "transcripts")
+    out = tmp_path / "out"
+    analyze_local([str(tmp_path / "runs")], str(out))
+    rows = out_sql(out, "select reason, detail, count(*) from quarantine group by all")
+    n = len(list(outside.iterdir()))
+    assert rows == [
+        ("unsafe_file", "not opened: outside ROOT (reached through a linked folder)", n)
+    ]
+    assert out_sql(out, "select count(*) from steps") == [(3,)]
+    assert _leaked(out) == []
+
+
+def test_a_linked_folder_inside_root_is_read(tmp_path):
+    run = write_run(tmp_path / "runs", steps=3)
+    shutil.move(run / "transcripts", tmp_path / "runs" / ".store")
+    os.symlink(tmp_path / "runs" / ".store", run / "transcripts")
+    out = tmp_path / "out"
+    analyze_local([str(tmp_path / "runs")], str(out))
+    assert out_sql(out, "select count(*) from quarantine where reason <> 'late'") == [(0,)]
+    assert out_sql(out, "select sum(transcripts) from steps") == [(12,)]
+
+
+def test_dotdot_in_a_path_or_key_is_refused(tmp_path):
+    (tmp_path / "root" / "run").mkdir(parents=True)
+    (tmp_path / "x.json").write_bytes(SECRET)
+    s = Storage.for_url(str(tmp_path / "root"), roots=(str(tmp_path / "root"),))
+    url = str(tmp_path / "root" / "run" / ".." / ".." / "x.json")
+    for read in (s.read, lambda u: s.read_range(u, 0, 10)):
+        with pytest.raises(UnsafeFile) as e:
+            read(url)
+        assert e.value.reason == "a '..' in its path"
+    assert s.stat(url) is None and s.unsafe(url) == "a '..' in its path"
+    with pytest.raises(UnsafeFile):  # outside the ROOTs, even named without '..'
+        s.read(str(tmp_path / "x.json"))
+
+
+def _link_out_every_folder(run: Path, outside: Path) -> list[str]:
+    """Every folder directly in `run` moved outside, its files' bytes replaced by the
+    secret, and a link left in its place; returns the linked names."""
+    linked = []
+    for d in sorted(p for p in run.iterdir() if p.is_dir()):
+        dest = outside / d.name
+        shutil.move(d, dest)
+        for f in dest.rglob("*"):
+            if f.is_file():
+                f.write_bytes(SECRET)
+        os.symlink(dest, d)
+        linked.append(d.name)
+    return linked
+
+
+@pytest.mark.parametrize("fmt", ["tinker", "verl", "prime-rl", "trl"])
+def test_every_format_reads_nothing_through_a_folder_link_out_of_root(tmp_path, fmt):
+    from tests.formats.trainer_runs import sim_runs, trainer_run
+
+    src = sim_runs(tmp_path / "sim", steps=3)
+    run = trainer_run(src, tmp_path / "runs" / "r", fmt)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    linked = _link_out_every_folder(run, outside)
+    assert linked
+    out = tmp_path / "out"
+    analyze_local([str(tmp_path / "runs")], str(out))
+    assert out_sql(out, "select count(distinct run_id) from steps") == [(1,)]
+    bad = out_sql(out, "select reason, detail from quarantine where reason <> 'unsafe_file'")
+    assert [r for r in bad if r[0] != "late"] == []
+    refused = out_sql(out, "select file, detail from quarantine where reason = 'unsafe_file'")
+    assert refused, "the files behind the links get a row each"
+    assert {d for _, d in refused} == {f"not opened: {OUTSIDE}"}
+    assert all(f.split("/")[0] in linked for f, _ in refused)
+    assert _leaked(out) == []
+
+
+def test_a_nested_linked_folder_of_a_run_is_not_read(tmp_path):
+    """A link deeper in a run (prime-rl's rollouts/step_N/train/all): the files
+    reached through it lie outside ROOT and are refused, with a row each."""
+    from tests.formats.trainer_runs import sim_runs, trainer_run
+
+    src = sim_runs(tmp_path / "sim", steps=3)
+    run = trainer_run(src, tmp_path / "runs" / "r", "prime-rl")
+    inner = run / "rollouts" / "step_1" / "train" / "all"
+    dest = tmp_path / "outside" / "all"
+    shutil.move(inner, dest)
+    (dest / "traces.jsonl").write_bytes(SECRET)
+    os.symlink(dest, inner)
+    out = tmp_path / "out"
+    analyze_local([str(tmp_path / "runs")], str(out))
+    assert _leaked(out) == []
+    rows = out_sql(out, "select file, reason, detail from quarantine where reason <> 'late'")
+    assert rows and all(r[1] == "unsafe_file" and r[0].startswith("rollouts/step_1/") for r in rows)
+
+
+def test_a_folder_mounted_inside_a_run_is_quarantined_never_read(tmp_path):
+    """A bind mount shows paths inside ROOT; its mount id says where it comes from."""
+    run = write_run(tmp_path / "runs", steps=3)
+    outside = tmp_path / "outside"
+    shutil.move(run / "transcripts", outside)
+    for f in outside.iterdir():
+        f.write_bytes(SECRET)
+    target = run / "transcripts"
+    target.mkdir()
+    r = subprocess.run(["mount", "--bind", str(outside), str(target)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {r.stderr.decode().strip()}")
+    try:
+        out = tmp_path / "out"
+        analyze_local([str(tmp_path / "runs")], str(out))
+        rows = out_sql(out, "select reason, detail, count(*) from quarantine group by all")
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+    n = len(list(outside.iterdir()))
+    assert n > 0
+    assert rows == [
+        (
+            "unsafe_file",
+            "not opened: on another mount than its ROOT (a folder mounted inside ROOT)",
+            n,
+        )
+    ]
+    assert out_sql(out, "select count(*) from steps") == [(3,)]
+    assert _leaked(out) == []

@@ -10,21 +10,24 @@ Expectations come from the authors' own conclusions:
   experiment 1 reward-hacked (117 of 120 trained completions are constant emits such as
   ``emit 1``); experiments 2-8 learned for real (0 constants). With the trained
   programs as transcripts, experiment 1 must be ``critical`` with
-  ``degenerate_outputs`` (its length collapse is genuine too); 2-8 must stay quiet.
-  From the reward curves alone, every experiment (1 included) looks like learning and
-  must be ``finished`` with nothing above info: the hack is in the outputs only.
+  ``degenerate_outputs`` (its length collapse is genuine too); 2-8 must stay quiet
+  (2-4 ``finished``; 5-8, whose programs are not published, are metrics only and
+  ``insufficient``: too few rules can judge them). From the reward curves alone, every
+  experiment (1 included) looks like learning, nothing above info fires (the hack is
+  in the outputs only), and the run is ``insufficient``, not called healthy.
 - astOwOlfo reward hacking (big_run_reward_hacking_by_epoch.csv): per environment, the
   classifier's hacking counts. Hand-built runs from those figures: OmitDescriptionEnv
   hacks from the first epoch (30 of 64) to nearly all, AEEnv from 5 of 64 to 59 of 64;
   with the hacking rollouts sharing one exploit text both must be ``critical`` with
   ``degenerate_outputs``. BashCodeforcesEnv (at most 7 of 64 hacking, reward 0.66 to
   0.87 with one dip that every environment shows at epochs 576-640) and SyntheticEnv
-  (slow real gains) are healthy: ``finished``, nothing above info, including across
-  the recovery from the dip.
+  (slow real gains) are healthy: nothing above info, including across the recovery
+  from the dip; from curves alone they are ``insufficient``, not ``finished``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -92,19 +95,31 @@ def test_cog_experiment_1_reward_hack_is_critical_from_transcripts(analysed):
     assert _loud(row) <= {"degenerate_outputs", "length_collapse"}, row["findings"]
 
 
+def _not_judged(row: dict) -> None:
+    """Metrics only: too few rules can speak, so the run is not called healthy, and
+    it says why."""
+    assert row["status"] == "insufficient" and row["judged"] == "insufficient", row
+    assert row["finished"] is True
+    assert re.match(r"\d+ of 20 rules evaluable on its files, at least 12 needed", row["missing"])
+
+
 @pytest.mark.parametrize("n", range(2, 9))
 def test_cog_real_learning_stays_healthy(analysed, n):
     row = analysed[f"full:cog-experiment_{n}"]
-    assert row["status"] == "finished", row["findings"]
     assert _loud(row) == set()
+    if n <= 4:  # transcripts built from the trained programs: judged
+        assert row["status"] == "finished", row["findings"]
+        assert row["judged"] == "judged"
+    else:  # no programs published: metrics only
+        _not_judged(row)
 
 
 @pytest.mark.parametrize("n", range(1, 9))
 def test_cog_reward_curves_alone_look_like_learning(analysed, n):
     # Real timestamps are months old; the runs finished, so they are never stalled.
     row = analysed[f"curves:cog-experiment_{n}"]
-    assert row["status"] == "finished", row["findings"]
     assert _loud(row) == set()
+    _not_judged(row)
 
 
 @pytest.mark.parametrize("env", ["OmitDescriptionEnv", "AEEnv"])
@@ -118,8 +133,8 @@ def test_hacking_environments_are_critical_from_transcripts(analysed, env):
 def test_published_reward_curves_do_not_raise_alarms(analysed, env):
     # Curves only: Bash and Synthetic learn honestly.
     row = analysed[f"curves:hack-{env}"]
-    assert row["status"] == "finished", row["findings"]
     assert _loud(row) == set()
+    _not_judged(row)
 
 
 def test_a_hack_whose_reward_holds_keeps_its_finding_to_the_end(analysed):

@@ -11,12 +11,14 @@ KEY = "run_id, step"
 
 
 def read_steps(out: str, storage_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every steps row, ordered by (run_id, step), as dicts; maps as sorted dicts."""
+    """Every steps row, ordered by (run_id, step), as dicts; maps as sorted dicts.
+    Without `commit_seq`: which commit wrote a row differs between a watch and a batch
+    run of the same data."""
     from rlstream.fleet.read import read_table
 
     con = duckdb.connect()
     con.register("steps", read_table(str(out), "steps", storage_options))
-    rel = con.sql(f"select * from steps order by {KEY}")
+    rel = con.sql(f"select * exclude (commit_seq) from steps order by {KEY}")
     cols = rel.columns
     return [dict(zip(cols, r, strict=True)) for r in rel.fetchall()]
 

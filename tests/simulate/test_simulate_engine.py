@@ -34,11 +34,12 @@ REASONS = {
     tokens=st.floats(2.0, 200.0),
     mode=st.sampled_from(["sync", "async"]),
     topk=st.one_of(st.none(), st.integers(1, 20)),
+    agent=st.booleans(),
 )
-def test_engine_invariants(scenario, seed, groups, group_size, tokens, mode, topk) -> None:
+def test_engine_invariants(scenario, seed, groups, group_size, tokens, mode, topk, agent) -> None:
     cfg = SimConfig(
         runs=1, steps=12, scenarios=(scenario,), seed=seed, groups=groups,
-        group_size=group_size, tokens=tokens, mode=mode, topk=topk,
+        group_size=group_size, tokens=tokens, mode=mode, topk=topk, agent=agent,
     )  # fmt: skip
     plan = plan_run(cfg, 0)
     engine = RunEngine(plan)

@@ -13,6 +13,10 @@ CRC held (only the data was bad), else scans forward byte by byte for the next
 position whose length CRC checks. LevelDB skips the chunk when the chunk after it
 checks, else drops to the next 32 KiB block (as LevelDB's own reader does), then
 skips MIDDLE/LAST chunks whose record began in the damaged region.
+
+`leveldb_file(data, start, final, header, name)` is `leveldb_records` for a whole log
+file with its own header (W&B, SwanLab): the header is checked at offset 0 (a file
+too short to tell yields nothing yet; another header raises `BadRecord`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import struct
 import zlib
 
+from rlstream.formats.records import BadRecord
 from rlstream.formats.trackers.common import TrackerError
 from rlstream.formats.trackers.wire import masked_crc32c
 
@@ -183,3 +188,24 @@ def _skip_target(data: bytes, i: int, pos: int) -> int | None:
             return None
     nxt = i + BLOCK - pos % BLOCK
     return nxt if nxt <= len(data) else None
+
+
+def check_header(data: bytes, header: bytes, name: str) -> bool:
+    """True when `data` starts with `header`; False when too short to tell."""
+    if len(data) < len(header):
+        if header.startswith(data):
+            return False
+        raise BadRecord(f"not_{name}: header {data!r}")
+    if data[: len(header)] != header:
+        raise BadRecord(f"not_{name}: header {data[: len(header)]!r}, expected {header!r}")
+    return True
+
+
+def leveldb_file(data: bytes, start: int, final: bool, header: bytes, name: str):
+    """`leveldb_records` of a log file that starts with `header` (see the module)."""
+    base = start
+    if start == 0:
+        if not check_header(data, header, name):
+            return [], 0, []
+        data, base = data[len(header) :], len(header)
+    return leveldb_records(data, base, final)

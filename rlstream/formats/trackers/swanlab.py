@@ -18,8 +18,7 @@ import struct
 from typing import Any
 
 from rlstream.formats.trackers.common import Read, TrackerError
-from rlstream.formats.trackers.framing import leveldb_records
-from rlstream.formats.trackers.wandb import check_header
+from rlstream.formats.trackers.framing import leveldb_file
 from rlstream.formats.trackers.wire import f64, fields, signed, text
 
 HEADER = struct.pack("<4sHB", b":SWL", 0xE1D6, 2)
@@ -52,12 +51,7 @@ def parse_scalar(data: bytes) -> dict[str, Any] | None:
 
 
 def read_swanlab(data: bytes, start: int = 0, final: bool = False) -> Read:
-    base = start
-    if start == 0:
-        if not check_header(data, HEADER, "swanlab"):
-            return Read([], 0)
-        data, base = data[len(HEADER) :], len(HEADER)
-    payloads, cursor, errors = leveldb_records(data, base, final)
+    payloads, cursor, errors = leveldb_file(data, start, final, HEADER, "swanlab")
     rows, info = [], {}
     for offset, body in payloads:
         try:

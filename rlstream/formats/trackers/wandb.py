@@ -17,23 +17,11 @@ import json
 import struct
 from typing import Any
 
-from rlstream.formats.records import BadRecord
 from rlstream.formats.trackers.common import Read, TrackerError, number
-from rlstream.formats.trackers.framing import leveldb_records
+from rlstream.formats.trackers.framing import leveldb_file
 from rlstream.formats.trackers.wire import f64, fields, signed, text, zigzag
 
 HEADER = struct.pack("<4sHB", b":W&B", 0xBEE1, 0)
-
-
-def check_header(data: bytes, header: bytes, name: str) -> bool:
-    """True when `data` starts with `header`; False when too short to tell."""
-    if len(data) < len(header):
-        if header.startswith(data):
-            return False
-        raise BadRecord(f"not_{name}: header {data!r}")
-    if data[: len(header)] != header:
-        raise BadRecord(f"not_{name}: header {data[: len(header)]!r}, expected {header!r}")
-    return True
 
 
 def _item(data: bytes) -> tuple[str, Any]:
@@ -100,12 +88,7 @@ def parse_run(data: bytes) -> dict[str, Any]:
 
 
 def read_wandb(data: bytes, start: int = 0, final: bool = False) -> Read:
-    base = start
-    if start == 0:
-        if not check_header(data, HEADER, "wandb"):
-            return Read([], 0)
-        data, base = data[len(HEADER) :], len(HEADER)
-    payloads, cursor, errors = leveldb_records(data, base, final)
+    payloads, cursor, errors = leveldb_file(data, start, final, HEADER, "wandb")
     rows, info = [], {}
     for offset, body in payloads:
         try:

@@ -46,6 +46,9 @@ class LearnConfig:
     n_tasks: int = 256
     n_eval: int = 64
     eval_every: int = 10
+    agent: bool = False
+    """Multi-turn agent layout: each attempt is the policy's answer between the fixed
+    turns of the simulator's agent mode (simulate/agent.py), written by the harness."""
 
     def __post_init__(self) -> None:
         if not self.learning_rate > 0:

@@ -26,6 +26,13 @@ One step:
    one policy-gradient step on the trained groups with group-relative advantages
    ``(r - mean) / std`` and truncated importance ratios ``exp(lt - ls)``.
 
+With ``agent`` each attempt is written as a coding agent's four model calls: the
+harness's fixed turns (look at the files, then after the answer run the tests and
+finish: ``simulate.agent.ACTIONS``, ids folded into the policy's vocabulary) around the
+policy's completion. The policy samples only the completion, so the fixed turns carry
+null logprobs (not sampled) and every token metric is the single-turn one; a
+truncated completion ends the attempt.
+
 A held-out evaluation (tasks never trained on, true grader, current policy) runs every
 ``eval_every`` steps. Logprobs are rounded to 5 decimals before anything is computed
 from them, so every reported metric can be recomputed exactly from the files.
@@ -38,6 +45,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from rlstream.simulate import agent as AG
 from rlstream.simulate.engine import StepData
 from rlstream.simulate.learn import policy as P
 from rlstream.simulate.learn.presets import LearnConfig
@@ -223,21 +231,28 @@ class Trainer:
         self._order = order
         finish_of = np.empty(A)
         finish_of[order] = finish
-        lens = np.diff(comp.offsets_A1)
-        sl = [slice(comp.offsets_A1[a], comp.offsets_A1[a + 1]) for a in order]
-        ids = np.concatenate([comp.ids_T[s] for s in sl])
-        ls_o = np.concatenate([ls[s] for s in sl])
-        lt_o = np.concatenate([lt[s] for s in sl])
+        gens = [self._generations(comp, ls, lt, a) for a in order]
+        n_gen = np.array([len(x) for x in gens], np.int64)
+        flat = [g for x in gens for g in x]
+        lens = np.array([g[0].size for g in flat], np.int64)
+        ids, ls_o, lt_o = (np.concatenate([g[i] for g in flat]) for i in range(3))
+        # Each call's prompt holds the task and the calls before it.
+        prompt = np.concatenate([np.cumsum([0, *(g[0].size for g in x[:-1])]) for x in gens])
         ids_attempts = [f"a{self.seq + k:08d}" for k in range(A)]
         self.seq += A
         meta = []
-        for a in order:
-            if discard[a] is not None and discard[a].startswith(("rollout_failed", "grading")):
+        for k, a in enumerate(order):
+            failed = discard[a] is not None and discard[a].startswith(("rollout_failed", "grading"))
+            if failed:
                 term = "error" if discard[a].startswith("rollout") else "stop"
-                m = {"turns": 1, "termination_reason": term, "tool_calls": 0}
             else:
                 term = "length" if comp.truncated_A[a] else "stop"
-                m = {"turns": 1, "termination_reason": term, "tool_calls": 0}
+            m = {
+                "turns": int(n_gen[k]),
+                "termination_reason": term,
+                "tool_calls": int(n_gen[k]) - 1,
+            }
+            if not failed:
                 m["passed_tests"] = bool(reward[a] == 1.0)
             meta.append(m)
         group_done = np.array([finish_of[group_A == g].max() for g in range(c.groups)])
@@ -255,18 +270,35 @@ class Trainer:
             metadata_A=meta,
             finish_A=finish,
             group_done_G=group_done,
-            att_gen_A1=np.arange(A + 1),
-            gen_attempt_N=np.arange(A),
-            gen_index_N=np.zeros(A, np.int64),
-            prompt_len_N=np.full(A, 12 + c.answer_len),
-            completion_len_N=lens[order],
-            stop_reason_N=["length" if comp.truncated_A[a] else "stop" for a in order],
-            gen_tok_N1=np.concatenate([[0], np.cumsum(lens[order])]).astype(np.int64),
-            sampled_T=np.ones(ids.size, bool),
+            att_gen_A1=np.concatenate([[0], np.cumsum(n_gen)]).astype(np.int64),
+            gen_attempt_N=np.repeat(np.arange(A), n_gen),
+            gen_index_N=np.concatenate([np.arange(n) for n in n_gen]).astype(np.int64),
+            prompt_len_N=12 + c.answer_len + prompt,
+            completion_len_N=lens,
+            stop_reason_N=[g[3] for g in flat],
+            gen_tok_N1=np.concatenate([[0], np.cumsum(lens)]).astype(np.int64),
+            sampled_T=~np.isnan(ls_o),
             tokens=TokenArrays(ids, ls_o, lt_o, None, None),
             heartbeats=[],
             eval_heldout=None,
         )
+
+    def _generations(self, comp, ls, lt, a) -> list[tuple]:
+        """(ids, ls, lt, stop_reason) of each model call of attempt ``a``."""
+        s = slice(comp.offsets_A1[a], comp.offsets_A1[a + 1])
+        cut = bool(comp.truncated_A[a])
+        stop = "length" if cut else ("tool_call" if self.c.agent else "stop")
+        answer = (comp.ids_T[s], ls[s], lt[s], stop)
+        if not self.c.agent:
+            return [answer]
+        tail = [] if cut else [_fixed(AG.RUN, "tool_call"), _fixed(AG.FINISH, "stop")]
+        return [_fixed(AG.LIST, "tool_call"), answer, *tail]
+
+
+def _fixed(action: int, stop: str) -> tuple:
+    """A fixed agent turn: the harness's, not sampled by the policy (null logprobs)."""
+    ids = AG.ACTIONS[action] % P.VOCAB_SIZE
+    return ids, np.full(ids.size, np.nan), np.full(ids.size, np.nan), stop
 
 
 def _concat(parts: list[P.Completions]) -> P.Completions:

@@ -7,12 +7,14 @@ run format (docs/run-format.md) through the simulator's record code
 (``simulate.records.step_events``), with synthetic, seed-determined clocks (same seed,
 same bytes), and ROOT/labels.json with the labels observed in each run
 (``observe.label_run``). Returns the labels. Run ``i`` depends only on
-``(seed, preset, i, steps, mode)``.
+``(seed, preset, i, steps, mode, agent)``; with ``agent`` its attempts are written as a
+coding agent's model calls (``LearnConfig.agent``).
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -44,7 +46,7 @@ def run_config(c: LearnConfig, steps: int) -> dict[str, Any]:
             "groups_per_step": c.groups,
             "learning_rate": c.learning_rate,
         },
-        "rollout": {"max_turns": 1},
+        "rollout": {"max_turns": 4 if c.agent else 1},
         "sampling": {"max_tokens": c.max_tokens, "temperature": 1.0},
         "output": {},
         "model": {"name": "learn-digits-tabular", "vocab_size": P.VOCAB_SIZE},
@@ -100,6 +102,7 @@ def simulate_learn(
     steps: int = 300,
     seed: int = 0,
     mode: str = "sync",
+    agent: bool = False,
 ) -> list[RunLabel]:
     """Train and write ``runs`` runs of ``preset_name``; returns their labels."""
     if preset_name not in PRESETS:
@@ -118,7 +121,9 @@ def simulate_learn(
         c = preset(preset_name, np.random.default_rng([seed, i, 0]))
         if mode == "async" and c.mode == "sync":
             c = async_variant(c)
-        key = f"rlstream-learn:{seed}:{preset_name}:{mode}:{i}".encode()
+        if agent:
+            c = replace(c, agent=True)
+        key = f"rlstream-learn:{seed}:{preset_name}:{mode}:{i}{':agent' if agent else ''}".encode()
         run_id = "learn-" + hashlib.blake2b(key, digest_size=6).hexdigest()
         codes, onset, facts = write_run(
             root / name, run_id, c, steps, [seed, i, 1], EPOCH + offset + i * 37.0

@@ -52,3 +52,81 @@ def test_a_run_of_no_known_trainer_is_kept_as_is():
     rows = read_trackio(connect(FIXTURES / "trackio" / "rl-fixture.db"), "grpo-b").rows
     assert recognise({k for r in rows for k in r}) is None
     assert canonical(rows[0], None) == rows[0]
+
+
+# One logged row per trainer, keys as each trainer's source writes them (docs/formats.md
+# cites the files), and the canonical keys docs/formats.md says they become.
+TRAINER_ROWS = [
+    (
+        "openrlhf",  # openrlhf/utils/logging_utils.py: "train/%s", global_step
+        {"train/rollout/reward_mean": 0.3, "train/rollout/response_length_mean": 410.0,
+         "train/rollout/truncated_rate": 0.05, "train/vllm_kl": 0.002,
+         "train/policy_loss": 0.1, "train/global_step": 17.0},
+        {"reward/mean_with_unusable": 0.3, "completion/len_mean": 410.0,
+         "completion/truncated_frac": 0.05, "train/mismatch_kl": 0.002,
+         "train/policy_loss": 0.1},
+        17,
+    ),
+    (
+        "nemo-rl",  # nemo_rl/algorithms/grpo.py, loss_functions.py; logger prefix "train"
+        {"train/reward": 0.4, "train/gen_kl_error": 0.001, "train/approx_entropy": 0.7,
+         "train/mean_gen_tokens_per_sample": 300.0, "train/baseline_reward/pct_0": 20.0},
+        {"reward/mean_with_unusable": 0.4, "train/mismatch_kl": 0.001,
+         "sampling/entropy_estimate": 0.7, "completion/len_mean": 300.0,
+         "train/baseline_reward/pct_0": 20.0},
+        5,
+    ),
+    (
+        "slime",  # slime/observability/rollout_metrics.py: "rollout/" keys, rollout/step
+        {"rollout/raw_reward": 0.6, "rollout/response_len/mean": 512.0,
+         "rollout/truncated_ratio": 0.1, "rollout/step": 9.0, "rollout/zero_std/count_0": 3.0},
+        {"reward/mean_with_unusable": 0.6, "completion/len_mean": 512.0,
+         "completion/truncated_frac": 0.1, "rollout/zero_std/count_0": 3.0},
+        9,
+    ),
+    (
+        "skyrl",  # skyrl/train/trainer.py, skyrl/train/generators/utils.py
+        {"reward/avg_raw_reward": 0.2, "generate/avg_num_tokens": 220.0,
+         "policy/policy_entropy": 0.9},
+        {"reward/mean_with_unusable": 0.2, "completion/len_mean": 220.0,
+         "sampling/entropy_estimate": 0.9},
+        5,
+    ),
+    (
+        "areal",  # areal/trainer/ppo/actor.py, scope "ppo_actor", stats "<key>/avg"
+        {"ppo_actor/task_reward/avg": 0.5, "ppo_actor/no_eos_ratios/avg": 0.02,
+         "ppo_actor/update/entropy/avg": 0.8, "ppo_actor/update/behave_approx_kl/avg": 0.01},
+        {"reward/mean_with_unusable": 0.5, "completion/truncated_frac": 0.02,
+         "sampling/entropy_estimate": 0.8, "train/mismatch_kl": 0.01},
+        5,
+    ),
+    (
+        "roll",  # roll/utils/metrics/metrics_manager.py: prefixes "critic", "token"
+        {"critic/score/mean": 0.7, "token/response_length/mean": 350.0,
+         "critic/entropy/mean": 0.6},
+        {"reward/mean_with_unusable": 0.7, "completion/len_mean": 350.0,
+         "sampling/entropy_estimate": 0.6},
+        5,
+    ),
+    (
+        "prime-rl",  # as its metrics.jsonl (formats/prime_rl.py)
+        {"mismatch_kl/all/mean": 0.003, "entropy/all/mean": 0.5,
+         "train/agg/all/math/reward/mean": 0.45},
+        {"train/mismatch_kl": 0.003, "sampling/entropy_estimate": 0.5,
+         "reward/mean_with_unusable": 0.45},
+        5,
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("trainer", "row", "want", "step"), TRAINER_ROWS)
+def test_each_trainer_is_recognised_and_its_keys_mapped(trainer, row, want, step):
+    assert recognise(set(row)) == trainer
+    got = canonical({"step": 5, "time": 1.0, **row}, trainer)
+    assert got == {"step": step, "time": 1.0, **want}
+
+
+def test_verl_and_roll_share_a_reward_key_but_not_their_markers():
+    assert recognise({"critic/score/mean", "actor/entropy"}) == "verl"
+    assert recognise({"critic/score/mean", "critic/entropy/mean"}) == "roll"
+    assert recognise({"loss", "lr"}) is None

@@ -89,11 +89,12 @@ def test_trackio_read_while_a_wal_writer_appends(tmp_path):
     t.start()
     conn = connect(db)
     rows, cursor = [], 0
-    while t.is_alive() or len(rows) < n:
+    while True:
+        done = not t.is_alive()  # asked before the read: a read after it sees every commit
         got = read_trackio(conn, "live", cursor, limit=13)
         rows += got.rows
         cursor = got.cursor
-        if not t.is_alive() and not got.rows:
+        if done and not got.rows:
             break
     t.join()
     assert [r["step"] for r in rows] == list(range(n))

@@ -1,0 +1,277 @@
+"""`watch --notify URL`: a message when a finding fires or resolves.
+
+The outbox is OUT itself: every finding transition the watch commits is an `alerts`
+row (written exactly once by the commit protocol, rlstream.pipeline.commit). What was
+delivered is the small `notify_sent` table beside it: one row per (endpoint,
+transition), appended in one Delta commit per message that also records the
+endpoint's app transaction (`notify-<endpoint hash>`, version = messages sent), the
+same mechanism the tables use. So what is pending after any crash is exactly the
+transitions with no `notify_sent` row: a kill -9 before a message is delivered loses
+nothing (it is sent after the restart), and a transition recorded as sent is never
+sent again. The one window left is between the endpoint's answer and the
+`notify_sent` commit; a message re-sent after a crash in that window carries the same
+`Idempotency-Key` header (and JSON `id`): a hash of its transitions, for a receiver
+that deduplicates.
+
+A `Notifier` runs on its own thread: woken by each commit (`on_commit`, fed by the
+driver as the metrics exporter is) or every `poll_seconds`, it reads the alerts with
+`to_state` firing or resolved, subtracts what was sent, and posts everything pending
+to each endpoint as one message (a burst: many runs firing in one commit is one
+message; at most `max_per_message` transitions). A failed post (an error, a non-2xx
+answer, a timeout) is retried with exponential backoff up to `max_backoff`; the
+driver never waits on it. Transitions whose time is more than `history_seconds`
+before the endpoint's first start (kept in `notify_sent` as a `start` row) are not
+sent: a watch started on old runs does not page for their history.
+
+Formats: `json` (`{"id", "source", "out", "transitions": [{run_id, code, severity,
+from_state, to_state, step, time, evidence, advice, url}]}`) and `slack` (an incoming
+webhook payload: `{"text": ...}` with one line per transition, run strings escaped
+for Slack's markup). `url` links to the run's page when `watch --ui-port` serves it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+import pyarrow as pa
+
+from rlstream.fleet.advice import advice
+
+log = logging.getLogger("rlstream")
+
+SENT_TABLE = "notify_sent"
+SENT_SCHEMA = pa.schema(
+    [
+        pa.field("endpoint", pa.string(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("message_id", pa.string(), nullable=False),
+        pa.field("sent_at", pa.timestamp("ms", tz="UTC"), nullable=False),
+    ],
+    metadata={"rlstream.schema_version": "1", "rlstream.table": SENT_TABLE},
+)
+START_KEY = "start"
+NOTIFIED_STATES = ("firing", "resolved")
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    urls: tuple[str, ...]
+    format: str = "slack"
+    """`slack` or `json`."""
+    base_url: str | None = None
+    """Where the run pages are served (`watch --ui-port`), for links; None: no link."""
+    poll_seconds: float = 2.0
+    timeout_seconds: float = 10.0
+    first_backoff: float = 1.0
+    max_backoff: float = 60.0
+    max_per_message: int = 50
+    history_seconds: float = 300.0
+
+
+def endpoint_id(url: str) -> str:
+    """An endpoint's name in `notify_sent` (a hash: a webhook URL is a secret)."""
+    return hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+def transition_key(t: dict[str, Any]) -> str:
+    parts = [t.get(k) for k in ("run_id", "code", "from_state", "to_state", "step")]
+    parts.append(_ms(t.get("time")))
+    return hashlib.sha256(orjson.dumps([str(p) for p in parts])).hexdigest()[:24]
+
+
+def _ms(v: Any) -> int | None:
+    if v is None:
+        return None
+    return int(v.timestamp() * 1000) if hasattr(v, "timestamp") else int(v)
+
+
+def _slack_escape(s: Any) -> str:
+    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render(
+    transitions: list[dict[str, Any]], cfg: NotifyConfig, out: str, message_id: str
+) -> bytes:
+    """The message body for these transitions (see the module docstring)."""
+    items = []
+    for t in transitions:
+        url = None
+        if cfg.base_url:
+            url = f"{cfg.base_url.rstrip('/')}/run?id={quote(str(t['run_id']), safe='')}"
+        items.append(
+            {
+                "run_id": t["run_id"],
+                "code": t["code"],
+                "severity": t["severity"],
+                "from_state": t.get("from_state"),
+                "to_state": t["to_state"],
+                "step": t.get("step"),
+                "time": _ms(t.get("time")),
+                "evidence": t.get("message"),
+                "advice": advice(t["code"]),
+                "url": url,
+            }
+        )
+    if cfg.format == "json":
+        doc = {"id": message_id, "source": "rlstream", "out": out, "transitions": items}
+        return orjson.dumps(doc)
+    n_fire = sum(i["to_state"] == "firing" for i in items)
+    lines = [f"rlstream: {n_fire} firing, {len(items) - n_fire} resolved ({_slack_escape(out)})"]
+    for i in items:
+        mark = ":red_circle:" if i["to_state"] == "firing" else ":white_check_mark:"
+        link = f" <{i['url']}|run page>" if i["url"] else ""
+        lines.append(
+            f"{mark} *{i['to_state']}* `{_slack_escape(i['code'])}` ({i['severity']}) on "
+            f"`{_slack_escape(i['run_id'])}` at step {i['step']}: "
+            f"{_slack_escape(i['evidence'] or '')} _{_slack_escape(i['advice'])}_{link}"
+        )
+    return orjson.dumps({"text": "\n".join(lines)})
+
+
+class Notifier:
+    """Delivers OUT's finding transitions to the endpoints (see the module docstring)."""
+
+    def __init__(
+        self, out: str, cfg: NotifyConfig, storage_options: dict[str, Any] | None = None
+    ) -> None:
+        from rlstream.fleet.read import out_sink
+
+        self.out, self.cfg, self.opts = out, cfg, storage_options
+        self._sink_obj: Any = None
+
+        def sink() -> Any:
+            if self._sink_obj is None:
+                self._sink_obj = out_sink(out, storage_options)
+            return self._sink_obj
+
+        self._sink = sink
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rlstream-notify", daemon=True)
+        self._backoff = {u: 0.0 for u in cfg.urls}
+        self._retry_at = {u: 0.0 for u in cfg.urls}
+        self.sent_messages = 0
+        self.failed_posts = 0
+
+    def start(self) -> Notifier:
+        self._thread.start()
+        return self
+
+    def on_poll(self, *_: Any) -> None:
+        pass
+
+    def on_commit(self, *_: Any) -> None:
+        """Told by the driver after each commit: look for new transitions now."""
+        self._wake.set()
+
+    def close(self, final_timeout: float = 5.0) -> None:
+        """Stop the thread after one last delivery attempt of what is pending."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(self.cfg.timeout_seconds + final_timeout)
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait(self.cfg.poll_seconds)
+            self._wake.clear()
+            stopping = self._stop.is_set()
+            try:
+                self.deliver(force=stopping)
+            except Exception as e:  # OUT unreadable for now: the next round retries
+                log.warning("notify: %s", e)
+            if stopping:
+                return
+
+    # -- one round -----------------------------------------------------------------
+    def deliver(self, force: bool = False) -> int:
+        """Post what is pending to each endpoint due (all with `force`); returns the
+        number of messages delivered."""
+        sink = self._sink()
+        if not sink.exists("alerts"):
+            return 0
+        from rlstream.fleet.read import read_table
+
+        alerts = read_table(self.out, "alerts", self.opts).to_pylist()
+        alerts = [a for a in alerts if a.get("to_state") in NOTIFIED_STATES]
+        alerts.sort(key=lambda a: (_ms(a.get("time")) or 0, a["run_id"], a["code"]))
+        sent_rows = (
+            read_table(self.out, SENT_TABLE, self.opts).to_pylist()
+            if sink.exists(SENT_TABLE)
+            else []
+        )
+        delivered = 0
+        now = time.monotonic()
+        for url in self.cfg.urls:
+            if not force and now < self._retry_at[url]:
+                continue
+            ep = endpoint_id(url)
+            mine = [r for r in sent_rows if r["endpoint"] == ep]
+            start = next((r for r in mine if r["key"] == START_KEY), None)
+            if start is None:
+                self._record(sink, ep, [START_KEY], START_KEY)
+                mark = time.time() * 1000
+            else:
+                mark = _ms(start["sent_at"]) or 0
+            done = {r["key"] for r in mine}
+            floor = mark - self.cfg.history_seconds * 1000
+            pending = [
+                a
+                for a in alerts
+                if (_ms(a.get("time")) or floor) >= floor and transition_key(a) not in done
+            ][: self.cfg.max_per_message]
+            if not pending:
+                continue
+            keys = [transition_key(a) for a in pending]
+            mid = hashlib.sha256("".join(keys).encode()).hexdigest()[:24]
+            if self._post(url, render(pending, self.cfg, self.out, mid), mid):
+                self._record(sink, ep, keys, mid)
+                delivered += 1
+        return delivered
+
+    def _post(self, url: str, body: bytes, message_id: str) -> bool:
+        req = urllib.request.Request(
+            url,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "Idempotency-Key": message_id},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.cfg.timeout_seconds) as r:
+                ok = 200 <= r.status < 300
+        except Exception as e:
+            log.warning("notify: cannot post to endpoint %s: %s", endpoint_id(url), e)
+            ok = False
+        if ok:
+            self._backoff[url], self._retry_at[url] = 0.0, 0.0
+            self.sent_messages += 1
+            return True
+        self.failed_posts += 1
+        b = self._backoff[url]
+        b = self.cfg.first_backoff if b == 0 else min(b * 2, self.cfg.max_backoff)
+        self._backoff[url] = b
+        self._retry_at[url] = time.monotonic() + b * random.uniform(0.8, 1.2)
+        return False
+
+    def _record(self, sink: Any, ep: str, keys: list[str], message_id: str) -> None:
+        app = f"notify-{ep}"
+        version = (sink.txn_versions(SENT_TABLE, [app])[app] or 0) + 1
+        now = int(time.time() * 1000)
+        rows = pa.table(
+            {
+                "endpoint": [ep] * len(keys),
+                "key": keys,
+                "message_id": [message_id] * len(keys),
+                "sent_at": pa.array([now] * len(keys), pa.timestamp("ms", tz="UTC")),
+            },
+            schema=SENT_SCHEMA,
+        )
+        sink.append(SENT_TABLE, rows, {app: version})

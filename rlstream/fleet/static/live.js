@@ -1,0 +1,130 @@
+// rlstream live pages: sort, filter, compare picks, and live refresh.
+// Polls /api/version with If-None-Match every data-refresh seconds, one request at
+// a time; when the version changes, fetches this page's <main> (?fragment=1) and
+// swaps it in, keeping the sort, the filters and the picks.
+(function () {
+  "use strict";
+  var body = document.body;
+  var etag = body.getAttribute("data-etag") || "";
+  var refresh = Math.max(Number(body.getAttribute("data-refresh")) || 2, 0.2) * 1000;
+  var sort = null; // [table id, column index, ascending]
+  var picked = {};
+
+  function cellValue(row, i) {
+    var c = row.cells[i];
+    return c ? c.getAttribute("data-v") : "";
+  }
+
+  function applySort() {
+    if (!sort) { return; }
+    var table = document.getElementById(sort[0]);
+    if (!table || !table.tBodies[0]) { return; }
+    var rows = Array.prototype.slice.call(table.tBodies[0].rows);
+    rows.sort(function (a, b) {
+      var x = cellValue(a, sort[1]), y = cellValue(b, sort[1]);
+      if (x === null) { x = ""; }
+      if (y === null) { y = ""; }
+      if (x === "" || y === "") { return (x === "") - (y === ""); }
+      var nx = Number(x), ny = Number(y);
+      var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+      return sort[2] ? c : -c;
+    });
+    rows.forEach(function (r) { table.tBodies[0].appendChild(r); });
+  }
+
+  function value(id) {
+    var el = document.getElementById(id);
+    return el ? el.value : "";
+  }
+
+  function applyFilters() {
+    var table = document.getElementById("fleet");
+    if (!table || !table.tBodies[0]) { return; }
+    var status = value("f-status"), cohort = value("f-cohort"), format = value("f-format");
+    var text = value("f-text").toLowerCase();
+    var shown = 0;
+    Array.prototype.forEach.call(table.tBodies[0].rows, function (r) {
+      var ok = (!status || r.getAttribute("data-status") === status) &&
+        (!cohort || r.getAttribute("data-cohort") === cohort) &&
+        (!format || r.getAttribute("data-format") === format) &&
+        (!text || (r.getAttribute("data-text") || "").indexOf(text) >= 0);
+      r.hidden = !ok;
+      if (ok) { shown += 1; }
+    });
+    table.setAttribute("data-shown", String(shown));
+  }
+
+  function applyPicks() {
+    var ids = [];
+    document.querySelectorAll("input.pick").forEach(function (box) {
+      box.checked = !!picked[box.value];
+      if (box.checked) { ids.push(box.value); }
+    });
+    var link = document.getElementById("compare-link");
+    if (link) {
+      link.href = "/compare?" + ids.map(function (i) {
+        return "id=" + encodeURIComponent(i);
+      }).join("&");
+    }
+  }
+
+  function wire() {
+    document.querySelectorAll("table.sortable").forEach(function (table) {
+      table.querySelectorAll("th").forEach(function (th, i) {
+        th.addEventListener("click", function () {
+          var asc = !(sort && sort[0] === table.id && sort[1] === i && sort[2]);
+          sort = [table.id, i, asc];
+          applySort();
+        });
+      });
+    });
+    document.querySelectorAll("input.pick").forEach(function (box) {
+      box.addEventListener("change", function () {
+        if (box.checked) { picked[box.value] = true; } else { delete picked[box.value]; }
+        applyPicks();
+      });
+    });
+    applySort();
+    applyFilters();
+    applyPicks();
+  }
+
+  ["f-status", "f-cohort", "f-format", "f-text"].forEach(function (id) {
+    var el = document.getElementById(id);
+    if (el) { el.addEventListener("input", applyFilters); }
+  });
+
+  function fragmentUrl() {
+    var q = location.search ? location.search + "&" : "?";
+    return location.pathname + q + "fragment=1";
+  }
+
+  function poll() {
+    fetch("/api/version", { headers: { "If-None-Match": etag }, cache: "no-store" })
+      .then(function (r) {
+        if (r.status === 304) { return null; }
+        if (!r.ok) { throw new Error("version " + r.status); }
+        return r.json();
+      })
+      .then(function (doc) {
+        if (!doc || doc.etag === etag) { return null; }
+        return fetch(fragmentUrl(), { cache: "no-store" }).then(function (r) {
+          if (!r.ok) { throw new Error("page " + r.status); }
+          return r.text().then(function (html) {
+            document.querySelector("main").innerHTML = html;
+            etag = doc.etag;
+            body.setAttribute("data-etag", etag);
+            body.setAttribute("data-updates", String(Number(body.getAttribute("data-updates") || 0) + 1));
+            wire();
+          });
+        });
+      })
+      .then(function () { document.getElementById("live").textContent = "live"; })
+      .catch(function () { document.getElementById("live").textContent = "offline, retrying"; })
+      .then(function () { setTimeout(poll, refresh); });
+  }
+
+  wire();
+  body.setAttribute("data-ready", "1");
+  if (etag) { setTimeout(poll, refresh); }
+})();

@@ -1,0 +1,156 @@
+"""`watch --notify`: messages for finding transitions, checked against a receiver on
+127.0.0.1. Here without Ray, on a copy of an analyzed OUT: one message for a burst,
+retries with backoff, nothing sent twice across a restart of the notifier, Slack
+escaping, and a blocked endpoint never blocking the caller. The kill -9 of a real
+watch between a transition and its message is in tests/runtime/test_notify_crash.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from rlstream.fleet.notify import Notifier, NotifyConfig, transition_key
+from rlstream.fleet.read import read_table
+from tests.fleet.conftest import HOSTILE_ID
+
+
+class Receiver:
+    """An HTTP endpoint on 127.0.0.1 that records what is posted; `fail` answers the
+    next posts with 503, `gate` (cleared) holds each request until set."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self.headers: list[dict] = []
+        self.fail = 0
+        self.attempts = 0
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = threading.Event()
+        rec = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                data = self.rfile.read(int(self.headers["Content-Length"]))
+                rec.attempts += 1
+                rec.waiting.set()
+                rec.gate.wait(60)
+                if rec.fail:
+                    rec.fail -= 1
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                rec.bodies.append(json.loads(data))
+                rec.headers.append(dict(self.headers))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *a) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def close(self) -> None:
+        self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def out(fleet_out, tmp_path):
+    dst = tmp_path / "out"
+    shutil.copytree(fleet_out.out, dst)
+    return dst
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def _transitions(out) -> list[dict]:
+    rows = read_table(str(out), "alerts").to_pylist()
+    return [r for r in rows if r["to_state"] in ("firing", "resolved")]
+
+
+def _cfg(url: str, fmt: str = "json", **kw) -> NotifyConfig:
+    # The fleet's runs were simulated in the past: their whole history is recent enough.
+    kw.setdefault("history_seconds", 10**10)
+    return NotifyConfig((url,), fmt, "http://127.0.0.1:9/", first_backoff=0.0, **kw)
+
+
+def test_a_burst_is_one_message_sent_once_across_restarts(out, receiver):
+    want = _transitions(out)
+    runs = {t["run_id"] for t in want}
+    assert len(want) >= 3 and len(runs) >= 3  # several runs fire: a burst
+    n = Notifier(str(out), _cfg(receiver.url))
+    receiver.fail = 2
+    assert n.deliver(force=True) == 0 and n.deliver(force=True) == 0  # 503, 503
+    assert n.failed_posts == 2
+    assert n.deliver(force=True) == 1
+    assert receiver.attempts == 3 and len(receiver.bodies) == 1
+    msg = receiver.bodies[0]
+    got = {(t["run_id"], t["code"], t["to_state"], t["step"]) for t in msg["transitions"]}
+    assert got == {(t["run_id"], t["code"], t["to_state"], t["step"]) for t in want}
+    assert len(msg["transitions"]) == len(want)
+    assert receiver.headers[0]["Idempotency-Key"] == msg["id"]
+    first = msg["transitions"][0]
+    assert first["evidence"] and first["advice"]
+    assert first["url"].startswith("http://127.0.0.1:9/run?id=")
+    # nothing pending: no second message, from this notifier or a new one (a restart)
+    assert n.deliver(force=True) == 0
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0
+    assert len(receiver.bodies) == 1
+    sent = read_table(str(out), "notify_sent").to_pylist()
+    assert sorted(r["key"] for r in sent if r["key"] != "start") == sorted(
+        transition_key(t) for t in want
+    )
+
+
+def test_backoff_doubles_and_caps(out, receiver):
+    n = Notifier(str(out), NotifyConfig((receiver.url,), "json", first_backoff=1.0,
+                                        max_backoff=4.0, history_seconds=10**10))  # fmt: skip
+    receiver.fail = 10
+    seen = []
+    for _ in range(4):
+        n.deliver(force=True)
+        seen.append(n._backoff[receiver.url])
+    assert seen == [1.0, 2.0, 4.0, 4.0]
+    # not due yet: no post without force
+    assert n.deliver() == 0 and receiver.attempts == 4
+
+
+def test_history_before_the_first_start_is_not_sent(out, receiver):
+    n = Notifier(str(out), NotifyConfig((receiver.url,), "json", history_seconds=60))
+    assert n.deliver(force=True) == 0  # the runs' transitions are days old
+    assert receiver.attempts == 0
+
+
+def test_slack_payload_escapes_run_strings(out, receiver):
+    n = Notifier(str(out), _cfg(receiver.url, "slack"))
+    assert n.deliver(force=True) == 1
+    text = receiver.bodies[0]["text"]
+    assert text.startswith("rlstream: ")
+    assert HOSTILE_ID not in text and "&lt;script&gt;" in text
+    assert "|run page>" in text
+
+
+def test_a_blocked_endpoint_never_blocks_the_commit_side(out, receiver):
+    receiver.gate.clear()  # the endpoint holds every request
+    n = Notifier(str(out), _cfg(receiver.url, poll_seconds=0.05, timeout_seconds=30)).start()
+    try:
+        assert receiver.waiting.wait(60)  # the thread is inside a post ...
+        for _ in range(100):
+            n.on_commit([], 0.0, 1, 0, 0)  # ... and the driver's calls return at once
+        assert n._thread.is_alive() and receiver.bodies == []
+    finally:
+        receiver.gate.set()
+        n.close()
+    assert len(receiver.bodies) == 1

@@ -1,0 +1,201 @@
+"""The live pages in a real browser: headless Chromium (Debian's `chromium`) driven
+over the DevTools protocol (tests/fleet/cdp.py). The fleet and run pages load with no
+console error (a CSP violation is one), show the runs, run no script from run data,
+fit 1,400 px; filters and sorting work; and a step that a running watch commits
+appears on an open page without a reload. Screenshots are kept as test artifacts
+(under $RLSTREAM_TEST_ARTIFACTS if set, else the test's tmp folder). Skipped only when
+chromium cannot be found."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from rlstream.config import PipelineConfig
+from rlstream.fleet.prometheus import MetricsExporter
+from rlstream.fleet.read import read_latest
+from rlstream.fleet.web import FleetPages, PageServer
+from rlstream.runtime.driver import RuntimeConfig
+from rlstream.runtime.driver import run as run_pipeline
+from rlstream.simulate import SimConfig, simulate_live
+from tests.fleet.cdp import CHROMIUM, Browser
+from tests.fleet.conftest import HOSTILE_ID
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+
+
+def _artifacts(tmp_path: Path) -> Path:
+    d = Path(os.environ.get("RLSTREAM_TEST_ARTIFACTS") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _nonblank(png: Path) -> float:
+    px = np.asarray(Image.open(png).convert("RGB"), dtype=np.int16).reshape(-1, 3)
+    return float((px != 255).any(axis=1).mean())
+
+
+def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
+    srv = PageServer(FleetPages(str(fleet_out.out), refresh=1.0), port=0).start()
+    host, port = srv.address
+    b = Browser(tmp_path / "profile")
+    try:
+        b.navigate(f"http://{host}:{port}/")
+        assert b.evaluate("document.querySelectorAll('#fleet tbody tr').length") == 4
+        names = b.evaluate("Array.from(document.querySelectorAll('#fleet tr[data-run]'))"
+                           ".map(r => r.getAttribute('data-run'))")  # fmt: skip
+        assert HOSTILE_ID in names  # shown as text ...
+        assert b.evaluate("document.body.hasAttribute('data-pwned')") is False  # ... not run
+        assert b.evaluate("document.querySelectorAll('#fleet img, #fleet svg').length") == 0
+        # fits 1,400 px: no horizontal scroll
+        assert b.evaluate("document.documentElement.scrollWidth") <= 1400
+        # text search over names and finding codes
+        b.evaluate("var t = document.getElementById('f-text'); t.value = 'entropy_collapse';"
+                   "t.dispatchEvent(new Event('input'))")  # fmt: skip
+        shown = b.evaluate("Array.from(document.querySelectorAll('#fleet tbody tr'))"
+                           ".filter(r => !r.hidden).map(r => r.getAttribute('data-run'))")  # fmt: skip
+        assert shown == [fleet_out.run_ids["entropy_collapse"]]
+        b.evaluate("var t = document.getElementById('f-text'); t.value = '';"
+                   "t.dispatchEvent(new Event('input'));"
+                   "var s = document.getElementById('f-status'); s.value = 'critical';"
+                   "s.dispatchEvent(new Event('input'))")  # fmt: skip
+        statuses = b.evaluate("Array.from(document.querySelectorAll('#fleet tbody tr'))"
+                              ".filter(r => !r.hidden).map(r => r.getAttribute('data-status'))")  # fmt: skip
+        assert statuses and set(statuses) == {"critical"}
+        b.evaluate("var s = document.getElementById('f-status'); s.value = '';"
+                   "s.dispatchEvent(new Event('input'))")  # fmt: skip
+        # sort by step (column 5), twice: ascending then descending
+        b.evaluate("document.querySelectorAll('#fleet th')[4].click()")
+        steps = b.evaluate("Array.from(document.querySelectorAll('#fleet tbody tr'))"
+                           ".map(r => Number(r.cells[4].getAttribute('data-v')))")  # fmt: skip
+        assert steps == sorted(steps)
+        shot = _artifacts(tmp_path) / "serve-fleet.png"
+        b.screenshot(shot)
+        assert _nonblank(shot) > 0.03
+        assert b.errors() == []
+
+        for rid in (fleet_out.run_ids["entropy_collapse"], HOSTILE_ID):
+            b.navigate(f"http://{host}:{port}/run?id={quote(rid, safe='')}")
+            assert b.evaluate("document.querySelectorAll('svg.chart').length") == 8
+            assert b.evaluate("document.querySelectorAll('ol.timeline li').length") >= 1
+            assert b.evaluate("document.body.hasAttribute('data-pwned')") is False
+        shot = _artifacts(tmp_path) / "serve-run-hostile.png"
+        b.screenshot(shot)
+        assert b.errors() == []
+    finally:
+        b.close()
+        srv.close()
+
+
+@pytest.mark.ray
+def test_a_step_committed_by_a_running_watch_appears_without_reload(ray_session, tmp_path):
+    root, out = tmp_path / "runs", tmp_path / "out"
+    sim = SimConfig(runs=2, steps=60, scenarios=("healthy", "entropy_collapse"), seed=5)
+    # The writer holds after 10 steps of each run until the page is open, so steps are
+    # still to come however slowly the watch starts.
+    page_open = threading.Event()
+
+    def gated_sleep(seconds: float) -> None:
+        written = sum(p.read_bytes().count(b"\n") for p in root.glob("*/steps.jsonl"))
+        if written >= 2 * 10:
+            page_open.wait(timeout=600)
+        time.sleep(seconds)  # the simulated trainer's step time
+
+    writer = threading.Thread(
+        target=simulate_live, args=(root, sim, 0.25), kwargs={"sleep": gated_sleep}, daemon=True
+    )
+    writer.start()
+    refresh = 1.0
+    exporter = MetricsExporter(
+        str(out), port=0, min_refresh_seconds=0, pages=FleetPages(str(out), refresh=refresh)
+    ).start()
+    host, port = exporter.address
+    done = threading.Event()
+    deadline = time.monotonic() + 400
+
+    def stop() -> bool:
+        assert time.monotonic() < deadline, "the watch ran too long"
+        return done.is_set()
+
+    cfg = PipelineConfig(poll_seconds=0.2, commit_seconds=0.5)
+    failed: list[BaseException] = []
+
+    def watch() -> None:
+        try:
+            run_pipeline([str(root)], str(out), cfg, RuntimeConfig(workers=1, tailers=1),
+                         watch=True, stop=stop, metrics=exporter)  # fmt: skip
+        except BaseException as e:  # told to the test below
+            failed.append(e)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    b = None
+    try:
+        while not (out / "run_health").exists() or len(read_latest(str(out))) < 2:
+            assert not failed, failed
+            assert time.monotonic() < deadline, "no first commit of both runs"
+            watcher.join(0.2)  # waits on the watch thread (ends early only if it fails)
+        b = Browser(tmp_path / "profile")
+        b.navigate(f"http://{host}:{port}/")
+        b.evaluate("window.__sameDocument = 'yes'")
+        first = b.evaluate("Math.max(...Array.from(document.querySelectorAll('#fleet tbody tr'))"
+                           ".map(r => Number(r.cells[4].getAttribute('data-v'))))")  # fmt: skip
+        page_open.set()
+        # The next step committed to OUT (as `status` reads it) must be on the page
+        # within two refresh intervals of being readable, with no reload.
+        while True:
+            seen = max(r["last_step"] or -1 for r in read_latest(str(out)))
+            if seen > first:
+                break
+            assert time.monotonic() < deadline, "the watch committed no new step"
+            b.pump(0.1)
+        committed_at = time.monotonic()
+        got = b.wait_for(
+            "Math.max(...Array.from(document.querySelectorAll('#fleet tbody tr'))"
+            f".map(r => Number(r.cells[4].getAttribute('data-v')))) >= {seen}",
+            # two of the page's polls, plus slack for the server's read and the
+            # browser's render on a loaded machine
+            timeout=2 * refresh + 3.0,
+        )
+        took = time.monotonic() - committed_at
+        assert got, f"step {seen} not shown {took:.1f}s after it was committed"
+        assert b.evaluate("window.__sameDocument") == "yes"  # no reload
+        assert int(b.evaluate("document.body.getAttribute('data-updates')")) >= 1
+        shot = _artifacts(tmp_path) / "serve-live.png"
+        b.screenshot(shot)
+        assert _nonblank(shot) > 0.03
+        assert b.errors() == []
+    finally:
+        page_open.set()
+        if b is not None:
+            b.close()
+        done.set()
+        watcher.join(120)
+        exporter.close()
+        writer.join(120)
+    assert not failed, failed
+
+
+def test_report_overview_fits_1400_px(fleet_out, tmp_path):
+    from rlstream.fleet.report import write_report
+
+    report = tmp_path / "report.html"
+    write_report(str(fleet_out.out), str(report))
+    b = Browser(tmp_path / "profile")
+    try:
+        b.call("Page.navigate", url=report.as_uri())
+        assert b.wait_for("document.body && document.body.getAttribute('data-sortable')", 60)
+        right = b.evaluate("document.getElementById('fleet').getBoundingClientRect().right")
+        assert right <= 1400, right
+        shot = _artifacts(tmp_path) / "report-1400.png"
+        b.screenshot(shot)
+        assert b.errors() == []
+    finally:
+        b.close()

@@ -1,0 +1,197 @@
+"""A run's status tells the truth at a glance, on runs of several writers (the
+simulator, the learning trainer, other trainers' formats): a finished run that had a
+warning or critical finding says so with its worst finding and the steps it covered;
+a run the rules cannot judge says `not judged` and what is missing; a run with only
+steps.jsonl shows the reward it reports, marked as reported, in status, the report,
+Prometheus, `--json` and `compare`."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from rlstream.cli import main
+from rlstream.fleet.prometheus import render_metrics
+from rlstream.fleet.read import read_latest
+from rlstream.fleet.report import render_report
+from rlstream.fleet.status import render_table, status_rows
+from rlstream.pipeline.local import analyze_local
+from rlstream.simulate import SimConfig, simulate
+from tests.formats.trainer_runs import sim_runs, trainer_run
+
+
+def _analyze(root: Path, out: Path) -> dict[str, dict]:
+    analyze_local([str(root)], str(out))
+    return {r["run_id"]: r for r in status_rows(read_latest(str(out)), now=2e9)}
+
+
+def _prom(out: Path) -> str:
+    return render_metrics(read_latest(str(out)), {}, now=2e9)
+
+
+def _steps_lines(run: Path) -> list[dict]:
+    lines = [orjson.loads(x) for x in (run / "steps.jsonl").read_bytes().splitlines()]
+    return [x for x in lines if "step" in x]
+
+
+@pytest.fixture(scope="module")
+def sim_fleet(tmp_path_factory):
+    """The demo's first plans (seed 1, 50 steps): healthy, entropy_collapse,
+    mismatch_kl_rising; and two runs of 12 steps."""
+    base = tmp_path_factory.mktemp("verdicts")
+    plans = ("healthy", "entropy_collapse", "mismatch_kl_rising")
+    labels = simulate(base / "runs", SimConfig(runs=3, steps=50, seed=1, scenarios=plans))
+    short = simulate(base / "runs" / "short", SimConfig(runs=1, steps=12, seed=7))
+    return base, _analyze(base / "runs", base / "out"), labels, short
+
+
+def test_a_finished_run_with_a_critical_finding_names_it_and_its_steps(sim_fleet):
+    base, rows, labels, _ = sim_fleet
+    kl = rows[labels[2].run_id]
+    firing = {f["code"]: f for f in kl["firing"]}
+    assert kl["finished"] is True and kl["status"] == "critical"
+    w = kl["worst_finding"]
+    assert w["code"] == "mismatch_kl_rising" and w["severity"] == "critical"
+    # From the step it fired (its pending stretch began at since_step) to the end.
+    assert firing["mismatch_kl_rising"]["since_step"] <= w["since_step"] < 49
+    assert w["until_step"] == 49 == kl["last_step"]
+    assert kl["verdict"] == f"finished: critical mismatch_kl_rising, steps {w['since_step']}-49"
+    table = render_table(list(rows.values()))
+    assert kl["verdict"] in table
+    assert "finished healthy" not in table.splitlines()[0].split("critical")[0]
+    assert re.search(r"1 critical \(1 finished\)", table.splitlines()[0])
+    # Prometheus: the run finished (so it is never "stopped reporting") and is critical.
+    text = _prom(base / "out")
+    assert f'rlstream_run_finished{{run_id="{kl["run_id"]}"}} 1' in text
+    assert f'rlstream_run_status{{run_id="{kl["run_id"]}",status="critical"}} 1' in text
+    html = render_report(str(base / "out"), now=2e9)
+    assert f">{kl['verdict']}</span>" in html
+
+
+def test_a_clean_finished_run_is_finished_and_names_the_rule_its_length_did_not_reach(
+    sim_fleet,
+):
+    _, rows, labels, _ = sim_fleet
+    ok = rows[labels[0].run_id]
+    assert ok["status"] == "finished" and ok["worst_finding"] is None
+    assert ok["judged"] == "judged" and ok["verdict"] == "finished"
+    # 50 steps: reward_too_fast (60 rows) has not judged it, and the run says so.
+    assert ok["missing"] == "not yet judged at 50 final steps: reward_too_fast (needs 60)"
+    table = render_table(list(rows.values()))
+    assert "partly judged: not yet judged at 50 final steps: reward_too_fast (needs 60)" in table
+
+
+def test_a_run_shorter_than_the_rules_baseline_is_not_judged(sim_fleet, capsys):
+    base, rows, _, short = sim_fleet
+    r = rows[short[0].run_id]
+    assert r["firing"] == [] and r["finished"] is True
+    assert r["status"] == "insufficient" and r["judged"] == "insufficient"
+    assert r["missing"] == "12 final steps, the rules need 17"  # 2 + 10 + 5
+    assert r["verdict"] == "finished, not judged"
+    assert main(["status", str(base / "out"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    got = {x["run_id"]: x for x in doc["runs"]}[r["run_id"]]
+    assert got["status"] == "insufficient" and got["missing"] == r["missing"]
+    assert doc["counts"]["insufficient"] == 1
+    rid = r["run_id"]
+    assert f'rlstream_run_status{{run_id="{rid}",status="insufficient"}} 1' in _prom(base / "out")
+    html = render_report(str(base / "out"), now=2e9)
+    assert "not judged: 12 final steps, the rules need 17" in html
+
+
+def test_a_learning_trainers_finished_runs_say_what_they_had_and_what_was_not_judged(
+    tmp_path,
+):
+    from rlstream.simulate.learn import simulate_learn
+
+    root = tmp_path / "runs"
+    (stale,) = simulate_learn(root / "a", "stale_sampler", runs=1, steps=80, seed=4)
+    (ok,) = simulate_learn(root / "b", "healthy", runs=1, steps=40, seed=6)
+    rows = _analyze(root, tmp_path / "out")
+    s, lo = rows[stale.run_id], rows[ok.run_id]
+    w = s["worst_finding"]
+    assert s["finished"] and s["status"] == w["severity"] == "warning"
+    assert w["code"] == "mismatch_kl_rising" and stale.onset_step <= w["since_step"]
+    assert s["verdict"] == f"finished: warning mismatch_kl_rising, steps {w['since_step']}-79"
+    assert s["missing"] is None  # 80 steps: every evaluable rule had its window
+    assert lo["status"] == "finished" and lo["judged"] == "judged"
+    assert lo["missing"] == "not yet judged at 40 final steps: reward_too_fast (needs 60)"
+    head = render_table(list(rows.values())).splitlines()[0]
+    assert head == "2 runs: 1 warning (1 finished), 1 finished healthy"
+
+
+def test_a_finding_that_resolved_before_the_end_keeps_the_finished_run_from_healthy(tmp_path):
+    # A failure burst of 6 steps in a simulated healthy run: the finding fires, then
+    # resolves well before the run ends.
+    root = tmp_path / "runs"
+    (label,) = simulate(root, SimConfig(runs=1, steps=60, seed=4, scenarios=("healthy",)))
+    path = root / label.run / "rollouts.jsonl"
+    recs = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+    for rec in recs:
+        if 25 <= rec["step"] < 31 and int(rec["attempt_id"][1:]) % 2 == 0:
+            rec.update(reward=None, trained=False, discard_reason="rollout_failed/timeout")
+            rec["metadata"] = {"turns": 1, "termination_reason": "error", "tool_calls": 0}
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in recs) + b"\n")
+    r = _analyze(root, tmp_path / "out")[label.run_id]
+    found = read_latest(str(tmp_path / "out"))[0]["findings"]
+    assert [f["state"] for f in found if f["code"] == "rollout_failure_burst"] == ["resolved"]
+    assert r["firing"] == []
+    w = r["worst_finding"]
+    assert w["code"] == "rollout_failure_burst" and 25 <= w["since_step"] <= w["until_step"] < 40
+    assert r["status"] == w["severity"] and r["finished"]
+    assert r["verdict"].startswith(f"finished: {w['severity']} rollout_failure_burst, steps ")
+    assert "finished healthy" not in render_table([r])
+
+
+def _steps_only(root: Path) -> None:
+    for run in root.iterdir():
+        if (run / "rollouts.jsonl").exists():
+            (run / "rollouts.jsonl").unlink()
+            shutil.rmtree(run / "transcripts", ignore_errors=True)
+
+
+def test_a_steps_only_run_shows_its_reported_reward_and_is_not_judged(tmp_path, capsys):
+    root = tmp_path / "runs"
+    labels = simulate(root, SimConfig(runs=2, steps=30, seed=3))
+    _steps_only(root)
+    out = tmp_path / "out"
+    rows = _analyze(root, out)
+    for lb in labels:
+        r = rows[lb.run_id]
+        last = _steps_lines(root / lb.run)[-1]
+        assert r["reward_mean"] == pytest.approx(last["reward/mean"])
+        assert "reward_mean" in r["reported_figures"]
+        # Only steps.jsonl: the rules about completions, failures and task difficulty
+        # cannot speak, so the run is not called healthy.
+        assert r["status"] == "insufficient" and r["firing"] == []
+        assert r["missing"].startswith("9 of 20 rules evaluable on its files, at least 12")
+    table = render_table(list(rows.values()))
+    assert f"{rows[labels[0].run_id]['reward_mean']:.3f}r" in table
+    assert "r: the figure steps.jsonl reports" in table
+    html = render_report(str(out), now=2e9)
+    assert f"{rows[labels[0].run_id]['reward_mean']:.3f} (reported)" in html
+    assert "<title>reward: reported only</title>" in html
+    assert "no data for this figure</text></svg></div>" in html  # discards: truly none
+    a, b = (lb.run_id for lb in labels)
+    assert main(["compare", str(out), a, b, "--json"]) == 0
+    got = {d["figure"]: d for d in json.loads(capsys.readouterr().out)["divergences"]}
+    assert got["reward_mean"]["source"] == "reported"
+    assert got["reward_mean"]["common_steps"] == 30
+
+
+@pytest.mark.parametrize("fmt", ["tinker", "verl"])
+def test_other_formats_without_step_times_are_not_counted_as_healthy_running(tmp_path, fmt):
+    src = sim_runs(tmp_path / "src", steps=30)
+    trainer_run(src, tmp_path / "runs" / fmt, fmt)
+    rows = _analyze(tmp_path / "runs", tmp_path / "out")
+    (r,) = rows.values()
+    assert r["status"] == "healthy" and r["last_activity"] is None and not r["finished"]
+    head = render_table([r]).splitlines()[0]
+    assert head == "1 run: 1 healthy, not known to be running (no step times)"
+    assert "mismatch_kl" in r["reported_figures"]  # no logprobs in these files
+    assert r["missing"] == "not yet judged at 30 final steps: reward_too_fast (needs 60)"
