@@ -80,7 +80,7 @@ class _StepArrays:
     text_tokens: list[np.ndarray] = field(default_factory=list)
     text_tasks: list[str] = field(default_factory=list)
     sampler_ls: list[np.ndarray] = field(default_factory=list)
-    attempts: list[dict] = field(default_factory=list)
+    scanned: list[dict] = field(default_factory=list)  # scanned attempts, for kept samples
     vocab: int | None = None
     transcripts: int = 0
     full: int = 0
@@ -137,7 +137,7 @@ class TranscriptParser:
         """Fold one validated transcript (of any format) into its step's arrays."""
         acc = self._steps.setdefault(t.step, _StepArrays())
         if t.text is not None and self.samples.enabled:  # scanned; kept (bounded) by SampleAgg
-            acc.attempts.append(attempt_of(t, self._scanners))
+            acc.scanned.append(attempt_of(t, self._scanners))
         if t.trace == "text":  # words of a text-only completion: not a transcript
             acc.text_tokens.extend(t.tokens)
             acc.text_tasks.extend([t.task_id] * len(t.tokens))
@@ -210,10 +210,10 @@ class TranscriptParser:
             if a.text_tokens:
                 text = _text_completions(a.text_tokens, a.text_tasks)
                 agg.completions = text if agg.completions is None else agg.completions.merge(text)
-            if a.attempts:
+            if a.scanned:
                 c = self.samples
                 agg.samples = SampleAgg.from_attempts(
-                    a.attempts, c.top, self.panel, c.probes, c.high_reward
+                    a.scanned, c.top, self.panel, c.probes, c.high_reward
                 )
             out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
         return out
