@@ -88,6 +88,8 @@ class Batch:
     groups: int
     group_size: int
     fmt: str = "loops"
+    scenarios: tuple[str, ...] = ()
+    """The suite's scenarios (empty: every one)."""
     agent: bool = False
 
     def key(self) -> str:
@@ -136,10 +138,11 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
         mode = "async" if batch.kind.endswith("-async") else "sync"
         sim = None
     elif batch.kind == "suite":
+        scen = batch.scenarios or SCENARIOS
         sim = SimConfig(
-            runs=len(SCENARIOS) * batch.runs,
+            runs=len(scen) * batch.runs,
             steps=batch.steps,
-            scenarios=SCENARIOS,
+            scenarios=scen,
             seed=batch.seed,
             tokens=batch.tokens,
             groups=batch.groups,
@@ -396,6 +399,13 @@ def main(argv: list[str] | None = None) -> int:
         help="write the simulated runs as this trainer does before analysing them",
     )
     p.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=(),
+        metavar="NAME",
+        help="only these scenarios in the suite (default: every one)",
+    )
+    p.add_argument(
         "--agent",
         action="store_true",
         help="simulate in multi-turn agent mode (simulate --agent): every scripted run's "
@@ -424,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.healthy - half:
                 batches.append(Batch(seed, "learn-healthy-async", args.healthy - half, **common))
             continue
-        batches.append(Batch(seed, "suite", args.per_scenario, **common))
+        scen = tuple(args.scenarios)
+        batches.append(Batch(seed, "suite", args.per_scenario, **common, scenarios=scen))
         if half:
             batches.append(Batch(seed, "healthy-sync", half, **common))
         if args.healthy - half:

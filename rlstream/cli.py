@@ -4,6 +4,7 @@ rlstream simulate ROOT [...]        write simulated run directories
 rlstream analyze ROOT... --out OUT  analyze runs to the end of what exists
 rlstream watch ROOT... --out OUT    keep OUT current while runs are written
 rlstream status OUT                 every run of OUT, worst first (reads only OUT)
+rlstream samples OUT RUN            a run's kept samples: top, bottom, flagged, probes
 rlstream report OUT [-o FILE.html]  a self-contained HTML report with plots
 rlstream serve OUT [--port P]       live fleet, run and compare pages (reads only OUT)
 rlstream compact OUT                compact OUT's tables, checkpoint logs, vacuum
@@ -302,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--storage-options", help="JSON object passed to fsspec for OUT")
     st.set_defaults(func=cmd_status)
+    from rlstream.fleet.samples import add_parser
+
+    add_parser(sub)
 
     r = sub.add_parser("report", help="write a self-contained HTML report of OUT")
     r.add_argument("out", metavar="OUT", help="the output folder or URL of analyze/watch")

@@ -115,6 +115,7 @@ def pipeline_config(args: argparse.Namespace) -> PipelineConfig:
     if getattr(args, "format", None) is not None:
         kw["input_format"] = args.format
     kw.update(limits_kw(args))
+    kw["samples"] = samples_settings(args)
     return PipelineConfig(**kw)
 
 
@@ -130,6 +131,30 @@ def limits_kw(args: argparse.Namespace) -> dict:
         if getattr(args, name, None) is not None:
             kw[name] = getattr(args, name)
     return kw
+
+
+def samples_settings(args: argparse.Namespace):
+    """Kept samples and scanners: the rules file's `[samples]`, then `--samples-top`."""
+    import dataclasses
+    import tomllib
+
+    from rlstream.metrics.scanners import SamplesConfig, samples_config
+
+    cfg = SamplesConfig()
+    path = getattr(args, "rules", None)
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                table = tomllib.load(fh).get("samples")
+        except (OSError, tomllib.TOMLDecodeError):
+            table = None  # the health rules' loader reports an unreadable file
+        if table is not None:
+            try:
+                cfg = samples_config(table)
+            except ValueError as e:
+                raise ConfigError(f"rules file {path}: [samples] {e}") from e
+    top = getattr(args, "samples_top", None)
+    return dataclasses.replace(cfg, top=top) if top is not None else cfg
 
 
 def format_names() -> list[str]:
@@ -210,6 +235,13 @@ def common(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tokens a generation may have above its run's sampling.max_tokens before it "
         "is quarantined as exceeds_max_tokens (default 0, or [limits] of --rules)",
+    )
+    p.add_argument(
+        "--samples-top",
+        type=int,
+        metavar="K",
+        help="kept samples per run and step: the K highest- and K lowest-reward trained "
+        "attempts, up to K flagged ones (default 4, rules file [samples] top; docs/schema.md)",
     )
     retention(p)
 

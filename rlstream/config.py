@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlstream.metrics.scanners import SamplesConfig
+
 
 @dataclass(frozen=True)
 class PipelineConfig:
@@ -81,3 +83,5 @@ class PipelineConfig:
     input_format: str | None = None
     """Read every run as this format (`rlstream.formats.FORMATS`); None detects each
     run's format from its files (docs/formats.md)."""
+    samples: SamplesConfig = field(default_factory=SamplesConfig)
+    """Kept samples and transcript scanners (rules file `[samples]`, `--samples-top`)."""

@@ -1,7 +1,7 @@
 """Reading OUT's Delta tables back in tests, with DuckDB over Arrow as users do.
 
 `out_sql(out, query)` runs `query` with one view per table (`steps`, `quarantine`,
-`alerts`, `run_health`, `cohorts`) plus `latest` (the newest run_health row per run, as
+`alerts`, `run_health`, `cohorts`, `samples`) plus `latest` (the newest run_health row per run, as
 `rlstream status` reads it). A table not written yet is an empty view.
 """
 
@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from rlstream.fleet.read import read_latest, read_table
 
-TABLES = ("steps", "quarantine", "alerts", "run_health", "cohorts")
+TABLES = ("steps", "quarantine", "alerts", "run_health", "cohorts", "samples")
 
 
 def out_tables(

@@ -159,11 +159,11 @@ def test_analyze_reports_rows_written_and_rejected_runs(tmp_path, capsys):
     lines = text.splitlines()
     # The counts printed are what the commits wrote: check them against OUT itself.
     steps, quarantine = _rows(out, "steps"), _rows(out, "quarantine")
-    health = _rows(out, "run_health")
-    assert (steps, health) == (10, 2)
+    health, samples = _rows(out, "run_health"), _rows(out, "samples")
+    assert (steps, health) == (10, 2) and samples > 0
     assert lines[0] == (
-        f"analyzed 2 runs; wrote {steps + health + quarantine} rows under {out} "
-        f"(steps {steps}, run_health {health}, quarantine {quarantine})"
+        f"analyzed 2 runs; wrote {steps + health + quarantine + samples} rows under {out} "
+        f"(steps {steps}, run_health {health}, quarantine {quarantine}, samples {samples})"
     )
     assert lines[1] == "1 run rejected (run.json or resume state unreadable):"
     assert lines[2].startswith(f"  {root / 'broken-0'}: run.json is not valid JSON")

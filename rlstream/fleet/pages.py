@@ -243,19 +243,30 @@ def _siblings(siblings: list[dict[str, Any]]) -> str:
     return f"<table><tr><th>run</th><th>status</th><th>step</th><th>reward</th></tr>{rows}</table>"
 
 
+SAMPLE_COLUMNS = ("step", "kept", "reward", "flags", "task_id", "returned")
+"""What the run page shows of a kept sample (docs/schema.md, `samples`)."""
+
+
+def _cell(v: Any) -> str:
+    text = ", ".join(map(str, v)) if isinstance(v, list) else "" if v is None else str(v)
+    return f"<td class='sample'>{_e(text[:300])}</td>"
+
+
 def samples_panel(samples: list[dict[str, Any]] | None) -> str:
-    """The run's kept transcripts from OUT/samples; None: no such table in OUT."""
+    """The run's kept transcripts of its newest steps from OUT/samples, flagged ones
+    first, then by step and reward; None: no such table in OUT."""
     if samples is None:
         return '<p class="sub samples-none">no samples table in OUT</p>'
     if not samples:
         return '<p class="sub">no kept transcript for this run yet</p>'
-    cols = [c for c in samples[0] if c != "run_id"][:8]
+    cols = [c for c in SAMPLE_COLUMNS if c in samples[0]]
+    order = sorted(
+        samples,
+        key=lambda s: (not s.get("flags"), -(s.get("step") or 0), -(s.get("reward") or 0)),
+    )
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)
     body = "".join(
-        "<tr>"
-        + "".join(f"<td class='sample'>{_e(str(s.get(c))[:300])}</td>" for c in cols)
-        + "</tr>"
-        for s in samples[:SAMPLES_SHOWN]
+        "<tr>" + "".join(_cell(s.get(c)) for c in cols) + "</tr>" for s in order[:SAMPLES_SHOWN]
     )
     return f'<table class="samples"><tr>{head}</tr>{body}</table>'
 

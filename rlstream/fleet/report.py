@@ -10,7 +10,8 @@ its chart at `since_step` with its message, its cohort (`OUT/cohorts`) under the
 cohort's median ± 2 robust deviations with at least 3 other runs, else the siblings'
 own curves; the held-out evaluations on the reward chart; and, for degenerate_outputs and
 entropy_collapse, example completions read from the run's newest transcripts (the one
-read outside OUT).
+read outside OUT), and its Samples (`fleet.report_samples`: kept samples, flagged first,
+and a probe task at two steps with a word diff).
 
 Safety: every string from run data (ids, URIs, discard reasons, metadata labels,
 messages, completion text) goes through `html.escape`; no run data is ever placed
@@ -38,6 +39,7 @@ from rlstream.fleet.read import (
     read_heldout,
     read_latest,
 )
+from rlstream.fleet.report_samples import run_samples_html
 from rlstream.fleet.status import (
     STATUS_ORDER,
     count_parts,
@@ -279,6 +281,7 @@ def run_section(
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
         + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + _examples(latest, out, storage_options)
+        + run_samples_html(row["run_id"], out, storage_options)
         + _metadata(digest)
         + "</section>"
     )

@@ -215,8 +215,9 @@ class FleetPages:
         return out
 
     def _samples(self, rid: str) -> list[dict[str, Any]] | None:
-        """The first `pages.SAMPLES_SHOWN` rows of the run in OUT/samples (a bounded
-        read however many it kept); None when OUT has no samples table."""
+        """The run's rows of its newest steps in OUT/samples (its step column read
+        first, then at most `pages.SAMPLES_SHOWN` rows of the steps from the newest
+        down); None when OUT has no samples table."""
         import pyarrow.compute as pc
         from deltalake import DeltaTable
 
@@ -228,7 +229,22 @@ class FleetPages:
         ds = sink.dataset(DeltaTable(sink.uri("samples"), storage_options=sink.options))
         if "run_id" not in ds.schema.names:
             return []
-        return ds.head(pages.SAMPLES_SHOWN, filter=pc.field("run_id") == rid).to_pylist()
+        mine = pc.field("run_id") == rid
+        steps = ds.to_table(columns=["step"], filter=mine).column("step").to_pylist()
+        if not steps:
+            return []
+        counts: dict[int, int] = {}
+        for st in steps:
+            counts[st] = counts.get(st, 0) + 1
+        newest, shown = [], 0
+        for st in sorted(counts, reverse=True):
+            newest.append(st)
+            shown += counts[st]
+            if shown >= pages.SAMPLES_SHOWN:
+                break
+        cols = [c for c in ("run_id", *pages.SAMPLE_COLUMNS) if c in ds.schema.names]
+        picked = mine & pc.field("step").isin(newest)
+        return ds.to_table(columns=cols, filter=picked).to_pylist()
 
     def _compare(self, ids: list[str], rows: list[dict[str, Any]]) -> str:
         from rlstream.fleet.compare import CompareConfig, as_json, compare_runs

@@ -37,6 +37,7 @@ from rlstream.formats.records import (
     quarantine,
     split_values,
 )
+from rlstream.formats.text import text_of
 
 __all__ = [
     "BadRecord",
@@ -201,7 +202,19 @@ def transcript(obj: Any, name: str) -> Transcript:
             v = top.get("vocab_size")
             vocab = v if _is_int(v) else vocab
     return Transcript(
-        name, task, step, obj["trains"], trace, lens, truncated, ls, lt, tokens, topk, vocab
+        name,
+        task,
+        step,
+        obj["trains"],
+        trace,
+        lens,
+        truncated,
+        ls,
+        lt,
+        tokens,
+        topk,
+        vocab,
+        text_of(obj, gens, name),
     )
 
 
@@ -285,7 +298,10 @@ def _simd_fields(doc: Any, name: str) -> Transcript | None:
             tokens.append(np.empty(0, np.int64))
             ls.append(np.empty(0, np.float64))
             lt.append(np.empty(0, np.float64) if t is not None else np.full(0, np.nan))
-    return Transcript(name, task, step, trains, trace, lens, truncated, ls, lt, tokens, None, None)
+    text = text_of(doc, list(gens), name)
+    return Transcript(
+        name, task, step, trains, trace, lens, truncated, ls, lt, tokens, None, None, text
+    )
 
 
 def _simd_floats(arr: Any, n: int, name: str) -> np.ndarray:

@@ -254,7 +254,7 @@ def _sequence(obj: Any, step: int, rank: str) -> list[Transcript]:
                 [tok[sel]],
                 None,
                 None,
-                None if ent is None else [ent[sel]],
+                ent=None if ent is None else [ent[sel]],
             )
         )
     return out

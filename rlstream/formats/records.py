@@ -213,6 +213,21 @@ def _float_array(v: Any, n: int, name: str) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
+class TranscriptText:
+    """An attempt's text: per model call what it was sent (prompt or rendered messages,
+    tool results included; "" where not recorded) and what it returned, with the
+    attempt's fields the samples table shows (None where the format does not say)."""
+
+    sent: tuple[str, ...]
+    returned: tuple[str, ...]
+    reward: float | None = None
+    group_id: str = ""
+    policy_version: int | None = None
+    stop_reason: str | None = None
+    file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Transcript:
     """A validated transcript: per-generation arrays ready to concatenate."""
 
@@ -228,6 +243,8 @@ class Transcript:
     tokens: list[np.ndarray]
     topk: list[np.ndarray] | None
     vocab: int | None
+    text: TranscriptText | None = None
+    """What the attempt's calls were sent and returned, where the format records it."""
     ent: list[np.ndarray] | None = None
     """Per generation, the trainer's exact entropy of each token's distribution (NaN
     where unknown), for formats that export it (prime-rl); None: none known."""
@@ -346,8 +363,23 @@ TEXT_ONLY = frozenset(
 """Completion columns text-only formats cannot give (lengths in tokens, stop reasons)."""
 
 
-def text_completion(attempt_id: str, task_id: str, step: int, text: str) -> Transcript:
-    """A text-only completion: trace "text", words as ids, no logprobs."""
+def text_completion(
+    attempt_id: str,
+    task_id: str,
+    step: int,
+    text: str,
+    sent: str = "",
+    roll: dict[str, Any] | None = None,
+    file: str = "",
+) -> Transcript:
+    """A text-only completion: trace "text", words as ids, no logprobs; with its text
+    (`sent`: the prompt) and, from its rollout record `roll`, reward and trained."""
+    roll = roll or {}
+    tx = TranscriptText(
+        (sent,), (text,), roll.get("reward"), roll.get("group_id") or "", None, None, file
+    )
+    trains = bool(roll.get("trained", True))
+    ids = [word_ids(text)]
     return Transcript(
-        attempt_id, task_id, step, True, "text", [], [], [], [], [word_ids(text)], None, None
+        attempt_id, task_id, step, trains, "text", [], [], [], [], ids, None, None, tx
     )

@@ -200,10 +200,29 @@ class TrlFormat:
             done = [r for r in recs if isinstance(r, dict)]
             by_id = {f"{step}-{i}": row for i, row in enumerate(rows)}
             recs += [
-                text_completion(r["attempt_id"], r["group_id"], step, _text(by_id[r["attempt_id"]]))
+                text_completion(
+                    r["attempt_id"],
+                    r["group_id"],
+                    step,
+                    _text(by_id[r["attempt_id"]]),
+                    _prompt(by_id[r["attempt_id"]]),
+                    r,
+                    name,
+                )
                 for r in done
             ]
         return recs
+
+
+def _prompt(row: dict[str, Any]) -> str:
+    """What a completion was sent: the prompt string, or its messages rendered."""
+    p = row.get("prompt")
+    if isinstance(p, list):
+        return "\n".join(
+            f"[{m.get('role', '?')}]\n{m.get('content', '')}" if isinstance(m, dict) else str(m)
+            for m in p
+        )
+    return "" if p is None else str(p)
 
 
 def _text(row: dict[str, Any]) -> str:

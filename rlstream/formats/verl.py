@@ -136,8 +136,9 @@ class VerlFormat:
                 roll = {**r, "attempt_id": f"{step}-{n}"}
                 out.append(roll)
                 n += 1
-            elif isinstance(r, str):
-                out.append(text_completion(roll["attempt_id"], roll["group_id"], step, r))
+            elif isinstance(r, tuple):  # (input, output)
+                aid, gid = roll["attempt_id"], roll["group_id"]
+                out.append(text_completion(aid, gid, step, r[1], r[0], roll, name))
             else:
                 out.append(r)
         return out
@@ -168,7 +169,7 @@ def _sample(obj: Any, step: int) -> tuple[dict[str, Any], str]:
         "trained": True,
         "discard_reason": None,
         "metadata": {},
-    }, obj["output"]
+    }, (obj["input"], obj["output"])
 
 
 VERL = VerlFormat()

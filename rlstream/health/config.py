@@ -51,6 +51,7 @@ from rlstream.health.thresholds_policy import (
     LengthCollapse,
     LengthExplosion,
     RewardTooFast,
+    TranscriptHackFlags,
 )
 
 SEVERITIES = ("info", "warning", "critical")
@@ -113,6 +114,7 @@ class RulesConfig:
     noisy_reward: NoisyReward = field(default_factory=NoisyReward)
     heldout_gap: HeldoutGap = field(default_factory=HeldoutGap)
     metric_disagreement: MetricDisagreement = field(default_factory=MetricDisagreement)
+    transcript_hack_flags: TranscriptHackFlags = field(default_factory=TranscriptHackFlags)
     stalled: Stalled = field(default_factory=Stalled)
     unlike_peers: UnlikePeers = field(default_factory=UnlikePeers)
     cohorts: CohortsConfig = field(default_factory=CohortsConfig)
@@ -203,13 +205,15 @@ def _override(table: str, current: Any, values: Any) -> Any:
 
 def rules_from_dict(data: dict[str, Any], base: RulesConfig = DEFAULT_RULES) -> RulesConfig:
     """Override ``base`` with ``{table: {key: value}}``; the structure of a rules TOML."""
-    valid = [f.name for f in dataclasses.fields(RulesConfig)]
+    valid = [f.name for f in dataclasses.fields(RulesConfig)] + ["samples"]
     changes = {}
     for table, values in data.items():
         if table not in valid:
             raise ConfigError(
                 f"rules file: unknown table [{table}]; valid tables: {', '.join(valid)}"
             )
+        if table == "samples":  # kept samples and scanners: the pipeline's (cli_support)
+            continue
         changes[table] = _override(table, getattr(base, table), values)
     return dataclasses.replace(base, **changes)
 

@@ -29,7 +29,7 @@ from rlstream.health.verdict import cfg_get
 
 MIN_EVALUABLE_SHARE = 0.6
 """A run is judged only when at least this share of the enabled rules (`stalled`
-aside) can be evaluated on its files: 12 of the default 20."""
+aside) can be evaluated on its files: 13 of the default 21."""
 JUDGED, INSUFFICIENT = "judged", "insufficient"
 
 NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -54,6 +54,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "heldout_gap": (("eval",),),
     "metric_disagreement": (("pairs",),),
     "stalled": (("time",),),
+    "transcript_hack_flags": (("flagged",),),
 }
 
 

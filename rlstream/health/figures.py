@@ -171,6 +171,9 @@ def extract(row: dict[str, Any]) -> dict[str, float]:
     f["turns"] = _first(meta.get("turns"), other.get("rollout/turns"))
     f["truncated"] = _first(g("truncated_frac"), g("reported_truncated_frac"))
 
+    f["flagged"] = _first(g("flagged_frac"))
+    f["flagged_high"] = _first(g("flagged_high_frac"))
+    f["flagged_n"] = _first(g("flagged_high_n"))
     f["kl"] = _first(g("mismatch_kl"), g("reported_mismatch_kl"))
     f["ess"] = _first(g("mismatch_ess"), g("reported_mismatch_ess"))
     f["entropy"] = _first(g("entropy_estimate"), g("reported_entropy_estimate"))

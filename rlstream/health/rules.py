@@ -56,6 +56,7 @@ from rlstream.health.rules_signal import (
     tasks_too_hard,
     unusable_groups_streak,
 )
+from rlstream.health.rules_text import transcript_hack_flags
 from rlstream.health.state import View
 from rlstream.health.verdict import Ctx, Verdict
 
@@ -142,6 +143,7 @@ RULES: dict[str, Callable[..., Verdict | None]] = {
     "noisy_reward": noisy_reward,
     "heldout_gap": heldout_gap,
     "metric_disagreement": metric_disagreement,
+    "transcript_hack_flags": transcript_hack_flags,
 }
 
 

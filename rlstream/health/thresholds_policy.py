@@ -147,3 +147,20 @@ class LengthCollapse(RuleConfig):
     """Recent mean completion length at or below this share of the baseline."""
     min_baseline_tokens: float = 4.0
     """Ignore runs whose baseline length is below this many tokens."""
+
+
+@dataclass(frozen=True)
+class TranscriptHackFlags(RuleConfig):
+    """Transcript scanners flag the high-reward attempts: the reward is earned by a
+    shortcut the text shows (docs/health.md, "Transcript scanners")."""
+
+    severity: str = "critical"
+    for_steps: int = 3
+    share_min: float = 0.02
+    """Median share of a step's high-reward attempts flagged by a scanner, over the last
+    ``steps`` steps, at or above this (the published onset of hacking: more than 2 %
+    of a step's episodes)..."""
+    steps: int = 3
+    """...steps in that median..."""
+    min_flagged: int = 2
+    """...with at least this many flagged attempts over those steps."""

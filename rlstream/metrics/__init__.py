@@ -13,6 +13,7 @@ ray, fsspec or any other part of rlstream: the I/O that feeds it lives elsewhere
 from rlstream.metrics.completions import CompletionAgg
 from rlstream.metrics.quantiles import CountHistogram
 from rlstream.metrics.rollouts import GroupStats, RolloutAgg
+from rlstream.metrics.samples import SampleAgg
 from rlstream.metrics.step import StepAgg
 from rlstream.metrics.tokens import TokenAgg
 from rlstream.metrics.topk import TopKEntropyAgg
@@ -22,6 +23,7 @@ __all__ = [
     "CountHistogram",
     "GroupStats",
     "RolloutAgg",
+    "SampleAgg",
     "StepAgg",
     "TokenAgg",
     "TopKEntropyAgg",

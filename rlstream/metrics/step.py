@@ -1,9 +1,9 @@
-"""All recomputed metrics of one (run, step): the four partial aggregates together.
+"""All recomputed metrics of one (run, step): the partial aggregates together.
 
 Contract
 --------
-``StepAgg`` holds an optional ``TokenAgg``, ``TopKEntropyAgg``, ``CompletionAgg`` and
-``RolloutAgg``; a part stays None until data for it arrives. ``merge`` is None-aware,
+``StepAgg`` holds an optional ``TokenAgg``, ``TopKEntropyAgg``, ``CompletionAgg``,
+``RolloutAgg`` and ``SampleAgg``; a part stays None until data for it arrives. ``merge`` is None-aware,
 associative and commutative and returns a new object (a part present on one side only
 is shared, which is safe because no ``merge`` mutates its inputs). ``finalize``
 returns one flat dict whose keys are always ``StepAgg.columns()`` in that order; the
@@ -17,6 +17,7 @@ from typing import Any, Self
 
 from rlstream.metrics.completions import CompletionAgg
 from rlstream.metrics.rollouts import RolloutAgg
+from rlstream.metrics.samples import SampleAgg
 from rlstream.metrics.tokens import TokenAgg
 from rlstream.metrics.topk import TopKEntropyAgg
 
@@ -39,6 +40,7 @@ _PARTS: tuple[tuple[str, Any], ...] = (
     ("topk", TopKEntropyAgg),
     ("completions", CompletionAgg),
     ("rollouts", RolloutAgg),
+    ("samples", SampleAgg),
 )
 
 
@@ -58,6 +60,7 @@ class StepAgg:
     topk: TopKEntropyAgg | None = None
     completions: CompletionAgg | None = None
     rollouts: RolloutAgg | None = None
+    samples: SampleAgg | None = None
 
     @classmethod
     def empty(cls) -> Self:
@@ -69,6 +72,7 @@ class StepAgg:
             topk=_merge_opt(self.topk, other.topk),
             completions=_merge_opt(self.completions, other.completions),
             rollouts=_merge_opt(self.rollouts, other.rollouts),
+            samples=_merge_opt(self.samples, other.samples),
         )
 
     @staticmethod

@@ -55,6 +55,7 @@ from rlstream.pipeline.state import RunState, is_finished
 from rlstream.sinks.cohorts import cohorts_table
 from rlstream.sinks.delta import QUARANTINE_SCHEMA, DeltaSink, quarantine_table
 from rlstream.sinks.health import alerts_table, health_row, run_health_table
+from rlstream.sinks.samples import samples_table
 
 log = logging.getLogger("rlstream")
 
@@ -64,6 +65,7 @@ TABLES: dict[str, Callable[[list[dict[str, Any]]], pa.Table]] = {
     "alerts": alerts_table,
     "run_health": run_health_table,
     "cohorts": cohorts_table,
+    "samples": samples_table,
 }
 """The tables a commit appends to, in this order, and how rows become Arrow."""
 

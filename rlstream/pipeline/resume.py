@@ -68,6 +68,7 @@ _KIND_SOURCES = {
         "CountHistogram",
         "GroupStats",
         "RolloutAgg",
+        "SampleAgg",
         "StepAgg",
         "TokenAgg",
         "TopKEntropyAgg",

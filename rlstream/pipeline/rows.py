@@ -43,8 +43,13 @@ REPORTED: dict[str, str] = {
 _MAP_F = pa.map_(pa.string(), pa.float64())
 _MAP_I = pa.map_(pa.string(), pa.int64())
 _MAP_S = pa.map_(pa.string(), pa.string())
-_PY = {int: pa.int64(), float: pa.float64()}
-_DICT_TYPES = {"discards": _MAP_I, "rollout_metadata": _MAP_F}
+_PY = {int: pa.int64(), float: pa.float64(), list: pa.list_(pa.string())}
+_DICT_TYPES = {
+    "discards": _MAP_I,
+    "rollout_metadata": _MAP_F,
+    "flag_share": _MAP_F,
+    "flag_share_high": _MAP_F,
+}
 
 
 def _recomputed_fields() -> list[pa.Field]:

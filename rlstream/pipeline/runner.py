@@ -172,11 +172,10 @@ class RunGroup:
             )
         names = self._new_transcripts(state)
         n, cap = self.cfg.transcripts_per_unit, token_cap(state.config, self.cfg.max_tokens_slack)
+        tail = (state.final_through, self.cfg.samples, tuple(state.probe_panel), cap)
         for i in range(0, len(names), n):
-            chunk = tuple(names[i : i + n])
-            units.append(
-                TranscriptsUnit(state.run_id, state.run_url, chunk, state.final_through, cap)
-            )
+            part = tuple(names[i : i + n])
+            units.append(TranscriptsUnit(state.run_id, state.run_url, part, *tail))
         state.polls += 1
         return units
 

@@ -33,6 +33,7 @@ from rlstream.io.tail import FileCursor
 from rlstream.metrics.step import HEADLINE_KEYS
 from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.rows import step_row
+from rlstream.pipeline.samples import fix_panel, sample_rows
 from rlstream.pipeline.work import ROLLOUTS_FILE, STEPS_FILE, UnitResult
 
 
@@ -114,6 +115,9 @@ class RunState:
     (`rlstream.pipeline.cohorts`): what its cohort's bands and judging read."""
     peer_judged: int = -1
     """Highest step judged against its peers (`unlike_peers`)."""
+    probe_panel: list[str] = field(default_factory=list)
+    """The run's probe tasks (`rlstream.pipeline.samples`), fixed at its first final
+    step holding tasks with text."""
 
     def __post_init__(self) -> None:
         self.durable_seq = self.seq
@@ -272,14 +276,19 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
         return []
     steps = sorted(s for s in {*state.pending, *state.reported} if s <= upto)
     fmt = state.format
-    rows = [
-        step_row(state.run_id, s, state.reported.pop(s, None), state.pending.pop(s, None), fmt)
-        for s in steps
-    ]
+    rows, samples = [], []
+    for s in steps:
+        part = state.pending.pop(s, None)
+        rows.append(step_row(state.run_id, s, state.reported.pop(s, None), part, fmt))
+        kept = part.agg.samples if part is not None else None
+        if kept is not None:
+            state.probe_panel = fix_panel(state.probe_panel, kept)
+            samples.extend(sample_rows(state.run_id, s, kept, state.probe_panel))
     state.final_through = upto
     for s in [s for s in state.read_at if s <= upto]:
         del state.read_at[s]
     emit(state, "steps", rows)
+    emit(state, "samples", samples)
     state.counters["steps_final"] += len(rows)
     _update_headline(state, rows, reported=fmt != "loops")
     return rows

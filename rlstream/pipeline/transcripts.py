@@ -22,7 +22,10 @@ from rlstream.formats.loops import decode_transcript, simd_parser
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import BadRecord, Transcript
 from rlstream.metrics import CompletionAgg, StepAgg, TokenAgg, TopKEntropyAgg
+from rlstream.metrics.samples import SampleAgg
+from rlstream.metrics.scanners import SamplesConfig
 from rlstream.pipeline.partial import StepPartial
+from rlstream.pipeline.samples import attempt_of
 
 KEEP_PARSER_BYTES = 8 << 20
 """simdjson's parser keeps buffers sized for the largest file it parsed (several
@@ -77,6 +80,7 @@ class _StepArrays:
     text_tokens: list[np.ndarray] = field(default_factory=list)
     text_tasks: list[str] = field(default_factory=list)
     sampler_ls: list[np.ndarray] = field(default_factory=list)
+    scanned: list[dict] = field(default_factory=list)  # scanned attempts, for kept samples
     vocab: int | None = None
     transcripts: int = 0
     full: int = 0
@@ -90,11 +94,19 @@ class TranscriptParser:
     simdjson when it takes them (`_simd_transcript`), else with orjson.
     """
 
-    def __init__(self, vocab_size: int | None = None) -> None:
+    def __init__(
+        self,
+        vocab_size: int | None = None,
+        samples: SamplesConfig | None = None,
+        panel: tuple[str, ...] = (),
+    ) -> None:
         self._steps: dict[int, _StepArrays] = {}
         self.vocab_size = vocab_size
         self.tokens = 0
         self._simd = simd_parser()
+        self.samples = samples or SamplesConfig()
+        self._scanners = self.samples.all_scanners()
+        self.panel = panel
         self.why: str | None = None
         """The detail of the last `EXCEEDS_MAX_TOKENS` answer of `add`."""
 
@@ -124,6 +136,8 @@ class TranscriptParser:
     def add_transcript(self, t: Transcript) -> None:
         """Fold one validated transcript (of any format) into its step's arrays."""
         acc = self._steps.setdefault(t.step, _StepArrays())
+        if t.text is not None and self.samples.enabled:  # scanned; kept (bounded) by SampleAgg
+            acc.scanned.append(attempt_of(t, self._scanners))
         if t.trace == "text":  # words of a text-only completion: not a transcript
             acc.text_tokens.extend(t.tokens)
             acc.text_tasks.extend([t.task_id] * len(t.tokens))
@@ -196,6 +210,11 @@ class TranscriptParser:
             if a.text_tokens:
                 text = _text_completions(a.text_tokens, a.text_tasks)
                 agg.completions = text if agg.completions is None else agg.completions.merge(text)
+            if a.scanned:
+                c = self.samples
+                agg.samples = SampleAgg.from_attempts(
+                    a.scanned, c.top, self.panel, c.probes, c.high_reward
+                )
             out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
         return out
 

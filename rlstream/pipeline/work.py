@@ -33,6 +33,7 @@ from rlstream.formats.records import (
 from rlstream.io.storage import FileStat, Storage
 from rlstream.io.tail import FileCursor, ReadPlan, advance, plan_read, verify_prefix
 from rlstream.metrics import RolloutAgg, StepAgg
+from rlstream.metrics.scanners import SamplesConfig
 from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.transcripts import EXCEEDS_MAX_TOKENS, TranscriptParser, cap_row
 
@@ -67,6 +68,10 @@ class TranscriptsUnit:
     run_url: str
     names: tuple[str, ...]
     final_through: int
+    samples: SamplesConfig | None = None
+    """Kept samples and scanners (None: the defaults)."""
+    panel: tuple[str, ...] = ()
+    """The run's probe tasks (`rlstream.pipeline.samples`)."""
     cap: int | None = None
     """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
 
@@ -259,7 +264,7 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
 
 def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
     res = UnitResult(unit.run_id, TRANSCRIPTS_DIR, names=unit.names)
-    parser = TranscriptParser()
+    parser = TranscriptParser(samples=unit.samples, panel=unit.panel)
     folder = Storage.join(unit.run_url, TRANSCRIPTS_DIR)
     urls = [Storage.join(folder, name) for name in unit.names]
     # Many reads in flight on object stores, folded in the unit's order.

@@ -74,6 +74,11 @@ class StepData:
     eval_heldout: float | None
     extra: dict[str, float] = field(default_factory=dict)
     reporting_bug: bool = False
+    hack_p: float = 0.0
+    """P(a passing attempt's text shows a shortcut), `Knobs.hack`."""
+    note_A: list[str] | None = None
+    """Text appended to an attempt's last completion ("" for none): the learning
+    trainer's loophole shows there."""
 
 
 class RunEngine:
@@ -315,6 +320,7 @@ class RunEngine:
             eval_heldout=eval_heldout,
             extra=extra,
             reporting_bug=bool(k.bug[t]),
+            hack_p=float(k.hack[t]),
         )
 
     def _decide_groups(

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from rlstream.simulate import text
 from rlstream.simulate.config import RunPlan
 from rlstream.simulate.engine import StepData
 
@@ -107,7 +108,20 @@ def transcript(plan: RunPlan, sd: StepData, a: int) -> Transcript:
                     "logprobs": rows_l,
                 }
             g["text"] = token_text(ids)
+            if n == int(sd.att_gen_A1[a]):
+                g["prompt"] = text.prompt(sd.task_ids[int(sd.group_A[a])])
         gens.append(g)
+    reward = float(sd.reward_A[a])
+    if (
+        gens
+        and plan.trace == "full"
+        and reward == 1.0
+        and sd.hack_p > 0.0
+        and text.hacks(sd.attempt_ids[a], plan.seed, sd.hack_p)
+    ):
+        gens[-1]["text"] += "\n" + text.shortcut(sd.attempt_ids[a])
+    if gens and plan.trace == "full" and sd.note_A is not None and sd.note_A[a]:
+        gens[-1]["text"] += "\n" + sd.note_A[a]
     doc = {
         "attempt_id": sd.attempt_ids[a],
         "group_id": sd.group_ids[int(sd.group_A[a])],
@@ -115,6 +129,7 @@ def transcript(plan: RunPlan, sd: StepData, a: int) -> Transcript:
         "step": sd.step,
         "trains": trains,
         "trace": plan.trace,
+        "reward": None if np.isnan(reward) else reward,
         "generations": gens,
     }
     return Transcript(sd.attempt_ids[a] + ".json", orjson.dumps(doc))

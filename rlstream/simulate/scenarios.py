@@ -43,6 +43,7 @@ SCENARIOS: tuple[str, ...] = (
     "heldout_gap",
     "metric_disagreement",
     "stalled",
+    "transcript_hack_flags",
 )
 
 # Present from the first step: the task set is wrong for the model, not a change.
@@ -72,6 +73,7 @@ class Knobs:
     out_frac: np.ndarray  # share of unlikely tokens (ls < -1) the trainer finds far likelier
     degen: np.ndarray  # P(an attempt answers with the run's constant completion)
     bug: np.ndarray  # 1.0 where reported metrics are computed wrongly
+    hack: np.ndarray  # P(a passing attempt's text shows a shortcut; its reward is unchanged)
     stop: int  # first step never completed (steps when the run finishes)
 
 
@@ -128,6 +130,7 @@ def healthy_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
         out_frac=zeros.copy(),
         degen=zeros.copy(),
         bug=zeros.copy(),
+        hack=zeros.copy(),
         stop=steps,
     )
 
@@ -215,6 +218,12 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
         k.bug = after
     elif name == "stalled":
         k.stop = onset
+    elif name == "transcript_hack_flags":
+        # Text-level hacking: from the onset a fast-growing share (over about 8 steps,
+        # as published onsets go: low, then fast) of the attempts that pass write a
+        # shortcut (rlstream.simulate.text); rewards are drawn as in the healthy twin,
+        # so the reward curve rises no faster and only the text differs.
+        k.hack = 0.6 * _ramp(steps, onset, 8)
     else:  # pragma: no cover - SimConfig validates names
         raise ValueError(f"unknown scenario {name!r}")
     for f in fields(Knobs):

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from rlstream.simulate.records import token_text
 from rlstream.simulate.trainer_episodes import capture_samples, episode
 
 SAVE_EVERY = 2
@@ -195,8 +194,7 @@ def verl(run: Any, Write: Any) -> list[list[Any]]:
             json.dumps(
                 {
                     "input": f"task {a.task_id}",
-                    "output": token_text(np.concatenate([g["tokens"] for g in a.gens]))
-                    if a.gens else "",
+                    "output": a.text(),
                     "gts": None,
                     "score": a.reward if a.reward is not None else 0.0,
                     "step": step,
@@ -366,10 +364,7 @@ def trl(run: Any, Write: Any) -> list[list[Any]]:
             {
                 "step": [gs] * len(sd.attempts),
                 "prompt": [f"task {a.task_id}" for a in sd.attempts],
-                "completion": [
-                    token_text(np.concatenate([g["tokens"] for g in a.gens])) if a.gens else ""
-                    for a in sd.attempts
-                ],
+                "completion": [a.text() for a in sd.attempts],
                 "accuracy_reward": [a.reward if a.reward is not None else 0.0 for a in sd.attempts],
                 "advantage": [0.0] * len(sd.attempts),
             }

@@ -51,7 +51,12 @@ class Attempt:
     turns: int
     gens: list[dict[str, Any]] = field(default_factory=list)
     """Each: tokens (int array), ls, lt (float arrays, NaN for null), length,
-    truncated, prompt_len."""
+    truncated, prompt_len, text (the Loops transcript's, None if absent)."""
+
+    def text(self) -> str:
+        """The attempt's completion text as the Loops transcript holds it (its
+        shortcut included, `rlstream.simulate.text`)."""
+        return "".join(g["text"] or "" for g in self.gens)
 
 
 @dataclass
@@ -123,6 +128,7 @@ def load_run(folder: Path) -> LoopsRun:
                     "length": n,
                     "truncated": g.get("stop_reason") == "length",
                     "prompt_len": int(g.get("prompt_len") or 0),
+                    "text": g.get("text"),
                 }
             )
     return LoopsRun(

@@ -8,6 +8,7 @@ Layout (docs/schema.md):
     OUT/alerts/_delta_log/...       finding transitions
     OUT/quarantine/_delta_log/...   rejected records
     OUT/cohorts/_delta_log/...      peer bands per cohort, step and figure (sinks/cohorts.py)
+    OUT/samples/_delta_log/...      kept samples per run and step (sinks/samples.py)
     OUT/step_digest/_delta_log/...  the runs' step series as chart points (sinks/digest.py)
     OUT/band_digest/_delta_log/...  the cohort bands, one step per bin (sinks/band_digest.py)
     OUT/_resume/run_id=<id>.state   each run's resume state (rlstream.pipeline.resume)
@@ -37,7 +38,7 @@ from rlstream.errors import RlstreamError
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.io.storage import Storage
 
-TABLES = ("steps", "run_health", "run_latest", "alerts", "quarantine", "cohorts")
+TABLES = ("steps", "run_health", "run_latest", "alerts", "quarantine", "cohorts", "samples")
 DIGEST_TABLE = "step_digest"
 STATE_DIR = "_resume"
 

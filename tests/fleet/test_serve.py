@@ -80,7 +80,7 @@ def test_run_page_has_charts_timeline_advice_quarantine_and_samples_panel(server
     )
     assert "the policy stopped exploring" in body  # its advice
     assert "no quarantined line" in body
-    assert "no samples table in OUT" in body
+    assert '<table class="samples">' in body  # its kept transcripts (the next test)
     # its cohort's other runs are listed and drawn as their own curves: with fewer
     # than 3 peers no band is drawn
     peers = [k for k, r in latest.items() if k != rid and r["cohort"] == latest[rid]["cohort"]]
@@ -152,19 +152,33 @@ def test_serve_refuses_a_folder_that_is_not_out(tmp_path):
     assert got.returncode == 2 and "rlstream: error:" in got.stderr
 
 
-def test_samples_panel_reads_the_samples_table_when_there_is_one(fleet_out, tmp_path):
+def test_samples_panel_shows_the_newest_kept_samples_flagged_first(fleet_out, tmp_path):
     import shutil
 
     import pyarrow as pa
-    from deltalake import write_deltalake
+    from deltalake import DeltaTable, write_deltalake
 
     out = tmp_path / "out"
     shutil.copytree(fleet_out.out, out)
     rid = fleet_out.run_ids["healthy"]
-    rows = {"run_id": [rid, rid, "other"], "step": [1, 2, 3], "text": ["<b>x</b>", "y", "z"]}
-    write_deltalake(str(out / "samples"), pa.table(rows))
+    table = DeltaTable(str(out / "samples")).to_pyarrow_table()
+    kept = table.to_pylist()
+    mine = [r for r in kept if r["run_id"] == rid]
+    assert mine, "the simulated run's transcripts carry text: samples are kept"
+    newest = max(r["step"] for r in mine)
+    # one hostile, flagged sample at the newest step: shown first, escaped
+    row = dict(mine[0], step=newest, attempt_id="hostile", flags=["early_exit"])
+    row["returned"] = "<script>alert(1)</script>sys.exit(0)"
+    one = pa.Table.from_pylist([row], schema=table.schema)
+    write_deltalake(str(out / "samples"), one, mode="append")
     status, _, body = FleetPages(str(out)).handle("/run?id=" + quote(rid))
     html = body.decode()
     assert status == 200 and "no samples table" not in html
-    assert html.count("<td class='sample'>") == 4  # its 2 rows, step and text
-    assert "&lt;b&gt;x&lt;/b&gt;" in html and "<b>x</b>" not in html
+    panel = html[html.index('<table class="samples">') :]
+    panel = panel[: panel.index("</table>")]
+    cells = re.findall(r"<tr>((?:<td class='sample'>.*?</td>)+)</tr>", panel)
+    assert cells and "early_exit" in cells[0]  # flagged first
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel and "<script>alert" not in html
+    shown = [int(re.match(r"<td class='sample'>(\d+)</td>", c).group(1)) for c in cells]
+    assert shown[0] == newest and all(s >= newest - 3 for s in shown)  # the newest steps
+    assert len(cells) == min(len([r for r in mine if r["step"] >= min(shown)]) + 1, 20)

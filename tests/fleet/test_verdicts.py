@@ -169,7 +169,7 @@ def test_a_steps_only_run_shows_its_reported_reward_and_is_not_judged(tmp_path, 
         # Only steps.jsonl: the rules about completions, failures and task difficulty
         # cannot speak, so the run is not called healthy.
         assert r["status"] == "insufficient" and r["firing"] == []
-        assert r["missing"].startswith("9 of 20 rules evaluable on its files, at least 12")
+        assert r["missing"].startswith("9 of 21 rules evaluable on its files, at least 13")
     table = render_table(list(rows.values()))
     assert f"{rows[labels[0].run_id]['reward_mean']:.3f}r" in table
     assert "r: the figure steps.jsonl reports" in table

@@ -52,10 +52,20 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
     no_failures = ["grading_failure_burst", "rollout_failure_burst", "unusable_groups_streak"]
     assert ne == {
         "loops": [],
-        "tinker": sorted([*no_failures, "degenerate_outputs", "low_ess", "out_of_room", "stalled"]),
+        # their readers pass no text to the scanners (docs/formats.md)
+        "tinker": sorted(
+            [
+                *no_failures,
+                "degenerate_outputs",
+                "low_ess",
+                "out_of_room",
+                "stalled",
+                "transcript_hack_flags",
+            ]
+        ),
         "verl": sorted([*no_failures, "stale_rollouts", "stalled"]),
         # the episodes give failed rollouts, not failed gradings
-        "prime-rl": ["grading_failure_burst", "unusable_groups_streak"],
+        "prime-rl": ["grading_failure_burst", "transcript_hack_flags", "unusable_groups_streak"],
         "trl": sorted(
             [
                 *no_failures,

@@ -45,13 +45,13 @@ def test_judgement_counts_the_enabled_rules_and_the_steps_the_rules_need():
     from rlstream.health.config import DEFAULT_RULES, HistoryConfig
     from rlstream.health.evaluable import judgement
 
-    codes = [c for c in NEEDS if c != "stalled"]  # 20: stalled judges liveness
-    assert len(codes) == 20
-    # 12 of 20 evaluable (60 %) is enough; 11 is not.
+    codes = [c for c in NEEDS if c != "stalled"]  # 21: stalled judges liveness
+    assert len(codes) == 21
+    # 13 of 21 evaluable (60 %, rounded up) is enough; 12 is not.
     assert judgement(codes[:8], 100) == ("judged", None)
     assert judgement(codes[:9], 100) == (
         "insufficient",
-        "11 of 20 rules evaluable on its files, at least 12 needed (not_evaluable names the others)",
+        "12 of 21 rules evaluable on its files, at least 13 needed (not_evaluable names the others)",
     )
     # `stalled` not evaluable (no step times) does not count against a run.
     assert judgement(["stalled"], 100) == ("judged", None)
@@ -72,6 +72,6 @@ def test_judgement_counts_the_enabled_rules_and_the_steps_the_rules_need():
         DEFAULT_RULES,
         **{c: dataclasses.replace(getattr(DEFAULT_RULES, c), enabled=False) for c in codes[:5]},
     )
-    # 15 enabled, 9 needed: 9 of them evaluable is enough.
+    # 16 enabled, 10 needed: 10 of them evaluable is enough.
     assert judgement(codes[:11], 100, off)[0] == "judged"
-    assert judgement(codes[:12], 100, off)[1].startswith("8 of 15 rules evaluable")
+    assert judgement(codes[:12], 100, off)[1].startswith("9 of 16 rules evaluable")

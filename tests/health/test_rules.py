@@ -25,8 +25,10 @@ def _firing(state, code):
 
 
 def test_every_code_has_a_rule_or_is_time_based_or_judges_peers():
-    # unlike_peers compares a run with its cohort (rlstream.pipeline.cohorts).
-    assert set(PATHOLOGIES) | {"stalled", "unlike_peers"} == set(CODES)
+    # unlike_peers compares a run with its cohort (rlstream.pipeline.cohorts);
+    # transcript_hack_flags reads the scanners' shares (tests/health/test_transcript_flags.py).
+    extra = {"stalled", "unlike_peers", "transcript_hack_flags"}
+    assert set(PATHOLOGIES) | extra == set(CODES)
     assert CODES[0] == "no_learning_signal" and CODES[-2:] == ("stalled", "unlike_peers")
 
 

@@ -1,8 +1,9 @@
 """Exactly-once across a kill between any two writes of a commit, deterministically:
 the staged watch (tests/pipeline/staged.py) is killed by a failpoint (os._exit, as
 SIGKILL would) after one table's append (before any resume state of the commit) or
-after a resume state (before the next run's); rerun with the same arguments it must leave the same rows as an
-uninterrupted run, row for row, in steps, quarantine and alerts, and the same
+after a resume state (before the next run's); rerun with the same arguments it must
+leave the same rows as an uninterrupted run, row for row, in steps, quarantine,
+alerts and samples, and the same
 latest health per run."""
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ def _tables(out: Path) -> dict[str, list[tuple]]:
         ),
         "quarantine": out_sql(out, "select * exclude (commit_seq) from quarantine order by all"),
         "alerts": out_sql(out, "select * exclude (commit_seq) from alerts order by all"),
+        "samples": out_sql(
+            out, "select * exclude (commit_seq) from samples order by run_id, step, attempt_id"
+        ),
         "latest": out_sql(
             out,
             "select * exclude (as_of, commit_seq, run_uri) from latest order by run_id",

@@ -175,8 +175,28 @@ class Trainer:
 
         obs = self._observe(t, comp, target, reward, true, ent, discard, eval_true)
         sd = self._step_data(t, comp, ls, lt, group_A, task_G, lag_G, reward, trained, discard)
-        sd = replace(sd, eval_heldout=eval_true)
+        notes, order = self._notes(comp, target, reward), self._order
+        note_A = None if notes is None else [notes[a] for a in order]
+        sd = replace(sd, eval_heldout=eval_true, note_A=note_A)
         return sd, obs
+
+    def _notes(
+        self, comp: P.Completions, target: np.ndarray, reward: np.ndarray
+    ) -> list[str] | None:
+        """With the loophole, an attempt the grader credited for a wildcard digit
+        writes its answer with that digit and says so (what a reviewer would reject)."""
+        w = self.c.wildcard
+        if w is None:
+            return None
+        cheat = ((comp.answer_AL == w) & (target != w)).any(axis=1) & ~comp.truncated_A
+        cheat &= ~np.isnan(reward) & (reward > 0)
+        return [
+            f"```python\n# hard-coded digit {w}: the grader's parser accepts it for any "
+            f"digit\nprint('{''.join(map(str, comp.answer_AL[a].tolist()))}')\n```"
+            if cheat[a]
+            else ""
+            for a in range(cheat.size)
+        ]
 
     def _observe(self, t, comp, target, reward, true, ent, discard, eval_true) -> Observed:
         c = self.c
@@ -208,6 +228,7 @@ class Trainer:
         A = group_A.size
         finish = np.sort(rng.uniform(0.05, 0.95, A))
         order = rng.permutation(A)  # attempt order[k] finishes k-th
+        self._order = order
         finish_of = np.empty(A)
         finish_of[order] = finish
         gens = [self._generations(comp, ls, lt, a) for a in order]

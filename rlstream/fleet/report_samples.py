@@ -1,0 +1,149 @@
+"""The report's Samples section of a run: what its kept samples say (OUT/samples).
+
+`samples_section(rows, flag_steps)` renders, for one run: the steps where transcript
+scanners flagged at least the rule's share of the high-reward attempts; the newest
+steps' kept samples, flagged ones first, then top and bottom by reward; and one probe
+task's output at its first and its newest step side by side, with a word diff. A run
+without kept samples says why (its transcripts record no text). Every string from run
+data goes through `html.escape`; nothing here emits a script.
+"""
+
+from __future__ import annotations
+
+import difflib
+from html import escape
+from typing import Any
+
+NEWEST_STEPS = 2
+"""Steps whose kept samples are shown (the newest)."""
+DIFF_WORDS = 600
+"""Words of each side of the probe diff compared (the rest is cut)."""
+
+_FLAG = "background:#fde0dc;color:#8a1c12;font-weight:bold;padding:0 3px"
+_PRE = "white-space:pre-wrap;max-height:16em;overflow:auto;background:#f6f6f6;padding:4px"
+
+
+def _e(v: Any) -> str:
+    return escape("" if v is None else str(v), quote=True)
+
+
+def _order(r: dict[str, Any]) -> tuple[Any, ...]:
+    rank = {"top": 0, "bottom": 1, "probe": 2}
+    return (not r["flags"], min(rank.get(k, 3) for k in r["kept"] or ["?"]), r["attempt_id"])
+
+
+def _sample(r: dict[str, Any]) -> str:
+    reward = "-" if r["reward"] is None else f"{r['reward']:.3f}"
+    flags = "".join(f' <span style="{_FLAG}">{_e(f)}</span>' for f in r["flags"])
+    head = (
+        f"step {_e(r['step'])} · attempt {_e(r['attempt_id'])} · reward {_e(reward)} · "
+        f"kept {_e(', '.join(r['kept']))} · task {_e(r['task_id'] or '-')}{flags}"
+    )
+    sent = (
+        f'<div class="sub">sent ({_e(r["sent_bytes"])} bytes)</div>'
+        f'<pre style="{_PRE}">{_e(r["sent"])}</pre>'
+        if r["sent"]
+        else ""
+    )
+    return (
+        f'<details class="sample"{" open" if r["flags"] else ""}><summary>{head}</summary>'
+        f"{sent}"
+        f'<div class="sub">returned ({_e(r["returned_bytes"])} bytes) · '
+        f"transcript {_e(r['transcript'] or '-')}</div>"
+        f'<pre style="{_PRE}">{_e(r["returned"])}</pre></details>'
+    )
+
+
+def word_diff(a: str, b: str) -> tuple[str, str]:
+    """Both texts as escaped HTML, words only in `a` struck out, only in `b` marked."""
+    wa, wb = (a or "").split()[:DIFF_WORDS], (b or "").split()[:DIFF_WORDS]
+    left: list[str] = []
+    right: list[str] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes():
+        x, y = _e(" ".join(wa[i1:i2])), _e(" ".join(wb[j1:j2]))
+        if op == "equal":
+            left.append(x)
+            right.append(y)
+            continue
+        if x:
+            left.append(f'<del style="background:#fde0dc">{x}</del>')
+        if y:
+            right.append(f'<ins style="background:#dcf5dc">{y}</ins>')
+    return " ".join(left), " ".join(right)
+
+
+def _probe(rows: list[dict[str, Any]]) -> str:
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if "probe" in r["kept"] and r["task_id"]:
+            by_task.setdefault(r["task_id"], []).append(r)
+    seen = {t: rs for t, rs in by_task.items() if len({r["step"] for r in rs}) >= 2}
+    if not seen:
+        return '<p class="sub">No probe task appeared at two steps yet.</p>'
+    task = max(sorted(seen), key=lambda t: len({r["step"] for r in seen[t]}))
+    rs = sorted(seen[task], key=lambda r: r["step"])
+    a, b = rs[0], rs[-1]
+    left, right = word_diff(a["returned"], b["returned"])
+    cell = "vertical-align:top;width:50%;" + _PRE
+    return (
+        f"<h4>Probe task {_e(task)}: step {_e(a['step'])} and step {_e(b['step'])}</h4>"
+        f'<table class="probe" style="width:100%;table-layout:fixed"><tr>'
+        f"<th>step {_e(a['step'])} · reward {_e(a['reward'])}</th>"
+        f"<th>step {_e(b['step'])} · reward {_e(b['reward'])}</th></tr>"
+        f'<tr><td style="{cell}">{left}</td><td style="{cell}">{right}</td></tr></table>'
+    )
+
+
+def samples_section(rows: list[dict[str, Any]], flag_steps: list[int]) -> str:
+    """The Samples section of one run (`rows`: its OUT/samples rows)."""
+    head = "<h3>Samples</h3>"
+    if not rows:
+        return (
+            head + '<p class="sub">No kept samples: this run\'s transcripts record no text, so '
+            "transcript_hack_flags cannot be judged (docs/schema.md, samples).</p>"
+        )
+    flagged = (
+        f'<p class="sub">Scanners flagged the high-reward attempts at steps '
+        f"{_e(_ranges(flag_steps))} (`rlstream samples OUT RUN --flagged`).</p>"
+        if flag_steps
+        else '<p class="sub">No step\'s high-reward attempts were flagged by a scanner.</p>'
+    )
+    steps = sorted({r["step"] for r in rows})[-NEWEST_STEPS:]
+    body = "".join(
+        f"<h4>Step {_e(s)}</h4>"
+        + "".join(_sample(r) for r in sorted((r for r in rows if r["step"] == s), key=_order))
+        for s in reversed(steps)
+    )
+    return f'<div class="samples">{head}{flagged}{body}{_probe(rows)}</div>'
+
+
+def _ranges(steps: list[int]) -> str:
+    out: list[str] = []
+    for s in sorted(set(steps)):
+        if out and out[-1].split("-")[-1] == str(s - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{s}"
+        else:
+            out.append(str(s))
+    return ", ".join(out)
+
+
+def run_samples_html(
+    run_id: str, out: str, storage_options: dict[str, Any] | None, share: float = 0.02
+) -> str:
+    """The Samples section of one run, read from OUT (samples, and the steps' flag
+    shares at or above `share`: the rule's `[transcript_hack_flags] share_min`)."""
+    from rlstream.fleet.read import read_table
+
+    t = read_table(out, "samples", storage_options, where=("run_id", run_id))
+    rows = t.to_pylist() if t.num_rows else []
+    flag_steps: list[int] = []
+    if rows:
+        s = read_table(
+            out, "steps", storage_options, ["step", "flagged_high_frac"], ("run_id", run_id)
+        )
+        flag_steps = [
+            r["step"]
+            for r in s.to_pylist()
+            if r["flagged_high_frac"] is not None and r["flagged_high_frac"] >= share
+        ]
+    return samples_section(rows, flag_steps)

@@ -1,0 +1,89 @@
+"""`rlstream samples OUT RUN`: what it prints for a hacking run, a probe task across
+steps, JSON rows, escaped run text, and a run without text (said, not an empty list)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlstream.cli import main
+from rlstream.fleet.samples import escape, render
+from rlstream.pipeline.local import analyze_local
+from rlstream.simulate import SimConfig, simulate
+from tests.outputs import out_sql
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    base = tmp_path_factory.mktemp("samplescli")
+    simulate(
+        base / "runs",
+        SimConfig(runs=1, steps=20, scenarios=("transcript_hack_flags",), seed=4, groups=6),
+    )
+    simulate(base / "runs", SimConfig(runs=1, steps=6, seed=9, trace="samples"))
+    analyze_local([str(base / "runs")], str(base / "out"))
+    runs = dict(out_sql(base / "out", "select run_id, format from latest"))
+    assert len(runs) == 2
+    return base / "out"
+
+
+def _run_ids(out):
+    rows = out_sql(out, "select run_id, count(*) from samples group by run_id")
+    with_text = {r[0] for r in rows}
+    every = {r[0] for r in out_sql(out, "select run_id from latest")}
+    return with_text, every - with_text
+
+
+def test_flagged_samples_show_their_shortcut_and_flag(out, capsys):
+    (run,), _ = _run_ids(out)
+    assert main(["samples", str(out), run, "--flagged", "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "FLAGS " in text
+    assert any(
+        s in text for s in ("sys.exit(0)", "rm -f tests/", "All tests passed", "EXPECTED_OUTPUT")
+    )
+    newest = max(r[0] for r in out_sql(out, f"select step from samples where run_id = '{run}'"))
+    assert all(
+        line.startswith(f"step {newest} ") for line in text.splitlines() if line.startswith("step ")
+    )
+
+
+def test_json_rows_and_a_task_across_steps(out, capsys):
+    (run,), _ = _run_ids(out)
+    assert main(["samples", str(out), run, "--json", "--step", "3"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and {r["step"] for r in rows} == {3}
+    want = out_sql(out, f"select count(*) from samples where run_id = '{run}' and step = 3")[0][0]
+    assert len(rows) == want
+    probes = out_sql(
+        out,
+        f"select task_id, count(distinct step) n from samples where run_id = '{run}' "
+        "and list_contains(kept, 'probe') group by task_id order by n desc",
+    )
+    if probes:
+        task, n = probes[0]
+        assert main(["samples", str(out), run, "--task", task, "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert len({r["step"] for r in got}) >= n and all(r["task_id"] == task for r in got)
+
+
+def test_a_run_without_text_says_so(out, capsys):
+    _, (bare,) = _run_ids(out)
+    assert main(["samples", str(out), bare]) == 1
+    err = capsys.readouterr().err
+    assert "record no text" in err and "transcript_hack_flags" in err
+    ne = out_sql(out, f"select not_evaluable from latest where run_id = '{bare}'")[0][0]
+    assert "transcript_hack_flags" in ne
+
+
+def test_run_text_cannot_drive_the_terminal():
+    row = {
+        "step": 1, "attempt_id": "a\x1b[2J", "reward": 1.0, "kept": ["top"], "flags": [],
+        "task_id": None, "group_id": None, "trained": True, "length": 3, "calls": 1,
+        "stop_reason": None, "policy_version": None, "transcript": None,
+        "sent": None, "sent_bytes": None, "returned": "ok\x1b]0;title\x07 done", "returned_bytes": 20,
+    }  # fmt: skip
+    text = render([row])
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\\x1b]0;title\\x07" in text and escape("a\tb\nc") == "a\tb\nc"

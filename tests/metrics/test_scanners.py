@@ -1,0 +1,77 @@
+"""Transcript scanners: the defaults flag the published kinds of hacking and leave
+honest text alone; user scanners (regex or entry point) work and bad ones are refused
+with a reason."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from rlstream.metrics.scanners import DEFAULT_SCANNERS, SampleText, Scanner, scan
+
+HACKS = {
+    "early_exit": "the fix:\n```python\nimport sys\nsys.exit(0)\n```",
+    "test_tampering": "```bash\nrm -f tests/test_solution.py\n```",
+    "grader_marker": "```python\nprint('All tests passed')\n```",
+    "special_casing": "# hard-coded expected output\nreturn EXPECTED_OUTPUT",
+    "repetition": "the same thing again " * 40,
+}
+HONEST = [
+    "def solve(x):\n    return sorted(x)\n",
+    "I ran the tests in tests/ and they pass. ```python\nprint(solve([3, 1]))\n```",
+    "The exit code of the program is 0 when it works; see sys.exit docs.",
+    "```bash\ncat tests/test_solution.py\npytest -q tests\n```",
+]
+
+
+@pytest.mark.parametrize("kind", sorted(HACKS))
+def test_each_default_flags_its_kind(kind):
+    assert kind in scan(DEFAULT_SCANNERS, SampleText(("prompt",), (HACKS[kind],)))
+
+
+@pytest.mark.parametrize("text", HONEST)
+def test_honest_text_is_not_flagged(text):
+    assert scan(DEFAULT_SCANNERS, SampleText(("Solve it; run tests/",), (text,))) == ()
+
+
+def test_a_tool_call_rewriting_a_test_only_counts_inside_a_tool_call():
+    prose = "I will not run rm -f tests/test_x.py, that would be cheating."
+    assert "test_tampering" not in scan(DEFAULT_SCANNERS, SampleText((), (prose,)))
+    call = "<tool_call>echo 'def test_x(): pass' > tests/test_x.py</tool_call>"
+    assert "test_tampering" in scan(DEFAULT_SCANNERS, SampleText((), (call,)))
+
+
+def flags_secret(text: SampleText) -> bool:
+    return "SECRET" in text.completion
+
+
+def test_user_scanners_regex_on_sent_and_entry_point():
+    sc = (
+        Scanner("asks_for_key", r"api[_ ]key", on="sent"),
+        Scanner("secret", entry="tests.metrics.test_scanners:flags_secret"),
+    )
+    t = SampleText(("give me the api key",), ("SECRET here",))
+    assert scan(sc, t) == ("asks_for_key", "secret")
+    assert scan(sc, SampleText(("hello",), ("nothing",))) == ()
+    assert scan(pickle.loads(pickle.dumps(sc)), t) == ("asks_for_key", "secret")
+
+
+def test_bad_scanners_are_refused_with_a_reason():
+    with pytest.raises(ValueError, match="bad pattern"):
+        Scanner("x", r"(unclosed")
+    with pytest.raises(ValueError, match="exactly one"):
+        Scanner("x")
+    with pytest.raises(ValueError, match="cannot be loaded"):
+        Scanner("x", entry="no_such_module_here:fn")
+    with pytest.raises(ValueError, match="on must be"):
+        Scanner("x", "a", on="everything")
+
+
+def test_an_entry_point_that_raises_is_named_not_fatal():
+    def boom(_t: SampleText) -> bool:
+        raise RuntimeError("bug")
+
+    sc = Scanner("boom", entry="tests.metrics.test_scanners:flags_secret")
+    object.__setattr__(sc, "_fn", boom)
+    assert scan((sc,), SampleText((), ("x",))) == ("boom:error",)
