@@ -74,6 +74,7 @@ from rlstream.health import (
 from rlstream.health.evaluable import config_figures, not_evaluable, row_figures
 from rlstream.health.state import FIRING
 from rlstream.simulate.learn.observe import EXPECTED
+from rlstream.simulate.trainers import FORMATS
 
 LEARN_PATHOLOGIES = tuple(EXPECTED)
 
@@ -188,11 +189,13 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
             convert_tree(Path(src), Path(tmp) / batch.fmt, batch.fmt)
             src = os.path.join(tmp, batch.fmt)
         states = analyze_local([src], os.path.join(tmp, "out"), health=hook)
+    from rlstream.simulate.trainers import STEPS_FROM_ONE, reader_run_id
+
     by_id = {s.run_id: s for s in states}
-    shift = 1 if batch.fmt in ("verl", "trl") else 0  # these trainers count from 1
+    shift = 1 if batch.fmt in STEPS_FROM_ONE else 0  # these trainers count from 1
     out = []
     for lab in labels:
-        rid = lab.run_id if batch.fmt == "loops" else lab.run
+        rid = lab.run_id if batch.fmt == "loops" else reader_run_id(batch.fmt, lab.run)
         st = by_id[rid]
         rs = sorted(rows[rid], key=lambda r: r["step"])
         scenario = lab.scenario
@@ -395,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--format",
         default="loops",
-        choices=("loops", "tinker", "verl", "prime-rl", "trl", "tensorboard"),
+        choices=FORMATS,
         help="write the simulated runs as this trainer does before analysing them",
     )
     p.add_argument(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,20 +25,49 @@ from typing import Any
 import numpy as np
 
 from rlstream.simulate.trainer_files import WRITERS as FILE_WRITERS
-from rlstream.simulate.trainer_trackers import tensorboard
+from rlstream.simulate.trainer_trackers import (
+    mlflow,
+    run_uuid,
+    swanlab,
+    tensorboard,
+    trackio,
+    wandb,
+)
 
-WRITERS = {**FILE_WRITERS, "tensorboard": tensorboard}
-"""Trainers' own files, and verl logging to TensorBoard (`trainer_trackers`)."""
+TRACKERS = {
+    "tensorboard": tensorboard,
+    "wandb": wandb,
+    "swanlab": swanlab,
+    "trackio": trackio,
+    "mlflow": mlflow,
+}
+"""verl to TensorBoard and W&B, AReaL to SwanLab, TRL to Trackio and MLflow."""
+WRITERS = {**FILE_WRITERS, **TRACKERS}
+"""Trainers' own files, and trainers logging through a tracker (`trainer_trackers`)."""
 FORMATS = ("loops", *WRITERS)
+STEPS_FROM_ONE = frozenset({"verl", "trl", "tensorboard", "wandb", "trackio", "mlflow"})
+"""Formats whose trainer counts steps from 1 (verl's global_steps, transformers')."""
+
+
+def reader_run_id(fmt: str, name: str) -> str:
+    """The run id the reader gives the simulated run written from folder `name`."""
+    if fmt == "trackio":
+        return f"huggingface/{name}"
+    if fmt == "mlflow":
+        return run_uuid(name)
+    return name
 
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One write of a trainer: `data` appended to `path`, or replacing it whole."""
+    """One write of a trainer: `data` appended to `path`, or replacing it whole; with
+    `sql`, statements `(sql, params)` run in one transaction on the SQLite database
+    `path` (a tracker's store)."""
 
     path: str
     data: bytes
     append: bool = False
+    sql: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
 
 @dataclass
@@ -152,7 +182,15 @@ def apply(folder: Path, batch: list[Write]) -> None:
     for w in batch:
         path = folder / w.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        if w.append:
+        if w.sql:
+            conn = sqlite3.connect(path)
+            try:
+                for stmt, params in w.sql:
+                    conn.execute(stmt, params)
+                conn.commit()
+            finally:
+                conn.close()
+        elif w.append:
             with open(path, "ab") as f:
                 f.write(w.data)
         else:
@@ -173,11 +211,11 @@ def convert_tree(src: Path, dst: Path, fmt: str) -> None:
             shutil.rmtree(out)
         for batch in writes(run, fmt):
             apply(out, batch)
-        ids[run.run_id] = folder.name  # the readers name a run by its folder
+        ids[run.run_id] = reader_run_id(fmt, folder.name)
     labels["format"] = fmt
     for r in labels.get("runs", []):
         r["run_id"] = ids.get(r["run_id"], r["run_id"])
-        if fmt in ("verl", "trl", "tensorboard") and r.get("onset_step") is not None:
+        if fmt in STEPS_FROM_ONE and r.get("onset_step") is not None:
             r["onset_step"] += 1  # these trainers count steps from 1
     dst.mkdir(parents=True, exist_ok=True)
     (dst / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")

@@ -1,4 +1,4 @@
-"""Live watch equals batch for every format.
+"""Live watch equals batch for every format, the simulated tracker logs included.
 
 The trainer's writes are replayed one at a time, appended lines in two halves (a
 poll sees the half line), with a poll of the in-process pipeline after each piece and
@@ -35,7 +35,7 @@ def _pieces(batch: list[Write]) -> list[Write]:
     return out
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", (*FORMATS, "tensorboard", "wandb", "swanlab", "trackio", "mlflow"))
 def test_live_equals_batch(tmp_path, sim, fmt):
     run = tmp_path / "live" / "r1"
     run.mkdir(parents=True)

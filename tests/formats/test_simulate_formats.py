@@ -36,3 +36,24 @@ def test_simulate_refuses_a_non_empty_root(tmp_path, capsys):
     (tmp_path / "r" / "x").write_text("")
     assert main([str(tmp_path / "r"), "--format", "trl"]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("fmt", "trainer"),
+    [("wandb", "verl"), ("swanlab", "areal"), ("trackio", "trl"), ("mlflow", "trl")],
+)
+def test_simulate_writes_the_tracker_format(tmp_path, fmt, trainer):
+    from rlstream.pipeline.local import analyze_local
+    from rlstream.simulate.trainers import reader_run_id
+
+    root = tmp_path / "runs"
+    assert main([str(root), "--format", fmt, "--scenario", "healthy", "--scenario", "stalled",
+                 "--steps", "4", "--groups", "2", "--group-size", "2", "--tokens", "6"]) == 0  # fmt: skip
+    labels = json.loads((root / "labels.json").read_text())
+    assert labels["format"] == fmt
+    want = [reader_run_id(fmt, n) for n in ("run-000-healthy", "run-001-stalled")]
+    assert [r["run_id"] for r in labels["runs"]] == want
+    states = analyze_local([str(root)], str(tmp_path / "out"))
+    assert sorted((s.run_id, s.format, s.trainer) for s in states) == [
+        (rid, fmt, trainer) for rid in sorted(want)
+    ]
