@@ -69,6 +69,7 @@ FIELDS: tuple[str, ...] = (
     "health_sig",
     "peer_window",
     "peer_judged",
+    "probe_panel",
 )
 """The fields a resume state holds, in the order written (docs/runtime.md)."""
 
