@@ -30,6 +30,7 @@ from urllib.parse import quote
 from rlstream.fleet.advice import advice
 from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.report import run_name
+from rlstream.fleet.run_lines import judged_line, not_evaluable_line, replaced_note
 from rlstream.fleet.status import (
     STATUS_LABEL,
     STATUS_ORDER,
@@ -293,8 +294,9 @@ def run_main(
         f'<div class="sub">id {_e(row["run_id"])} · {_e(row.get("run_uri"))} · '
         f"{_e(row.get('format'))} format · cohort {_e(row.get('cohort') or '-')} · "
         f'last step <span id="last-step">{_e(row.get("last_step"))}</span> · '
-        f'<span class="quarantine">{_quarantine(quarantine)}</span></div>'
-        + (f'<div class="sub">not evaluable on this run: {_e(", ".join(ne))}</div>' if ne else "")
+        f'<span class="quarantine">{_quarantine(quarantine)}</span>{replaced_note(row)}</div>'
+        + judged_line(row)
+        + (not_evaluable_line(row) if ne else "")
         + f'<div class="charts">{"".join(f"<div class=fig>{line_chart(c)}</div>" for c in charts)}</div>'
         + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + "<h3>Findings</h3>"

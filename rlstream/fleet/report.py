@@ -40,6 +40,7 @@ from rlstream.fleet.read import (
     read_latest,
 )
 from rlstream.fleet.report_samples import run_samples_html
+from rlstream.fleet.run_lines import judged_line, not_evaluable_line, replaced_note, reward_text
 from rlstream.fleet.status import (
     STATUS_ORDER,
     count_parts,
@@ -155,7 +156,7 @@ def overview_table(rows: list[dict[str, Any]]) -> str:
             f'<td data-v="{STATUS_ORDER.get(r.get("status") or "", 9)}">{_badge(r.get("status"), r.get("verdict"))}</td>'
             + _numcell(r.get("last_step"), fmt_num(r.get("last_step"), "d"))
             + _numcell(r.get("seconds_since_update"), fmt_age(r.get("seconds_since_update")))
-            + _numcell(r.get("reward_mean"), _reward_text(r))
+            + _numcell(r.get("reward_mean"), reward_text(r))
             + _numcell(trend, trend_arrow(trend) or "-")
             + _numcell(kl, fmt_num(kl, ".2e"))
             + _numcell(ess, fmt_num(ess, ".3f"))
@@ -273,10 +274,10 @@ def run_section(
         f"cohort {_e(row.get('cohort') or '-')} · "
         f"last step {_e(row.get('last_step'))} · "
         f"{plural(digest.rows, 'final step')} · {plural(len(findings), 'finding')}"
-        + _replaced(row)
+        + replaced_note(row)
         + "</div>"
-        + _judged(row)
-        + _not_evaluable(row)
+        + judged_line(row)
+        + not_evaluable_line(row)
         + (f"<ul>{extra}</ul>" if extra else "")
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
         + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
@@ -284,37 +285,6 @@ def run_section(
         + run_samples_html(row["run_id"], out, storage_options)
         + _metadata(digest)
         + "</section>"
-    )
-
-
-def _replaced(row: dict[str, Any]) -> str:
-    """Steps the trainer logged again (a restart from a checkpoint): the newest kept."""
-    n = row.get("replaced_steps") or 0
-    return f" · {plural(n, 'step')} logged again, the newest record kept" if n else ""
-
-
-def _reward_text(r: dict[str, Any]) -> str:
-    """The reward cell, marked when it is the trainer's reported figure."""
-    text = fmt_num(r.get("reward_mean"), ".3f")
-    return f"{text} (reported)" if "reward_mean" in r.get("reported_figures", ()) else text
-
-
-def _judged(row: dict[str, Any]) -> str:
-    """The run's line saying what its judgement lacks, if anything."""
-    if not row.get("missing"):
-        return ""
-    word = "not judged" if row.get("status") == "insufficient" else "partly judged"
-    return f'<div class="sub judged">{word}: {_e(row["missing"])}</div>'
-
-
-def _not_evaluable(row: dict[str, Any]) -> str:
-    """The run's line naming the rules its files cannot evaluate (docs/formats.md)."""
-    codes = row.get("not_evaluable") or []
-    if not codes:
-        return '<div class="sub ne">every health rule can be evaluated on this run</div>'
-    return (
-        f'<div class="sub ne">not evaluable on this run ({_e(row.get("format") or "loops")} '
-        f"files lack their figures): {_e(', '.join(codes))}</div>"
     )
 
 

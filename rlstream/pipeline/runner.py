@@ -4,10 +4,8 @@ One poll: for every run, check run.json, stat its files, list new transcripts, a
 what is new into work units; an executor runs the units (here, or on Ray worker
 actors) and each result is folded into its run's state. Then rows past the watermark
 are finalized. `commit` hands every changed run to the commit protocol
-(rlstream.pipeline.commit): one Delta append per table, then the resume states.
-
-On an object store the runs of a poll are planned concurrently and each run's three
-stats go out together, so a poll costs a few round trips, not a few per run.
+(rlstream.pipeline.commit): one Delta append per table, then the resume states. On an
+object store the runs of a poll are planned concurrently, each run's stats together.
 
 The stat of each JSONL file is taken before the transcript listing, and a worker
 reads exactly up to that size: so every transcript written before a step's line was

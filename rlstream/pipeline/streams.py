@@ -2,17 +2,14 @@
 
 A format declares what to follow (`rlstream.formats.base`: `Tail`, `StepFiles`,
 `Snapshot`); this module turns that into work units with stats and listings only, and
-runs the two unit kinds that are not JSONL tails:
+runs per-step files (snapshots are run by `pipeline.snapshot_unit`):
 
 - `FilesUnit`: whole per-step files. A JSONL file without its final newline is still
   being written: it is left for a later poll (at the end of a batch pass it is read as
   it is). A step folder with a `marker` (a name in it, or a path below it) is complete
   once the marker exists; one without is complete once a matching file was read, or
   given up once its step is final (a file appearing later would be late).
-- `SnapshotUnit`: a file rewritten whole. Every version holds the whole history, so
-  only entries for steps above the highest step already read are new; a version whose
-  last step is below that (a resumed run's shorter file) gets a quarantine row
-  `file_rewritten_shorter`, and the steps it repeats are not counted again.
+- `SnapshotUnit`: a file rewritten whole, planned here from its candidates' stats.
 
 Records for a step at or below `final_through` are late: quarantined, never folded.
 """
@@ -28,8 +25,8 @@ from typing import Any
 from rlstream.errors import UnsafeFile
 from rlstream.formats import get_format
 from rlstream.formats.base import PEEK_BYTES, RunInfo, Snapshot, StepFiles, Stream, Tail, step_names
-from rlstream.formats.quarantine import QuarantineRow, excerpt
-from rlstream.formats.records import BadLine, BadRecord, StepRecord, Transcript, quarantine
+from rlstream.formats.quarantine import QuarantineRow
+from rlstream.formats.records import BadLine, BadRecord, Transcript, quarantine
 from rlstream.io.storage import FileStat, Storage
 from rlstream.io.tail import FileCursor
 from rlstream.metrics import RolloutAgg, StepAgg
@@ -337,67 +334,4 @@ def run_files(unit: FilesUnit, storage: Storage) -> UnitResult:
     res.done = tuple(
         d for d in unit.done if d not in skipped and not any(d.startswith(x) for x in dirs_left)
     )
-    return res
-
-
-def run_snapshot(unit: SnapshotUnit, storage: Storage) -> UnitResult:
-    fmt = get_format(unit.fmt)
-    res = UnitResult(unit.run_id, unit.key.removesuffix(READ_KEY), cursor_key=unit.key)
-    best: tuple[int, int, str, list[Any]] | None = None
-    seen = []
-    for path, stat in unit.candidates:
-        try:
-            data = storage.read(Storage.join(unit.run_url, path))
-        except (FileNotFoundError, UnsafeFile):  # a candidate rlstream does not open
-            continue
-        seen.append(
-            (path, FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime, inode=stat.inode))
-        )
-        res.bytes += len(data)
-        try:
-            recs = fmt.parse_snapshot(data)
-        except BadRecord as e:
-            res.quarantine.append(quarantine(unit.run_id, path, None, str(e), data))
-            continue
-        steps = [r for r in recs if isinstance(r, StepRecord)]
-        last = max((r.step for r in steps), default=-1)
-        n = 1 + max(
-            [r.offset for r in steps if r.offset is not None]
-            + [r.index for r in recs if isinstance(r, BadLine) and r.index is not None],
-            default=-1,
-        )
-        if best is None or (last, n) > best[:2]:
-            best = (last, n, path, recs)
-    res.seen_files = tuple(seen)
-    cur = unit.cursor
-    res.cursor = cur
-    if best is None:
-        return res
-    last, n, path, recs = best
-    if last < cur.max_step:
-        res.quarantine.append(
-            QuarantineRow(
-                unit.run_id,
-                path,
-                0,
-                "file_rewritten_shorter",
-                excerpt(f"last step {last} below {cur.max_step} already read"),
-            )
-        )
-    for rec in recs:
-        if isinstance(rec, BadLine):
-            if rec.index is None or rec.index >= cur.offset:  # each bad entry once
-                res.quarantine.append(quarantine(unit.run_id, path, None, rec.reason, rec.data))
-            continue
-        if rec.step <= cur.max_step:
-            continue  # already read from an earlier version of the file
-        res.records += 1
-        if rec.step <= unit.final_through:
-            res.late += 1
-            res.quarantine.append(QuarantineRow(unit.run_id, path, None, "late", "", rec.step))
-            continue
-        res.steps.append(rec)
-    # Entries are counted monotonically, so a bad entry a resumed run logs again at
-    # the same place is not quarantined twice.
-    res.cursor = replace(cur, offset=max(cur.offset, n), max_step=max(cur.max_step, last))
     return res

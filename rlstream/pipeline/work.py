@@ -167,7 +167,8 @@ def execute(unit: Unit, storage: Storage) -> UnitResult:
 
         return run_records(unit, storage)  # type: ignore[arg-type]
     if isinstance(unit, (FilesUnit, SnapshotUnit)):
-        from rlstream.pipeline.streams import run_files, run_snapshot
+        from rlstream.pipeline.snapshot_unit import run_snapshot
+        from rlstream.pipeline.streams import run_files
 
         return (
             run_files(unit, storage) if isinstance(unit, FilesUnit) else run_snapshot(unit, storage)
