@@ -153,7 +153,7 @@ PAIRS = (
 )
 """Tokens/s ratios reported when both contenders ran."""
 LABELS = {
-    "rlstream": "rlstream analyze (private Ray started and stopped)",
+    "rlstream": "rlstream analyze (where it chooses: one process or a private Ray)",
     "before": "rlstream analyze of --baseline (the code before a change), same command",
     "joined": "rlstream analyze --ray-address (a standing Ray)",
     "duckdb": "DuckDB",
