@@ -34,7 +34,7 @@ def test_the_rule_weighs_the_planned_work_against_the_ray_and_the_cores():
     assert not one.ray and "1 core" in one.why
     small = choose(6000, 1, cores=2)
     assert small.summary() == (
-        "ran in this process (6,000 transcripts planned, about 0.6 CPU s of work: "
+        "ran in this process (6,000 transcripts planned, about 0.8 CPU s of work: "
         f"on 2 cores a private Ray pays only above {threshold:.0f} s)"
     )
 
