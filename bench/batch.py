@@ -34,6 +34,7 @@ from pathlib import Path
 
 from bench.common import Timed, dir_bytes, median, ray_env, rlstream_cmd, run_measured
 from bench.contenders import compare
+from bench.kernel import figures as kernel_figures
 from bench.standing import StandingRay
 
 
@@ -152,7 +153,7 @@ PAIRS = (
 )
 """Tokens/s ratios reported when both contenders ran."""
 LABELS = {
-    "rlstream": "rlstream analyze (private Ray started and stopped)",
+    "rlstream": "rlstream analyze (where it chooses: one process or a private Ray)",
     "before": "rlstream analyze of --baseline (the code before a change), same command",
     "joined": "rlstream analyze --ray-address (a standing Ray)",
     "duckdb": "DuckDB",
@@ -397,6 +398,8 @@ def main(
     if "compare" in parts:
         print("batch: contenders (timed rounds, order rotated; then agreement)", flush=True)
         result["compare"] = batch_compare(root, work, st, reps, baseline, contenders)
+        env = {**ray_env(), "PYTHONPATH": _pythonpath()}
+        result["kernel"] = kernel_figures(root, st["tokens"], env, baseline)
     if "scaling" in parts:
         print("batch: worker-stage scaling, 1 vs 2 workers", flush=True)
         result["scaling"] = worker_scaling(root, work, st["tokens"], max(1, reps))

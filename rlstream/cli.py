@@ -53,6 +53,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from rlstream.errors import NoDataError
     from rlstream.pipeline.outcome import Outcome
 
+    if args.in_process and args.ray:
+        raise ConfigError("--in-process and --ray contradict each other: give one")
     cfg = pipeline_config(args)
     check_inputs(args, cfg)
     hooks = rules_hooks(args)
@@ -70,6 +72,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             maintenance=maintenance_config(args),
             **hooks(),
         )
+        outcome.where = "ran in this process (asked for: --in-process)"
         if not outcome.runs and not outcome.rejected:
             raise NoDataError(
                 f"no runs under {', '.join(args.roots)} (a run is a folder holding "
@@ -249,14 +252,21 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--in-process",
         action="store_true",
-        help="run in this process, one core, without Ray (small archives, debugging)",
+        help="run in this process, one core, without Ray, whatever the plan's size",
+    )
+    a.add_argument(
+        "--ray",
+        action="store_true",
+        help="start a private Ray at once, whatever the plan's size (default: a private "
+        "Ray only when the plan is large enough for the cores to pay for it; docs/runtime.md)",
     )
     a.add_argument(
         "--start-ray-after",
         type=float,
         metavar="SEC",
-        help="seconds the command works alone before it starts its private Ray, unless "
-        "the archive is clearly larger (default 1; 0: at once); done sooner, it starts none",
+        help="start a private Ray after working alone this long, unless the archive is "
+        "clearly larger (0: at once, as --ray); done sooner, it starts none (default: the "
+        "plan chooses)",
     )
     a.set_defaults(func=cmd_analyze)
 

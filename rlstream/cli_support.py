@@ -264,6 +264,8 @@ def runtime_config(args: argparse.Namespace):
     after = getattr(args, "start_ray_after", None)
     if after is not None and after < 0:
         raise ConfigError(f"--start-ray-after must be >= 0 seconds (got {after:g})")
+    if after is None and getattr(args, "ray", False):
+        after = 0.0  # --ray: a private Ray at once, whatever the plan
     ray = RayConfig(address=args.ray_address)
     check_reachable(ray)
     return RuntimeConfig(

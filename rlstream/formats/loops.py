@@ -288,9 +288,9 @@ def _simd_fields(doc: Any, name: str) -> Transcript | None:
             return None
         if n:
             tokens.append(np.frombuffer(toks.as_buffer(of_type="i"), np.int64))
-            ls.append(_simd_floats(s, n, f"generations[{len(lens) - 1}].sampler_logprobs"))
+            ls.append(_simd_floats(s, n, len(lens) - 1, "sampler_logprobs"))
             lt.append(
-                _simd_floats(t, n, f"generations[{len(lens) - 1}].trainer_logprobs")
+                _simd_floats(t, n, len(lens) - 1, "trainer_logprobs")
                 if t is not None
                 else np.full(n, np.nan)
             )
@@ -304,13 +304,14 @@ def _simd_fields(doc: Any, name: str) -> Transcript | None:
     )
 
 
-def _simd_floats(arr: Any, n: int, name: str) -> np.ndarray:
+def _simd_floats(arr: Any, n: int, i: int, key: str) -> np.ndarray:
     """A float array straight from simdjson's buffer; one holding nulls (tokens the
-    model did not sample) goes through a list and `_float_array`, like orjson's."""
+    model did not sample) goes through a list and `_float_array`, like orjson's (its
+    name, generation `i`'s `key`, is made only then)."""
     try:
         return np.frombuffer(arr.as_buffer(of_type="d"), np.float64)
     except TypeError:
-        return _float_array(arr.as_list(), n, name)
+        return _float_array(arr.as_list(), n, f"generations[{i}].{key}")
 
 
 def _simd_parser() -> Any:

@@ -33,6 +33,8 @@ class Outcome:
     """Run folder URL -> why it could not be read."""
     quarantined: int = 0
     """Records rejected inside runs that were read (bad lines, missing files)."""
+    where: str = ""
+    """Where the work ran and why (`runtime.placement`): the report's last line."""
 
     def add_tally(self, tally: dict[str, Any]) -> None:
         """Merge one `RunGroup.tally()` (tailers own disjoint runs: a plain sum)."""
@@ -81,6 +83,8 @@ def lines(outcome: Outcome, out: str, verb: str) -> list[str]:
         )
     if o.quarantined and not o.rejected:
         out_lines.append(f"  quarantined records: {out}/quarantine/ (file, offset, reason)")
+    if o.where:
+        out_lines.append(o.where)
     return out_lines
 
 

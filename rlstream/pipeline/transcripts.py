@@ -65,7 +65,7 @@ class _StepArrays:
 
     ls: list[np.ndarray] = field(default_factory=list)
     lt: list[np.ndarray] = field(default_factory=list)
-    ent: list[np.ndarray] = field(default_factory=list)
+    ent: list[np.ndarray | None] = field(default_factory=list)
     has_ent: bool = False
     tokens: list[np.ndarray] = field(default_factory=list)
     topk: list[np.ndarray] = field(default_factory=list)
@@ -157,9 +157,9 @@ class TranscriptParser:
                 acc.has_ent = True
                 acc.ent.extend(t.ent)
             else:
-                acc.ent.extend(np.full(x.size, np.nan) for x in t.ls)
+                acc.ent.extend([None] * len(t.ls))  # NaN, made only if a step has some
             acc.tokens.extend(t.tokens)
-            acc.tok_lens.extend(len(x) for x in t.tokens)
+            acc.tok_lens.extend(map(len, t.tokens))
             acc.trains.extend([t.trains] * len(t.ls))
             acc.tasks.extend([t.task_id] * len(t.ls))
             if t.topk is not None:
@@ -179,7 +179,7 @@ class TranscriptParser:
                 np.cumsum(a.tok_lens, out=offsets[1:])
                 ls, lt, toks = _cat(a.ls), _cat(a.lt), _cat(a.tokens)
                 trains = np.asarray(a.trains, dtype=bool)
-                ent = np.concatenate(a.ent) if a.has_ent else None
+                ent = _entropies(a.ent, a.ls) if a.has_ent else None
                 agg.tokens = TokenAgg.from_arrays(ls, lt, offsets, trains, ent)
                 agg.completions = CompletionAgg.from_arrays(
                     np.asarray(a.lens, np.int64),
@@ -223,6 +223,13 @@ def _cat(arrays: list[np.ndarray]) -> np.ndarray:
     """One array of a step's generations: the only one as it is (a step of one long
     generation is not copied), else their concatenation."""
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def _entropies(ent: list[np.ndarray | None], ls: list[np.ndarray]) -> np.ndarray:
+    """A step's exact per-token entropies, NaN for generations that gave none."""
+    return np.concatenate(
+        [np.full(x.size, np.nan) if e is None else e for e, x in zip(ent, ls, strict=True)]
+    )
 
 
 def _sampler_tokens(ls: list[np.ndarray]) -> TokenAgg:

@@ -36,6 +36,7 @@ from rlstream.pipeline.state import state_summary
 from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
 from rlstream.runtime.cluster import RayConfig, starts_private
 from rlstream.runtime.maintenance import Maintainer
+from rlstream.runtime.placement import Placement, choose
 from rlstream.runtime.progress import Progress
 from rlstream.sinks.delta import DeltaSink
 
@@ -76,7 +77,8 @@ class RayStart:
     started in the background (after the start, if it is still under way);
     `join()` waits for that. With `delay`, Ray is started only once that many
     seconds passed without a `stop()` (or at `now()`): work the driver finishes
-    sooner starts no Ray."""
+    sooner starts no Ray. With `delay` None, Ray starts only at `now()` (the driver
+    chose it, `runtime.placement`); `stop()` before that starts none."""
 
     def __init__(
         self,
@@ -84,7 +86,7 @@ class RayStart:
         storage: Storage,
         n_workers: int | None,
         then: Callable[[list[Any]], Any] | None = None,
-        delay: float = 0.0,
+        delay: float | None = 0.0,
     ) -> None:
         self.ray_cfg = ray_cfg
         self.delay = delay
@@ -108,7 +110,7 @@ class RayStart:
         self._starter.start()
 
     def _run(self) -> None:
-        if self.delay > 0:
+        if self.delay is None or self.delay > 0:
             self._go.wait(self.delay)
         if self._stopping.is_set():
             self.phases["skipped"] = time.monotonic() - self._t0
@@ -296,9 +298,17 @@ def analyze(
             last_show[0] = time.monotonic()
             progress.show(group.totals, len(urls))
 
+    chosen: list[Placement] = []
+
     def sized(units: list[Unit]) -> None:
         listed = sum(len(getattr(u, "names", ())) for u in units)
-        if len(chunks) > 1 or listed > START_NOW_TRANSCRIPTS:
+        if start.delay is None:  # the plan chooses (runtime/placement.py)
+            chosen.append(choose(listed, len(chunks)))
+            if chosen[0].ray:
+                start.now()
+            else:
+                start.stop()
+        elif len(chunks) > 1 or listed > START_NOW_TRANSCRIPTS:
             start.now()
 
     handover = Handover(
@@ -317,9 +327,19 @@ def analyze(
         maintainer.run_once()
     finally:
         start.join()
+    if outcome is not None:
+        outcome.where = _where(chosen, start, handover.counts["ray"])
     if start.error is not None:
         log.warning("Ray did not start (%r): every unit ran in the driver", start.error)
     ph = start.phases
+    if chosen and not chosen[0].ray:
+        log.info(
+            "analyzed %s in %.1f s in this process, no Ray started (%s)",
+            plural(len(summaries), "run"),
+            time.monotonic() - t0,
+            chosen[0].why,
+        )
+        return sorted(summaries, key=lambda s: s["run_id"])
     if "skipped" in ph:
         log.info(
             "analyzed %s in %.1f s: %d units here, no Ray started (done within %.1f s)",
@@ -339,6 +359,21 @@ def analyze(
         phases_text(ph),
     )
     return sorted(summaries, key=lambda s: s["run_id"])
+
+
+def _where(chosen: list[Placement], start: RayStart, on_ray: int) -> str:
+    """Where the work ran and why, for the closing report's last line."""
+    if chosen and not chosen[0].ray:
+        return chosen[0].summary()
+    if chosen:
+        why = chosen[0].why
+    elif "skipped" in start.phases or start.delay is None:
+        return "ran in this process (done before a private Ray was due)"
+    else:
+        why = "asked for: --ray" if start.delay == 0 else f"after {start.delay:g} s alone"
+    if on_ray == 0:
+        return f"ran in this process while a private Ray started ({why}): done before its workers were ready"
+    return f"ran on a private Ray ({why})"
 
 
 def phases_text(ph: dict[str, float]) -> str:

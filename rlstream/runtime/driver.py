@@ -156,6 +156,7 @@ def run(
                 if outcome is not None:
                     fleet.tally(outcome)
                     outcome.add_summaries(summaries)
+                    outcome.where = _joined_where(started)
                 maintainer.run_once()
                 return summaries
             fleet.discover()
@@ -269,6 +270,13 @@ def _watch_loop(
         fleet.tally(outcome)
         outcome.add_summaries(summaries)
     return summaries
+
+
+def _joined_where(started: bool) -> str:
+    """The summary line's end for `analyze` on a Ray it did not choose from its plan."""
+    if started:
+        return "ran on a private Ray, started before the work"
+    return "ran on the joined Ray cluster (a cluster is always used)"
 
 
 def _early_watch(

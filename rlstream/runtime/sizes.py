@@ -28,10 +28,11 @@ class RuntimeConfig:
     early_start: bool | None = None
     """Work in the driver while a private Ray starts (runtime/batch.py for analyze,
     runtime/early.py for watch); None: when this command starts a private Ray."""
-    start_ray_after: float = 1.0
-    """analyze: seconds the driver works alone before it starts a private Ray, unless
-    its plan is larger (`batch.START_NOW_TRANSCRIPTS`); an archive done sooner starts
-    none. On 2 cores a private Ray's start costs several CPU seconds (bench/README.md)."""
+    start_ray_after: float | None = None
+    """analyze: None (the default): the plan chooses whether a private Ray is started
+    at all (`runtime.placement.choose`); 0 (`--ray`): one is started at once; else
+    seconds the driver works alone before it starts one, unless its plan is larger
+    (`batch.START_NOW_TRANSCRIPTS`), an archive done sooner starting none."""
 
 
 def default_tailers(workers: int, watch: bool) -> int:

@@ -57,6 +57,8 @@ def test_bench_batch_quick_runs_and_prints(tmp_path: Path) -> None:
     # Ray and rlstream) was counted, outside the command's own process tree.
     assert table["joined"]["cpu_also_s"] > 1.0
     assert table["rlstream"]["cpu_also_s"] == 0.0
+    assert "kernel tokens per CPU s" in text
+    assert res["kernel"]["rlstream"]["tokens_per_cpu_s"] > 0
 
 
 @pytest.mark.ray

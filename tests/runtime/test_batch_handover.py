@@ -69,7 +69,7 @@ def test_handover_equals_in_process_and_counts_each_unit_once(ray_session, tmp_p
         [str(tmp_path / "runs")],
         str(tmp_path / "ray"),
         cfg,
-        RuntimeConfig(workers=2, early_start=True),
+        RuntimeConfig(workers=2, early_start=True, start_ray_after=0.0),
     )
     assert [s["steps_final"] for s in summaries] == [12, 12, 12]
     assert [s["quarantined"] for s in summaries] == [0, 0, 0]
@@ -176,7 +176,7 @@ def test_private_ray_hands_over_and_stops(tmp_path):
 
         batch.RayStart, batch.Handover = Gated, Counting
         cfg = PipelineConfig(transcripts_per_unit=4)
-        run([{str(tmp_path / "runs")!r}], {str(tmp_path / "ray")!r}, cfg, RuntimeConfig())
+        run([{str(tmp_path / "runs")!r}], {str(tmp_path / "ray")!r}, cfg, RuntimeConfig(start_ray_after=0.0))
         print(made[0].counts["here"], made[0].counts["ray"])
         """
     )
@@ -200,7 +200,7 @@ class NoWorkers:
     """A Ray start that never has workers: every unit runs in the driver."""
 
     def __init__(self) -> None:
-        self.error, self.phases, self._actors = None, {}, []
+        self.error, self.phases, self._actors, self.delay = None, {}, [], 1.0
 
     def workers(self):
         return None
