@@ -24,10 +24,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from rlstream.fleet.status import STATUS_ORDER, status_rows
+from rlstream.fleet.web import Served, make_handler
 
 log = logging.getLogger("rlstream")
 
@@ -272,7 +272,7 @@ def render_metrics(
     return o.text()
 
 
-class MetricsExporter:
+class MetricsExporter(Served):
     """Serves /metrics on host:port from a daemon thread; the driver feeds it. With
     `pages` (a `fleet.web.FleetPages`: `watch --ui-port`), the same server serves the
     live pages too."""
@@ -305,27 +305,13 @@ class MetricsExporter:
         self._loaded_at = float("-inf")
         exporter = self
 
-        from rlstream.fleet.web import make_handler
-
-        Handler = make_handler(pages, exporter, host)
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self.server.server_address[:2]
-        return str(host), int(port)
+        super().__init__(make_handler(pages, exporter, host), host, port)
 
     def start(self) -> MetricsExporter:
-        self.thread.start()
+        super().start()
         host, port = self.address
         log.info("serving Prometheus metrics on http://%s:%d/metrics", host, port)
         return self
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
     # -- fed by the driver ---------------------------------------------------------
     def on_poll(self, totals: dict[str, int], started: float, seconds: float) -> None:

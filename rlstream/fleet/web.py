@@ -311,11 +311,11 @@ def make_handler(
     return Handler
 
 
-class PageServer:
-    """The pages on host:port from a daemon thread (`rlstream serve`)."""
+class Served:
+    """An HTTP server on host:port answering from daemon threads, started and closed."""
 
-    def __init__(self, pages_: FleetPages, host: str = "127.0.0.1", port: int = 8765) -> None:
-        self.server = ThreadingHTTPServer((host, port), make_handler(pages_, None, host))
+    def __init__(self, handler: type[BaseHTTPRequestHandler], host: str, port: int) -> None:
+        self.server = ThreadingHTTPServer((host, port), handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -324,10 +324,17 @@ class PageServer:
         host, port = self.server.server_address[:2]
         return str(host), int(port)
 
-    def start(self) -> PageServer:
+    def start(self):
         self.thread.start()
         return self
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class PageServer(Served):
+    """The pages on host:port from a daemon thread (`rlstream serve`)."""
+
+    def __init__(self, pages_: FleetPages, host: str = "127.0.0.1", port: int = 8765) -> None:
+        super().__init__(make_handler(pages_, None, host), host, port)

@@ -4,7 +4,6 @@ Skipped only when chromium cannot be found."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,9 +12,8 @@ import pytest
 from PIL import Image
 
 from rlstream.fleet.report import write_report
+from tests.fleet.cdp import CHROMIUM, FLAGS
 from tests.fleet.conftest import HOSTILE_ID
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
 
@@ -23,19 +21,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed
 def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
     profile.mkdir()
-    cmd = [
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        *args,
-    ]
+    cmd = [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
 
 

@@ -204,6 +204,25 @@ def _member(listing: frozenset[str]) -> tuple[str, str] | None:
     return None
 
 
+def _store_members(
+    listing: frozenset[str], open_db: OpenDb, runs: Callable[[sqlite3.Connection], list[str]]
+) -> list[str]:
+    """`<db>#<run>` for every run `runs` finds in each SQLite store of the folder; a
+    store that cannot be opened or read holds none."""
+    out = []
+    for db in _dbs(listing):
+        conn = open_db(db)
+        if conn is None:
+            continue
+        try:
+            out += [f"{db}#{r}" for r in runs(conn)]
+        except sqlite3.Error:
+            continue
+        finally:
+            conn.close()
+    return out
+
+
 def _tables(conn: sqlite3.Connection) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
@@ -218,19 +237,12 @@ class TrackioFormat(_Tracker):
         return _member(listing) is not None or _sqlite(listing, peek)
 
     def members(self, listing: frozenset[str], open_db: OpenDb) -> list[str]:
-        out = []
-        for db in _dbs(listing):
-            conn = open_db(db)
-            if conn is None:
-                continue
-            try:
-                if {"run_name", "metrics", "step"} <= _tables(conn).get("metrics", set()):
-                    out += [f"{db}#{r}" for r in sqlite_stores.trackio_runs(conn)]
-            except sqlite3.Error:
-                continue
-            finally:
-                conn.close()
-        return out
+        def runs(conn: sqlite3.Connection) -> list[str]:
+            if {"run_name", "metrics", "step"} <= _tables(conn).get("metrics", set()):
+                return sqlite_stores.trackio_runs(conn)
+            return []
+
+        return _store_members(listing, open_db, runs)
 
     def identity(
         self, name: str, listing: frozenset[str], read: Callable[[str], bytes | None]
@@ -264,20 +276,14 @@ class MlflowFormat(_Tracker):
     def members(self, listing: frozenset[str], open_db: OpenDb) -> list[str] | None:
         if "meta.yaml" in listing and "metrics/" in listing:
             return None  # a file-store run folder is a run itself
-        out = []
-        for db in _dbs(listing):
-            conn = open_db(db)
-            if conn is None:
-                continue
-            try:
-                cols = _tables(conn)
-                if {"run_uuid", "is_nan", "step"} <= cols.get("metrics", set()) and "runs" in cols:
-                    out += [f"{db}#{r[0]}" for r in sqlite_stores.mlflow_runs(conn)]
-            except sqlite3.Error:
-                continue
-            finally:
-                conn.close()
-        return out
+
+        def runs(conn: sqlite3.Connection) -> list[str]:
+            cols = _tables(conn)
+            if {"run_uuid", "is_nan", "step"} <= cols.get("metrics", set()) and "runs" in cols:
+                return [r[0] for r in sqlite_stores.mlflow_runs(conn)]
+            return []
+
+        return _store_members(listing, open_db, runs)
 
     def identity(
         self, name: str, listing: frozenset[str], read: Callable[[str], bytes | None]
