@@ -187,7 +187,9 @@ def controls_html(rid: str, sq: SampleQuery, view: SampleView) -> str:
 def _summary(sq: SampleQuery, view: SampleView) -> str:
     what = f"step {sq.step}" if sq.step is not None else "the newest steps"
     read = ", ".join(map(str, view.read_steps)) or "none"
-    bits = [f"{len(view.rows)} kept sample(s) of {what}"]
+    n = len(view.rows)
+    more = f" (the first {pages.SAMPLES_SHOWN} shown)" if n > pages.SAMPLES_SHOWN else ""
+    bits = [f"{n} kept sample(s) of {what}{more}"]
     if sq.kept:
         bits.append(f"kept {sq.kept}")
     if sq.text:
