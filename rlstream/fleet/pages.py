@@ -282,8 +282,10 @@ def run_main(
     quarantine: dict[str, int],
     samples: list[dict[str, Any]] | None,
     heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
+    samples_html: str | None = None,
 ) -> str:
-    """The run page's content."""
+    """The run page's content (`samples_html`: the samples panel with its controls,
+    `fleet.sample_view`, in place of `samples_panel(samples)`)."""
     findings = list(latest.get("findings") or [])
     names = {s["run_id"]: run_name(s) for s in siblings}
     others = {names[k]: d for k, d in sibling_digests.items() if k in names}
@@ -304,7 +306,7 @@ def run_main(
         + f"<h3>Cohort {_e(row.get('cohort') or '-')}: siblings</h3>"
         + _siblings(siblings)
         + "<h3>Samples</h3>"
-        + samples_panel(samples)
+        + (samples_panel(samples) if samples_html is None else samples_html)
     )
 
 

@@ -10,14 +10,13 @@ data goes through `html.escape`; nothing here emits a script.
 
 from __future__ import annotations
 
-import difflib
 from html import escape
 from typing import Any
 
+from rlstream.fleet.sample_diff import probe_section
+
 NEWEST_STEPS = 2
 """Steps whose kept samples are shown (the newest)."""
-DIFF_WORDS = 600
-"""Words of each side of the probe diff compared (the rest is cut)."""
 
 _FLAG = "background:#fde0dc;color:#8a1c12;font-weight:bold;padding:0 3px"
 _PRE = "white-space:pre-wrap;max-height:16em;overflow:auto;background:#f6f6f6;padding:4px"
@@ -54,46 +53,6 @@ def _sample(r: dict[str, Any]) -> str:
     )
 
 
-def word_diff(a: str, b: str) -> tuple[str, str]:
-    """Both texts as escaped HTML, words only in `a` struck out, only in `b` marked."""
-    wa, wb = (a or "").split()[:DIFF_WORDS], (b or "").split()[:DIFF_WORDS]
-    left: list[str] = []
-    right: list[str] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes():
-        x, y = _e(" ".join(wa[i1:i2])), _e(" ".join(wb[j1:j2]))
-        if op == "equal":
-            left.append(x)
-            right.append(y)
-            continue
-        if x:
-            left.append(f'<del style="background:#fde0dc">{x}</del>')
-        if y:
-            right.append(f'<ins style="background:#dcf5dc">{y}</ins>')
-    return " ".join(left), " ".join(right)
-
-
-def _probe(rows: list[dict[str, Any]]) -> str:
-    by_task: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        if "probe" in r["kept"] and r["task_id"]:
-            by_task.setdefault(r["task_id"], []).append(r)
-    seen = {t: rs for t, rs in by_task.items() if len({r["step"] for r in rs}) >= 2}
-    if not seen:
-        return '<p class="sub">No probe task appeared at two steps yet.</p>'
-    task = max(sorted(seen), key=lambda t: len({r["step"] for r in seen[t]}))
-    rs = sorted(seen[task], key=lambda r: r["step"])
-    a, b = rs[0], rs[-1]
-    left, right = word_diff(a["returned"], b["returned"])
-    cell = "vertical-align:top;width:50%;" + _PRE
-    return (
-        f"<h4>Probe task {_e(task)}: step {_e(a['step'])} and step {_e(b['step'])}</h4>"
-        f'<table class="probe" style="width:100%;table-layout:fixed"><tr>'
-        f"<th>step {_e(a['step'])} · reward {_e(a['reward'])}</th>"
-        f"<th>step {_e(b['step'])} · reward {_e(b['reward'])}</th></tr>"
-        f'<tr><td style="{cell}">{left}</td><td style="{cell}">{right}</td></tr></table>'
-    )
-
-
 def samples_section(rows: list[dict[str, Any]], flag_steps: list[int]) -> str:
     """The Samples section of one run (`rows`: its OUT/samples rows)."""
     head = "<h3>Samples</h3>"
@@ -114,7 +73,7 @@ def samples_section(rows: list[dict[str, Any]], flag_steps: list[int]) -> str:
         + "".join(_sample(r) for r in sorted((r for r in rows if r["step"] == s), key=_order))
         for s in reversed(steps)
     )
-    return f'<div class="samples">{head}{flagged}{body}{_probe(rows)}</div>'
+    return f'<div class="samples">{head}{flagged}{body}{probe_section(rows, inline=True)}</div>'
 
 
 def _ranges(steps: list[int]) -> str:

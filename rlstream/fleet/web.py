@@ -4,7 +4,8 @@
 body) by reading OUT only, through the readers `status` and `report` use
 (`fleet.read`, `fleet.outdir`):
 
-- `/` the fleet, `/run?id=RUN` one run, `/compare?id=A&id=B...` a comparison; with
+- `/` the fleet, `/run?id=RUN` one run (its samples panel's query parameters:
+  `fleet.sample_view`), `/compare?id=A&id=B...` a comparison; with
   `fragment=1` only the page's `<main>` (what the live script swaps in);
 - `/api/version`: the fleet's version as an ETag (a hash of every run's commit
   sequence, last step and status, and the rejected runs), 304 when the browser's
@@ -38,14 +39,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from rlstream.fleet import pages
+from rlstream.fleet import pages, sample_view
 from rlstream.fleet.status import status_rows
 
 log = logging.getLogger("rlstream")
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
@@ -171,7 +172,11 @@ class FleetPages:
         elif path == "/run":
             rid = (query.get("id") or [""])[0]
             row = next((r for r in rows if r["run_id"] == rid), {"run_id": rid})
-            title, main, controls = f"run {pages.run_name(row)}", self._run(rid, rows, snap), ""
+            title, main, controls = (
+                f"run {pages.run_name(row)}",
+                self._run(rid, rows, snap, query),
+                "",
+            )
         else:
             ids = query.get("id") or []
             title, main, controls = "compare", self._compare(ids, rows), ""
@@ -179,7 +184,9 @@ class FleetPages:
             return main
         return pages.document(title, main, snap.etag, self.refresh, controls)
 
-    def _run(self, rid: str, rows: list[dict[str, Any]], snap: Snapshot) -> str:
+    def _run(
+        self, rid: str, rows: list[dict[str, Any]], snap: Snapshot, query: dict[str, list[str]]
+    ) -> str:
         from rlstream.fleet.read import read_bands, read_digests, read_heldout
 
         by_id = {r["run_id"]: r for r in snap.latest}
@@ -201,8 +208,9 @@ class FleetPages:
             siblings,
             sib,
             self._quarantine(rid),
-            self._samples(rid),
+            None,
             read_heldout(self.out, rid, self.opts),
+            sample_view.samples_html(rid, self._samples(), sample_view.SampleQuery.parse(query)),
         )
 
     def _quarantine(self, rid: str) -> dict[str, int]:
@@ -214,11 +222,9 @@ class FleetPages:
             out[reason] = out.get(reason, 0) + 1
         return out
 
-    def _samples(self, rid: str) -> list[dict[str, Any]] | None:
-        """The run's rows of its newest steps in OUT/samples (its step column read
-        first, then at most `pages.SAMPLES_SHOWN` rows of the steps from the newest
-        down); None when OUT has no samples table."""
-        import pyarrow.compute as pc
+    def _samples(self) -> Any:
+        """OUT/samples as a dataset (read by `fleet.sample_view`, bounded), None when
+        OUT has no samples table."""
         from deltalake import DeltaTable
 
         from rlstream.fleet.read import out_sink
@@ -226,25 +232,7 @@ class FleetPages:
         sink = out_sink(self.out, self.opts)
         if not sink.exists("samples"):
             return None
-        ds = sink.dataset(DeltaTable(sink.uri("samples"), storage_options=sink.options))
-        if "run_id" not in ds.schema.names:
-            return []
-        mine = pc.field("run_id") == rid
-        steps = ds.to_table(columns=["step"], filter=mine).column("step").to_pylist()
-        if not steps:
-            return []
-        counts: dict[int, int] = {}
-        for st in steps:
-            counts[st] = counts.get(st, 0) + 1
-        newest, shown = [], 0
-        for st in sorted(counts, reverse=True):
-            newest.append(st)
-            shown += counts[st]
-            if shown >= pages.SAMPLES_SHOWN:
-                break
-        cols = [c for c in ("run_id", *pages.SAMPLE_COLUMNS) if c in ds.schema.names]
-        picked = mine & pc.field("step").isin(newest)
-        return ds.to_table(columns=cols, filter=picked).to_pylist()
+        return sink.dataset(DeltaTable(sink.uri("samples"), storage_options=sink.options))
 
     def _compare(self, ids: list[str], rows: list[dict[str, Any]]) -> str:
         from rlstream.fleet.compare import CompareConfig, as_json, compare_runs

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from rlstream.fleet.report import write_report
-from rlstream.fleet.report_samples import word_diff
+from rlstream.fleet.sample_diff import word_diff
 from rlstream.pipeline.local import analyze_local
 from rlstream.simulate import SimConfig, simulate
 from tests.fleet.test_report_browser import CHROMIUM, _chromium
@@ -51,7 +51,7 @@ def test_samples_section_lists_newest_steps_flagged_first_and_a_probe_diff(repor
 
 
 def test_word_diff_marks_only_changed_words_and_escapes():
-    left, right = word_diff("a b <c> d", "a x <c> d e")
+    left, right = word_diff("a b <c> d", "a x <c> d e", inline=True)
     assert left == 'a <del style="background:#fde0dc">b</del> &lt;c&gt; d'
     assert (
         right

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import urllib.request
+from html import escape
 from urllib.parse import quote
 
 import pytest
@@ -182,3 +183,123 @@ def test_samples_panel_shows_the_newest_kept_samples_flagged_first(fleet_out, tm
     shown = [int(re.match(r"<td class='sample'>(\d+)</td>", c).group(1)) for c in cells]
     assert shown[0] == newest and all(s >= newest - 3 for s in shown)  # the newest steps
     assert len(cells) == min(len([r for r in mine if r["step"] >= min(shown)]) + 1, 20)
+
+
+@pytest.fixture(scope="module")
+def kept_out(fleet_out, tmp_path_factory):
+    """A copy of the fleet's OUT with rows added to the healthy run's samples: a hostile
+    flagged one at the newest step, a searchable one at the newest step, one with the
+    same needle 9 steps below (past the search bound), and two probe tasks."""
+    import shutil
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    out = tmp_path_factory.mktemp("kept") / "out"
+    shutil.copytree(fleet_out.out, out)
+    rid = fleet_out.run_ids["healthy"]
+    table = DeltaTable(str(out / "samples")).to_pyarrow_table()
+    mine = [r for r in table.to_pylist() if r["run_id"] == rid]
+    newest = max(r["step"] for r in mine)
+    base = dict(mine[0], kept=["top"], flags=[])
+    extra = [
+        dict(
+            base,
+            step=newest,
+            attempt_id="hostile",
+            flags=["early_exit"],
+            returned="<script>alert(1)</script>sys.exit(0)",
+        ),
+        dict(base, step=newest, attempt_id="needle-new", returned="a ZEBRA-Needle <b>here</b>"),
+        dict(base, step=newest - 9, attempt_id="needle-old", returned="zebra-needle too old"),
+    ]
+    # two probe tasks followed across steps (the simulator's tasks rarely repeat)
+    for task, texts in {
+        "tp-b": {1: "x y z", 7: "x <y> w z"},
+        "tp-a": {2: "one two", 5: "one three <img src=x>", 11: "four"},
+    }.items():
+        extra += [dict(base, step=st, attempt_id=f"p{st}", task_id=task, kept=["probe"],
+                       returned=t) for st, t in texts.items()]  # fmt: skip  # fmt: skip
+    write_deltalake(str(out / "samples"), pa.Table.from_pylist(extra, schema=table.schema),
+                    mode="append")  # fmt: skip
+    rows = DeltaTable(str(out / "samples")).to_pyarrow_table().to_pylist()
+    return out, rid, [r for r in rows if r["run_id"] == rid]
+
+
+def _panel_rows(html):
+    panel = html[html.index('<table class="samples">') :]
+    panel = panel[: panel.index("</table>")]
+    cells = re.findall(r"<tr>((?:<td class='sample'>.*?</td>)+)</tr>", panel)
+    return [re.findall(r"<td class='sample'>(.*?)</td>", c) for c in cells]
+
+
+def test_samples_controls_step_kept_and_search_from_the_query(kept_out):
+    out, rid, mine = kept_out
+    pages_ = FleetPages(str(out))
+
+    def page(**q):
+        target = "/run?" + "&".join(
+            f"{k}={quote(str(v), safe='')}" for k, v in {"id": rid, **q}.items()
+        )
+        status, _, body = pages_.handle(target)
+        assert status == 200
+        return body.decode()
+
+    steps = sorted({r["step"] for r in mine}, reverse=True)
+    html = page()
+    # the step picker: the run's steps in the table, newest first
+    picker = html[html.index('<select name="step"') :].split("</select>")[0]
+    assert re.findall(r'<option value="(\d+)"', picker) == [str(s) for s in steps]
+    # one step: its rows only (columns: step, kept, reward, flags, task_id, returned)
+    older = steps[3]
+    want = [r for r in mine if r["step"] == older]
+    got = _panel_rows(page(step=older))
+    assert len(got) == min(len(want), 20) and {c[0] for c in got} == {str(older)}
+    assert f'<option value="{older}" selected>' in page(step=older)
+    # kept filters at that step
+    for kind in ("top", "bottom"):
+        got = _panel_rows(page(step=older, kept=kind))
+        n = sum(kind in r["kept"] for r in want)
+        assert len(got) == n and all(kind in c[1].split(", ") for c in got)
+    flagged = [r for r in mine if r["flags"] or "flagged" in r["kept"]]
+    got = _panel_rows(page(kept="flagged"))
+    assert got and all(c[3] for c in got) and len(got) <= len(flagged)
+    assert any("early_exit" in c[3] for c in got)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page(kept="flagged")
+    # search: case-insensitive, in the newest 8 steps only; the hit escaped
+    html = page(q="zebra-NEEDLE")
+    got = _panel_rows(html)
+    assert len(got) == 1 and got[0][5] == "a ZEBRA-Needle &lt;b&gt;here&lt;/b&gt;"
+    assert f"steps read: {', '.join(map(str, steps[:8]))}; at most 8" in html
+    got = _panel_rows(page(q="zebra-needle", step=steps[0] - 9))
+    assert [c[5] for c in got] == ["zebra-needle too old"]  # found when its step is picked
+    assert "no kept sample matches" in page(q="no such text anywhere")
+    # hostile query text is escaped back into the form, never markup
+    html = page(q='"><script>x()</script>', kept="<b>", step="1; drop")
+    assert "<script>x()" not in html and 'value="&quot;&gt;&lt;script&gt;x()' in html
+    assert '<option value="" selected>all kept</option>' in html  # unknown kept: all
+
+
+def test_run_page_probe_diff_defaults_to_the_first_probe_task(kept_out):
+    out, rid, mine = kept_out
+    pages_ = FleetPages(str(out))
+    probes: dict[str, set[int]] = {}
+    for r in mine:
+        if "probe" in r["kept"] and r["task_id"]:
+            probes.setdefault(r["task_id"], set()).add(r["step"])
+    two = {t: sorted(s) for t, s in probes.items() if len(s) >= 2}
+    assert two, "the simulated run keeps probe tasks at several steps"
+    task = min(two, key=lambda t: (two[t][0], t))
+    html = pages_.handle("/run?id=" + quote(rid))[2].decode()
+    assert f"Probe task {task}: step {two[task][0]} and step {two[task][-1]}" in html
+    other = max(two)
+    a, b = two[other][-1], two[other][0]
+    q = f"/run?id={quote(rid)}&probe={quote(other)}&a={a}&b={b}"
+    html = pages_.handle(q)[2].decode()
+    assert f"Probe task {other}: step {a} and step {b}" in html
+    left = html.split('<td class="probe-a">')[1].split("</td>")[0]
+    text_a = next(r["returned"] for r in sorted(mine, key=lambda r: r["attempt_id"])
+                  if r["task_id"] == other and r["step"] == a and "probe" in r["kept"])  # fmt: skip
+    assert re.sub(r"</?(ins|del)>", "", left) == " ".join(
+        escape(w, quote=True) for w in text_a.split()[:600]
+    )

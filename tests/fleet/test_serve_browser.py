@@ -94,6 +94,49 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
         srv.close()
 
 
+_ROWS = ("Array.from(document.querySelectorAll('table.samples tr'))"
+         ".filter(r => r.cells[0].tagName === 'TD')"
+         ".map(r => [r.cells[0].textContent, r.cells[1].textContent])")  # fmt: skip
+
+
+def test_run_page_samples_controls_in_chromium(fleet_out, tmp_path):
+    srv = PageServer(FleetPages(str(fleet_out.out), refresh=600), port=0).start()
+    host, port = srv.address
+    rid = fleet_out.run_ids["healthy"]
+    b = Browser(tmp_path / "profile")
+    try:
+        b.navigate(f"http://{host}:{port}/run?id={quote(rid, safe='')}")
+        steps = b.evaluate("Array.from(document.querySelectorAll('#s-step option'))"
+                           ".map(o => o.value).filter(v => v !== '')")  # fmt: skip
+        assert steps == sorted(steps, key=int, reverse=True) and len(steps) >= 3
+        pick = steps[2]
+        # the form: pick a step and "top", submit with a click (a GET to this origin)
+        b.evaluate(f"document.getElementById('s-step').value = '{pick}';"
+                   "document.getElementById('s-kept').value = 'top';"
+                   "document.getElementById('s-go').click()")  # fmt: skip
+        assert b.wait_for("location.search.indexOf('kept=top') >= 0 && "
+                          "document.body && document.body.getAttribute('data-ready') === '1'"
+                          " && document.readyState === 'complete'", 60)  # fmt: skip
+        rows = b.evaluate(_ROWS)
+        assert rows and all(s == pick and "top" in k.split(", ") for s, k in rows)
+        # the kept filter as a link: "bottom" at the same step
+        b.evaluate("Array.from(document.querySelectorAll('a.kept-filter'))"
+                   ".find(a => a.textContent === 'bottom').click()")  # fmt: skip
+        assert b.wait_for("location.search.indexOf('kept=bottom') >= 0 && "
+                          "document.body && document.body.getAttribute('data-ready') === '1'"
+                          " && document.readyState === 'complete'", 60)  # fmt: skip
+        rows = b.evaluate(_ROWS)
+        assert rows and all(s == pick and "bottom" in k.split(", ") for s, k in rows)
+        assert b.evaluate("document.getElementById('s-step').value") == pick
+        shot = _artifacts(tmp_path) / "serve-run-samples.png"
+        b.screenshot(shot)
+        assert _nonblank(shot) > 0.03
+        assert b.errors() == []
+    finally:
+        b.close()
+        srv.close()
+
+
 @pytest.mark.ray
 def test_a_step_committed_by_a_running_watch_appears_without_reload(ray_session, tmp_path):
     root, out = tmp_path / "runs", tmp_path / "out"
