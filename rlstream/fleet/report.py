@@ -87,7 +87,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 6px;border-top:1px solid #ccc;padding-top:14px}
 .sub{color:#666} .counts span{display:inline-block;padding:4px 10px;margin:8px 6px 8px 0;border-radius:4px;color:#fff}
 .s-critical{background:#c0392b} .s-stalled{background:#7d3c98} .s-warning{background:#d68910}
-.s-healthy{background:#229954} .s-finished{background:#566573} .s-unknown{background:#999}
+.s-healthy{background:#229954} .s-finished{background:#566573} .s-insufficient{background:#7f8c8d} .s-unknown{background:#999}
 .s-insufficient{background:#85929e}
 .s-rejected{background:#6e2c00} .counts .s-rejected a{color:#fff}
 table{border-collapse:collapse;margin:6px 0} th,td{padding:3px 6px;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap;vertical-align:top}

@@ -303,3 +303,15 @@ def test_run_page_probe_diff_defaults_to_the_first_probe_task(kept_out):
     assert re.sub(r"</?(ins|del)>", "", left) == " ".join(
         escape(w, quote=True) for w in text_a.split()[:600]
     )
+
+
+def test_every_status_badge_has_a_colour_on_the_page_and_in_the_report():
+    # a badge with no rule of its own is white text on white: a count nobody sees
+    from importlib import resources
+
+    from rlstream.fleet.report import STYLE
+
+    css = resources.files("rlstream.fleet").joinpath("static/live.css").read_text()
+    for s in STATUS_ORDER:
+        assert re.search(rf"\.s-{s}\{{background:#[0-9a-f]{{3,6}}\}}", css), s
+        assert re.search(rf"\.s-{s}\{{background:#[0-9a-f]{{3,6}}\}}", STYLE), s
