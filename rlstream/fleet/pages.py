@@ -237,7 +237,7 @@ def _siblings(siblings: list[dict[str, Any]]) -> str:
         return '<p class="sub">No other run in this cohort.</p>'
     rows = "".join(
         f'<tr><td><a href="{_e(run_href(s["run_id"]))}">{_e(run_name(s))}</a></td>'
-        f"<td>{badge(s.get('status'))}</td><td class='n'>{_e(fmt_num(s.get('last_step'), 'd'))}</td>"
+        f"<td>{badge(s.get('status'), s.get('verdict'))}</td><td class='n'>{_e(fmt_num(s.get('last_step'), 'd'))}</td>"
         f"<td class='n'>{_e(fmt_num(s.get('reward_mean'), '.3f'))}</td></tr>"
         for s in siblings
     )
