@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,10 +73,55 @@ from rlstream.health import (
     load_rules,
 )
 from rlstream.health.evaluable import config_figures, not_evaluable, row_figures
+from rlstream.health.figures import extract
+from rlstream.health.verdict import cfg_get
 from rlstream.simulate.learn.observe import EXPECTED
 from rlstream.simulate.trainers import FORMATS
 
 LEARN_PATHOLOGIES = tuple(EXPECTED)
+
+Rows = list[dict[str, Any]]
+
+
+def _max_turns_seen(rows: Rows, config: dict[str, Any]) -> bool:
+    return any("max_turns_rate" in extract(r) for r in rows)
+
+
+def _staleness_seen(rows: Rows, config: dict[str, Any]) -> bool:
+    limit = cfg_get(config, "training.max_steps_off_policy")
+    return limit is not None or any("stale_rate" in extract(r) for r in rows)
+
+
+def _bug_pair_seen(rows: Rows, config: dict[str, Any]) -> bool:
+    return any(
+        r.get(f"reported_{name}") is not None and r.get(name) is not None
+        for r in rows
+        for name in ("mismatch_kl", "reward_mean")
+    )
+
+
+SCENARIO_EVIDENCE: dict[str, tuple[Callable[[Rows, dict[str, Any]], bool], str]] = {
+    "out_of_room": (
+        _max_turns_seen,
+        "its attempts run out of turns (truncation barely moves), and the format's files "
+        "record no attempt's ending at max_turns",
+    ),
+    "stale_rollouts": (
+        _staleness_seen,
+        "its lag climbs to the off-policy limit, and the format's files name no limit "
+        "and log no stale drops (prime-rl cancels a group past max_off_policy_steps in "
+        "flight and never logs it)",
+    ),
+    "metric_disagreement": (
+        _bug_pair_seen,
+        "its trainer's bug is in the reported KL (a sign-flipped k1) and in the "
+        "trained-only reward mean, and the format's files give no recomputed figure "
+        "beside either",
+    ),
+}
+"""Scenarios whose simulated cause shows in some figures only: on a format whose files
+never carry them, the scenario's own code is not evaluable there (docs/health.md, "Per
+format"), even where the rule could fire on other figures."""
 
 
 @dataclass(frozen=True)
@@ -202,11 +248,11 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
             scenario = _learn_scenario(lab.scenario, lab.expected_codes)
         seen = config_figures(st.config).union(*(row_figures(r) for r in rs))
         onset = None if lab.onset_step is None else lab.onset_step + shift
+        ne = set(not_evaluable(seen))
+        if scenario in SCENARIO_EVIDENCE and not SCENARIO_EVIDENCE[scenario][0](rs, st.config):
+            ne.add(scenario)
         out.append(
-            RunData(
-                rid, scenario, onset, st.config, is_finished(st), rs,
-                frozenset(not_evaluable(seen)),
-            )
+            RunData(rid, scenario, onset, st.config, is_finished(st), rs, frozenset(ne))
         )  # fmt: skip
     return out
 

@@ -111,6 +111,13 @@ class TinkerFormat:
             config = {"tinker": obj}
             if is_int(obj.get("max_tokens")):
                 config["sampling"] = {"max_tokens": obj["max_tokens"]}
+            # rl/train.py: async training's staleness bound (AsyncConfig); recipes' CLI
+            # configs carry it at the top level.
+            asy = obj.get("async_config")
+            off = (asy if isinstance(asy, dict) else {}).get("max_steps_off_policy")
+            off = off if is_int(off) else obj.get("max_steps_off_policy")
+            if is_int(off):
+                config["training"] = {"max_steps_off_policy": off}
         return RunInfo(name, config)
 
     def streams(self, listing: frozenset[str]) -> tuple[Stream, ...]:

@@ -306,12 +306,15 @@ def length_explosion(
     trunc, trunc_base = v.recent("truncated"), v.base("truncated")
     slope = v.trend("len_mean", ctx.trend_steps)
     rising = active or slope is None or slope > 0  # needed to start, not to stay
-    if cap:
-        near_cap = ge(ln, c.cap_frac * cap, active, ctx) or (
-            trunc is not None
-            and trunc_base is not None
-            and ge(trunc - trunc_base, c.truncated_rise, active, ctx)
-        )
+    trunc_rise = (
+        trunc is not None
+        and trunc_base is not None
+        and ge(trunc - trunc_base, c.truncated_rise, active, ctx)
+    )
+    if cap or trunc_rise:
+        # Truncation rising is the cap showing itself where the files do not name it
+        # (verl, TRL and prime-rl logs carry a clip or truncation share, not the cap).
+        near_cap = trunc_rise or bool(cap and ge(ln, c.cap_frac * cap, active, ctx))
         holds = ge(ln, c.ratio * base, active, ctx) and near_cap and rising
     else:
         # No cap to run into: longer responses while the policy learns are expected.

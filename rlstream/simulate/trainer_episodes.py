@@ -77,7 +77,8 @@ def episode(run: Any, step: int, a: Any) -> bytes:
         "tools": [], "nodes": nodes, "calls": calls, "request_rewrites": [],
         "response_rewrites": [], "rewards": {"correct": {"score": a.reward, "weight": 1.0}},
         "metrics": {}, "info": {}, "extra_usage": [], "is_completed": True, "ok": True,
-        "stop_condition": "completed", "errors": [],
+        "stop_condition": "max_turns" if a.termination == "max_turns" else "completed",
+        "errors": [],
     }  # fmt: skip
     pv = a.policy_version
     episode = {

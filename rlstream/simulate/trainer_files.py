@@ -105,6 +105,13 @@ def tinker(run: Any, Write: Any) -> list[list[Any]]:
         "loss_fn": "importance_sampling",
         "remove_constant_reward_groups": False,
     }
+    training = run.config.get("training") or {}
+    if training.get("mode") == "async" and training.get("max_steps_off_policy") is not None:
+        # rl/train.py Config.async_config (AsyncConfig): set for async training only.
+        cfg["async_config"] = {
+            "max_steps_off_policy": training["max_steps_off_policy"],
+            "groups_per_batch": training.get("groups_per_step", 1),
+        }
     out = [[Write("config.json", json.dumps(cfg, indent=2).encode())]]
     n = len(run.steps)
     for sd in run.steps:
@@ -243,7 +250,10 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
             }  # fmt: skip
             evals.append(Write("metrics.jsonl", _line(row), append=True))
         # One line per FileMonitor.log call of trainer/rl/train.py, in its order.
-        tensors = {"entropy/all/mean": f["entropy"], "mismatch_kl/all/mean": f["k3"],
+        # The trainer's own KL figure: k3 over the trained tokens, or what a buggy
+        # trainer computed instead (scenario metric_disagreement: a sign-flipped k1).
+        kl = sd.reported.get("train/mismatch_kl", f["k3"])
+        tensors = {"entropy/all/mean": f["entropy"], "mismatch_kl/all/mean": kl,
                    "loss/mean": 0.0}  # fmt: skip
         trainer = [
             _some({"step": sd.step, "time": t + 0.5 + i * 1e-3, **m})

@@ -82,6 +82,8 @@ class Attempt:
     gens: list[dict[str, Any]] = field(default_factory=list)
     """Each: tokens (int array), ls, lt (float arrays, NaN for null), length,
     truncated, prompt_len, text (the Loops transcript's, None if absent)."""
+    termination: str | None = None
+    """The attempt's ``metadata.termination_reason`` (``stop``, ``length``, ``max_turns``)."""
 
     def text(self) -> str:
         """The attempt's completion text as the Loops transcript holds it (its
@@ -139,6 +141,7 @@ def load_run(folder: Path) -> LoopsRun:
         a = Attempt(
             r["attempt_id"], r["group_id"], r["task_id"], r["reward"], r["trained"],
             r.get("policy_version"), int((r.get("metadata") or {}).get("turns") or 1),
+            termination=(r.get("metadata") or {}).get("termination_reason"),
         )  # fmt: skip
         attempts[a.attempt_id] = a
         steps[r["step"]].attempts.append(a)
