@@ -92,6 +92,10 @@ def _staleness_seen(rows: Rows, config: dict[str, Any]) -> bool:
     return limit is not None or any("stale_rate" in extract(r) for r in rows)
 
 
+def _end_known(rows: Rows, config: dict[str, Any]) -> bool:
+    return cfg_get(config, "training.max_steps") is not None
+
+
 def _bug_pair_seen(rows: Rows, config: dict[str, Any]) -> bool:
     return any(
         r.get(f"reported_{name}") is not None and r.get(name) is not None
@@ -111,6 +115,12 @@ SCENARIO_EVIDENCE: dict[str, tuple[Callable[[Rows, dict[str, Any]], bool], str]]
         "its lag climbs to the off-policy limit, and the format's files name no limit "
         "and log no stale drops (prime-rl cancels a group past max_off_policy_steps in "
         "flight and never logs it)",
+    ),
+    "stalled": (
+        _end_known,
+        "the bench replays the files after the fact: a run that stopped writing is "
+        "stalled only if its files say it should have gone on (training.max_steps or an "
+        "end marker), and prime-rl's name neither (a watcher judges it by the clock)",
     ),
     "metric_disagreement": (
         _bug_pair_seen,
