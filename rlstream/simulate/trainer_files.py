@@ -233,7 +233,11 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
             "train/agg/all/default/reward/mean": _mean(
                 [a.reward for a in kept if a.reward is not None]
             ),
-            "train/agg/effective/default/reward/mean": _mean([a.reward for a in shipped]),
+            # The trainer's own reward figure (the shipped cohort is the trained one),
+            # or what a buggy trainer computed (scenario metric_disagreement).
+            "train/agg/effective/default/reward/mean": sd.reported.get(
+                "reward/mean", _mean([a.reward for a in shipped])
+            ),
             "train/agg/effective/default/is_truncated/mean": f["truncated"],
             "train/agg/effective/num_output_tokens/mean": f["episode_len"],
             "progress/rollouts": len(kept),
