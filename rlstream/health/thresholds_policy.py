@@ -128,9 +128,10 @@ class LengthExplosion(RuleConfig):
     cap_frac: float = 0.6
     """...and at or above this share of max_tokens, or truncation risen by"""
     truncated_rise: float = 0.15
-    """at least this share of completions."""
+    """at least this share of completions (with no cap in the config, truncation risen
+    by this much is the cap showing itself: the ``ratio`` test then applies)."""
     ratio_no_cap: float = 2.5
-    """Without a known cap: the length ratio at this level, and no sign of learning
+    """Without a known cap or a truncation rise: the length ratio at this level, and no sign of learning
     (reasoning RL lengthens responses as it learns; held-out score or reward risen as
     for entropy_collapse: ``eval_rise_min``, ``reward_rise_min``)."""
     eval_rise_min: float = 0.05
