@@ -5,9 +5,8 @@ improves; lengths growing without truncation while the policy learns still do no
 
 from __future__ import annotations
 
-from tests.health.health_synth import CONFIG, fold_all, rows
-
 from rlstream.health import RunContext
+from tests.health.health_synth import CONFIG, fold_all, rows
 
 NO_CAP = {k: v for k, v in CONFIG.items() if k != "sampling"}
 CTX = RunContext("run-test", NO_CAP, False)
