@@ -34,7 +34,11 @@ preset's pathology did not happen is not scored and is counted apart.
 
 With `--format NAME` each simulated run is rewritten the way that trainer writes it
 (`rlstream simulate --format`, docs/formats.md) before the analysis; a code whose
-figures never appear in its scenario's runs is reported as not evaluable.
+figures never appear in its scenario's runs is reported as not evaluable, and so is a
+scenario's code when the format's files never carry that scenario's cause
+(`SCENARIO_EVIDENCE`: out_of_room's turn-limit endings, stale_rollouts' off-policy
+limit or stale drops, metric_disagreement's bugged figures beside recomputed ones,
+stalled's expected end).
 
 Tune on one set of seeds, report on another (`--seeds`). The suite is sized to run in
 about ten minutes on 2 idle cores with `--tokens 24 --groups 4 --group-size 4` (the
