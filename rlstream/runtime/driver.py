@@ -122,15 +122,20 @@ def run(
     progress = Progress(progress_out or sys.stderr, enabled=progress_out is not None)
     phases = StartupLog()
     try:
-        if wanted(rt.early_start, rt.ray):
+        if (rt.in_process and not watch) or wanted(rt.early_start, rt.ray):
             # The work begins here; Ray starts beside it (analyze: maybe later, or not
             # at all, `start_ray_after`; watch: at once, with the tailers around it).
             def start(then: Any) -> RayStart:
                 delay = 0.0 if watch else rt.start_ray_after
-                return held.RayStart(rt.ray, storage, rt.workers, then=then, delay=delay)
+                made = held.RayStart(rt.ray, storage, rt.workers, then=then, delay=delay)
+                if rt.in_process and not watch:
+                    made.stop()  # before its delay: no Ray at all
+                return made
 
             make = _make_pools(roots, out, rt, hooks_factory) if watch else None
-            runs = held.HeldRuns(storage, sink, cfg, hooks_factory, start, phases, progress, make)
+            runs = held.HeldRuns(
+                storage, sink, cfg, hooks_factory, start, phases, progress, make, rt.in_process
+            )
             owner = runs
             if watch:
                 runs.discover(norm)

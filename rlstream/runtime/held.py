@@ -4,7 +4,9 @@ starts (or instead of one).
 It is one of the two holders of runs the driver loop drives (`runtime/driver.py`;
 the other is `runtime.pools.ActorPools`, the tailer actors). Its executor is a
 `WorkerPool` over `RayStart.workers` (`runtime/executors.py`): units run in this
-process until the workers have answered, then on them.
+process until the workers have answered, then on them; with `in_process`
+(`analyze --in-process`) the start is stopped before it began and every unit runs
+here.
 
 - `analyze`: `drain` reads one chunk of runs (cohort by cohort, as in-process) to
   its end and commits it per call. The first chunk's plan chooses whether a private
@@ -68,7 +70,9 @@ class HeldRuns:
         phases: StartupLog,
         progress: Progress,
         make_pools: Callable[[list[Any], PipelineConfig], Any] | None = None,
+        in_process: bool = False,
     ) -> None:
+        self.in_process = in_process
         self.roots: list[str] = []
         self.cfg = cfg
         self.storage = storage
@@ -85,7 +89,7 @@ class HeldRuns:
             on_result=self._show,
             on_drained=self.start.stop,
             here_too=WORK_HERE_TOO,
-            on_first=self._sized if make_pools is None else None,
+            on_first=self._sized if make_pools is None and not in_process else None,
         )
         self.done: list[dict[str, Any]] = []
         self.chunks: list[list[str]] | None = None
@@ -234,7 +238,9 @@ class HeldRuns:
             outcome.where = self._where()
         if start.error is not None:
             log.warning("Ray did not start (%r): every unit ran in the driver", start.error)
-        if self.chosen and not self.chosen[0].ray:
+        if self.in_process:
+            log.info("analyzed %s in %.1f s in this process (asked for: --in-process)", n, took)
+        elif self.chosen and not self.chosen[0].ray:
             log.info(
                 "analyzed %s in %.1f s in this process, no Ray started (%s)",
                 n,
@@ -263,6 +269,8 @@ class HeldRuns:
     def _where(self) -> str:
         """Where the work ran and why, for the closing report's last line."""
         start, chosen = self.start, self.chosen
+        if self.in_process:
+            return "ran in this process (asked for: --in-process)"
         if chosen and not chosen[0].ray:
             return chosen[0].summary()
         if chosen:
