@@ -29,7 +29,7 @@ def worker_scaling(root: Path, work: Path, tokens: float, reps: int) -> dict:
     ray.init(
         address="local", num_cpus=2, include_dashboard=False, _temp_dir=tmp, log_to_driver=False
     )
-    stage = "analyze" if hasattr(driver.ActorPools, "analyze") else "poll"
+    stage = "drain"
     orig = getattr(driver.ActorPools, stage)
     spans: list[float] = []
 

@@ -140,18 +140,11 @@ class ActorPools:
         self.owned.update(added)
         return len(added)
 
-    def analyze(
-        self, progress: Progress | None = None, urls: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
-        """Batch mode: every tailer reads its shard of the runs (`urls`, default: found
-        under the roots now) a chunk at a time."""
-        if urls is None:
-            urls = [
-                u
-                for root in self.roots
-                for u in find_runs(self.storage, root, fmt=self.input_format)
-            ]
-        shards = self.sharder.split(urls)
+    def drain(self, urls: Sequence[str], progress: Progress | None = None) -> bool:
+        """The driver loop's step in `analyze`: every tailer reads its shard of `urls`
+        to its end, a chunk at a time, all in parallel; nothing is left after it
+        (`done` holds the runs' summaries)."""
+        shards = self.sharder.split(list(urls))
         refs = [t.analyze.remote(urls) for t, urls in zip(self.tailers, shards, strict=True)]
         total = sum(len(s) for s in shards)
         while len(ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
@@ -172,12 +165,7 @@ class ActorPools:
                     t = self.tailers[i]
                     _once_up(lambda t=t: ray.get(t.set_workers.remote(self.workers)))
                     ref = t.analyze.remote(shards[i])
-        return sorted(out, key=lambda s: s["run_id"])
-
-    def drain(self, urls: Sequence[str], progress: Progress) -> bool:
-        """The driver loop's step in `analyze`: every tailer reads its whole shard, a
-        chunk at a time, in parallel; nothing is left after it."""
-        self.done = self.analyze(progress, urls)
+        self.done = sorted(out, key=lambda s: s["run_id"])
         return True
 
     def __len__(self) -> int:
