@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from rlstream.config import PipelineConfig
 from rlstream.pipeline.commit import open_sink
@@ -60,6 +60,26 @@ def __getattr__(name: str) -> Any:
 
 
 log = logging.getLogger("rlstream")
+
+
+class Runs(Protocol):
+    """What the loop drives: `HeldRuns` (runtime/held.py) or `ActorPools`
+    (runtime/pools.py). Where the units run is the holder's executor's business."""
+
+    def drain(self, urls: Sequence[str], progress: Progress) -> bool: ...
+    def poll(self) -> Any: ...
+    def commit(self) -> int: ...
+    def discover(self) -> int: ...
+    def successor(self, outcome: Outcome | None) -> Runs | None: ...
+    def pause(self, seconds: float, told: threading.Event) -> None: ...
+    def totals(self) -> dict[str, int]: ...
+    def summaries(self) -> list[dict[str, Any]]: ...
+    def all_finished(self) -> bool: ...
+    def tally(self, outcome: Outcome) -> None: ...
+    def actor_counts(self) -> tuple[int, int, int]: ...
+    def close(self) -> None: ...
+    def __len__(self) -> int: ...
+
 
 COMMIT_LOG_EVERY = 10
 COMMIT_LOG = (
@@ -204,7 +224,7 @@ def _last_pass(maintainer: Maintainer) -> None:
 
 
 def _drive(
-    runs: Any,
+    runs: Runs,
     urls: Sequence[str],
     cfg: PipelineConfig,
     rt: RuntimeConfig,
@@ -215,7 +235,7 @@ def _drive(
     exit_when_finished: bool,
     outcome: Outcome | None,
     phases: StartupLog,
-) -> tuple[Any, list[dict[str, Any]]]:
+) -> tuple[Runs, list[dict[str, Any]]]:
     """The one driver loop, over `runs` (`HeldRuns` or `ActorPools`): analyze until
     drained, watch until told to stop. Returns the holder at the end (a watch's
     `HeldRuns` may have handed its runs to an `ActorPools`) and the summaries."""
