@@ -74,7 +74,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         cfg,
         rt,
         watch=False,
-        progress_out=sys.stderr,
+        progress_out=None if args.in_process else sys.stderr,  # in-process: no progress line
         hooks_factory=hooks,
         outcome=outcome,
     )
