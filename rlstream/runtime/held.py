@@ -73,7 +73,6 @@ class HeldRuns:
         in_process: bool = False,
     ) -> None:
         self.in_process = in_process
-        self.roots: list[str] = []
         self.cfg = cfg
         self.storage = storage
         self.phases = phases
@@ -108,14 +107,17 @@ class HeldRuns:
         return {"runs": len(self.group.runs), **self.group.totals}
 
     def discover(self, roots: Sequence[str] | None = None) -> int:
-        """Add the runs under `roots` (given at the first call) not held yet, resetting
-        those of `--reset-run`; then the tailers may be made."""
-        self.roots = list(roots) if roots is not None else self.roots
+        """Add the runs under `roots`, resetting those of `--reset-run`; then the
+        tailers may be made. Once only: runs that appear later are found by the
+        tailers after the handover, whose `--reset-run` list leaves out the runs the
+        driver reset (so none is reset twice)."""
+        if self._found.is_set():
+            return 0
         added = 0
         try:
-            for root in self.roots:
+            for root in roots or ():
                 for url in find_runs(self.storage, root, fmt=self.cfg.input_format):
-                    if url not in self.group.runs and self.group.add_run(url) is not None:
+                    if self.group.add_run(url) is not None:
                         added += 1
         finally:
             self._found.set()
