@@ -29,8 +29,8 @@ def worker_scaling(root: Path, work: Path, tokens: float, reps: int) -> dict:
     ray.init(
         address="local", num_cpus=2, include_dashboard=False, _temp_dir=tmp, log_to_driver=False
     )
-    stage = "analyze" if hasattr(driver.Fleet, "analyze") else "poll"
-    orig = getattr(driver.Fleet, stage)
+    stage = "drain"
+    orig = getattr(driver.ActorPools, stage)
     spans: list[float] = []
 
     def timed(self, *a, **k):
@@ -40,7 +40,7 @@ def worker_scaling(root: Path, work: Path, tokens: float, reps: int) -> dict:
         finally:
             spans.append(time.perf_counter() - t0)
 
-    setattr(driver.Fleet, stage, timed)
+    setattr(driver.ActorPools, stage, timed)
     res: dict[int, list[float]] = {1: [], 2: []}
     totals: dict[int, list[float]] = {1: [], 2: []}
     try:
@@ -63,7 +63,7 @@ def worker_scaling(root: Path, work: Path, tokens: float, reps: int) -> dict:
                     flush=True,
                 )
     finally:
-        setattr(driver.Fleet, stage, orig)
+        setattr(driver.ActorPools, stage, orig)
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
     m1, m2 = median(res[1]), median(res[2])

@@ -50,7 +50,6 @@ from rlstream.errors import EXIT_FAILURE, ConfigError, RlstreamError, exit_code
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from rlstream.errors import NoDataError
     from rlstream.pipeline.outcome import Outcome
 
     if args.in_process and args.ray:
@@ -59,38 +58,26 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     check_inputs(args, cfg)
     hooks = rules_hooks(args)
     outcome = Outcome()
-    if args.in_process:
-        from rlstream.pipeline.local import analyze_local
+    from rlstream.runtime.driver import run
+
+    if args.in_process:  # no cluster address is checked: none is used
+        from rlstream.runtime.driver import RuntimeConfig
         from rlstream.runtime.malloc import keep_heap
 
         keep_heap()  # this process is the worker (what Worker actors do, see malloc.py)
-        analyze_local(
-            args.roots,
-            args.out,
-            cfg,
-            outcome=outcome,
-            maintenance=maintenance_config(args),
-            **hooks(),
-        )
-        outcome.where = "ran in this process (asked for: --in-process)"
-        if not outcome.runs and not outcome.rejected:
-            raise NoDataError(
-                f"no runs under {', '.join(args.roots)} (a run is a folder holding "
-                f"run.json); nothing was written to {args.out}"
-            )
+        rt = RuntimeConfig(in_process=True, maintenance=maintenance_config(args))
     else:
-        from rlstream.runtime.driver import run
-
-        run(
-            args.roots,
-            args.out,
-            cfg,
-            runtime_config(args),
-            watch=False,
-            progress_out=sys.stderr,
-            hooks_factory=hooks,
-            outcome=outcome,
-        )
+        rt = runtime_config(args)
+    run(
+        args.roots,
+        args.out,
+        cfg,
+        rt,
+        watch=False,
+        progress_out=None if args.in_process else sys.stderr,  # in-process: no progress line
+        hooks_factory=hooks,
+        outcome=outcome,
+    )
     return finish(outcome, args.out, "analyzed", cfg.storage_options)
 
 

@@ -11,7 +11,7 @@ from importlib.metadata import version
 import pytest
 
 from rlstream.cli import main
-from rlstream.runtime.batch import phases_text
+from rlstream.runtime.executors import phases_text
 from rlstream.runtime.progress import Progress
 from rlstream.simulate import SimConfig, simulate
 

@@ -1,9 +1,10 @@
 """The pipeline in this process: no Ray. Used by unit tests and as the reference.
 
 `analyze_local` reads every run to the end of what exists, finalizes every step,
-commits, and returns the runs' summaries. The Ray runtime runs the same
-`RunGroup` code with worker actors as the executor; this module is what the tests
-compare it against.
+commits, and returns the runs' states: the reference the tests compare every run
+path against. `local_executor` is the plain in-process executor. The commands
+(`analyze --in-process` included) run the same `RunGroup` code through the driver
+loop (`rlstream.runtime.driver`), whose executors are in `rlstream.runtime.executors`.
 """
 
 from __future__ import annotations

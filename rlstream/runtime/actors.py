@@ -1,8 +1,8 @@
 """Ray actors: `Worker` runs work units; `Tailer` owns a shard of runs.
 
 Both are thin: a Worker calls `rlstream.pipeline.work.execute`; a Tailer holds a
-`RunGroup` and hands its units to the worker pool with a bound on units in flight,
-folding each result once as it arrives. A Worker killed mid-unit is restarted by Ray
+`RunGroup` and hands its units to the workers through the one dispatch
+(`runtime.executors.WorkerPool`), folding each result once as it arrives. A Worker killed mid-unit is restarted by Ray
 and the unit retried (`max_task_retries`); since the Tailer folds a unit's result
 only when it receives it, a retry never counts data twice.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -21,7 +20,8 @@ from rlstream.io.storage import Storage
 from rlstream.pipeline.commit import open_sink
 from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import state_summary
-from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
+from rlstream.pipeline.work import Unit, UnitResult, execute
+from rlstream.runtime.executors import WorkerPool
 from rlstream.runtime.malloc import keep_heap
 
 log = logging.getLogger("rlstream")
@@ -66,41 +66,6 @@ class Worker:
         }
 
 
-def ray_executor(workers: list[Any], max_inflight: int):
-    """An executor that spreads units over `workers`, at most `max_inflight` at once,
-    least-loaded first, and yields results as they complete."""
-
-    def run(units: list[Unit]) -> Iterator[UnitResult | UnitFailure]:
-        load = [0] * len(workers)
-        inflight: dict[Any, tuple[Unit, int]] = {}
-        todo = iter(units)
-        exhausted = False
-        while inflight or not exhausted:
-            while not exhausted and len(inflight) < max_inflight:
-                unit = next(todo, None)
-                if unit is None:
-                    exhausted = True
-                    break
-                w = min(range(len(workers)), key=load.__getitem__)
-                load[w] += 1
-                inflight[workers[w].execute.remote(unit)] = (unit, w)
-            if not inflight:
-                break
-            ready, _ = ray.wait(list(inflight), num_returns=1)
-            for ref in ready:
-                unit, w = inflight.pop(ref)
-                load[w] -= 1
-                try:
-                    yield ray.get(ref)
-                except ray.exceptions.RayError as e:
-                    # Not folded: RunGroup.poll retries it (analyze) or leaves the run's
-                    # cursors where they are for the next poll (watch).
-                    log.error("unit for run %s failed after retries: %s", unit.run_id, e)
-                    yield UnitFailure(unit, repr(e))
-
-    return run
-
-
 @ray.remote(num_cpus=0, max_restarts=-1, concurrency_groups={"progress": 1})
 class Tailer:
     """Owns the runs whose key hashes to it: cursors, pending aggregates, commits."""
@@ -117,12 +82,13 @@ class Tailer:
         hooks = hooks_factory() if hooks_factory is not None else {}
         sink = open_sink(out_url, cfg, out_storage)
         self.group = RunGroup(storage, sink, cfg, **hooks)
-        self.execute = ray_executor([], cfg.max_inflight_units)
+        self.workers: list[Any] = []
+        self.execute = WorkerPool(storage, lambda: self.workers, cfg.max_inflight_units)
 
     def set_workers(self, workers: list[Any]) -> None:
         """Worker handles come by a call, not the constructor: a restarted Tailer gets
         them again from the driver (constructor arguments would pin the object store)."""
-        self.execute = ray_executor(workers, self.group.cfg.max_inflight_units)
+        self.workers = workers
 
     def add_runs(self, urls: list[str]) -> list[str]:
         added = []

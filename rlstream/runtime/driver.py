@@ -1,56 +1,85 @@
-"""The driver: discovery, the poll/commit loop on Ray, progress, clean shutdown.
+"""The driver: one loop for both commands, over one of two holders of runs.
 
-`run(...)` is both commands. `analyze` (watch=False) discovers runs; on a Ray it
-starts itself it works while Ray starts (runtime/batch.py), else it has each tailer
-read its runs to the end and finalize every step row. `watch` polls every `poll_seconds`,
-commits after its first poll and then every `commit_seconds` (on a Ray it starts
-itself, the driver polls and commits while Ray starts, then hands the runs to the
-tailers: runtime/early.py), rediscovers runs so that new ones join, maintains
-OUT's tables every `maintenance.every_seconds` in a thread (runtime/maintenance.py),
-and stops cleanly after a final commit on Ctrl-C (or when `stop()` returns True).
-`analyze`, and a watch that `--exit-when-finished` ends, end with one maintenance
-pass.
+`run(...)` picks the holder, then `_drive` runs the loop:
+
+- `HeldRuns` (runtime/held.py): the runs in a `RunGroup` of this process, its units
+  run by a `WorkerPool` over a private Ray's workers, in this process until they are
+  ready (or for good when the plan starts no Ray). Used whenever this command starts
+  the Ray (`RuntimeConfig.early_start`); in `watch` it hands its runs over to the
+  tailers (`ActorPools`) once they are ready.
+- `ActorPools` (runtime/pools.py): the runs sharded over tailer actors next to the
+  workers. Used on a joined cluster, and with `early_start=False`.
+
+The loop: `analyze` steps (`drain`: a chunk read to its end and committed) until
+nothing is left. `watch` polls every `poll_seconds`, commits after its first poll and
+then every `commit_seconds`, rediscovers runs so that new ones join, maintains OUT
+every `maintenance.every_seconds` in a thread (runtime/maintenance.py), until
+Ctrl-C, SIGTERM, `stop()` or `--exit-when-finished`; then one more poll and a final
+commit. While it runs, Ctrl-C and SIGTERM only set a flag read before the next poll:
+a fold or a commit is never cut in the middle. `analyze`, and a watch that
+`--exit-when-finished` ends, end with one maintenance pass.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from rlstream.config import PipelineConfig
 from rlstream.pipeline.commit import open_sink
 from rlstream.pipeline.discover import normalize_root
 from rlstream.pipeline.local import input_storage, runs_or_fail
 from rlstream.pipeline.outcome import Outcome, plural
-from rlstream.runtime import batch
+from rlstream.runtime import held
 from rlstream.runtime.cluster import connect, disconnect, private_ray
-from rlstream.runtime.early import EarlyWatch, StartupLog
+from rlstream.runtime.executors import RayStart, wanted
 from rlstream.runtime.maintenance import Maintainer
-from rlstream.runtime.progress import Progress
+from rlstream.runtime.progress import Progress, StartupLog
 from rlstream.runtime.sizes import RuntimeConfig, default_tailers
-from rlstream.sinks.delta import DeltaSink
 
 if TYPE_CHECKING:
-    from rlstream.runtime.fleet import Fleet
+    from rlstream.runtime.pools import ActorPools
 
 __all__ = ["COMMIT_LOG", "RuntimeConfig", "default_tailers", "run"]
 
 
 def __getattr__(name: str) -> Any:
-    # `Fleet` imports Ray: only when a command needs it (an analyze the driver
+    # `ActorPools` imports Ray: only when a command needs it (an analyze the driver
     # finishes alone never does).
-    if name == "Fleet":
-        from rlstream.runtime.fleet import Fleet
+    if name == "ActorPools":
+        from rlstream.runtime.pools import ActorPools
 
-        return Fleet
+        return ActorPools
     raise AttributeError(name)
 
 
 log = logging.getLogger("rlstream")
+
+
+class Runs(Protocol):
+    """What the loop drives: `HeldRuns` (runtime/held.py) or `ActorPools`
+    (runtime/pools.py). Where the units run is the holder's executor's business."""
+
+    def drain(self, urls: Sequence[str], progress: Progress) -> bool: ...
+    def poll(self) -> Any: ...
+    def commit(self) -> int: ...
+    def discover(self) -> int: ...
+    def successor(self, outcome: Outcome | None) -> Runs | None: ...
+    def pause(self, seconds: float, told: threading.Event) -> None: ...
+    def totals(self) -> dict[str, int]: ...
+    def summaries(self) -> list[dict[str, Any]]: ...
+    def all_finished(self) -> bool: ...
+    def tally(self, outcome: Outcome) -> None: ...
+    def actor_counts(self) -> tuple[int, int, int]: ...
+    def close(self) -> None: ...
+    def __len__(self) -> int: ...
+
 
 COMMIT_LOG_EVERY = 10
 COMMIT_LOG = (
@@ -64,9 +93,6 @@ COMMIT_LOG = (
 def _sigterm_as_interrupt() -> Any:
     """SIGTERM (Kubernetes, `timeout`, systemd) stops like Ctrl-C: after a final commit.
     Returns the previous handler (None off the main thread, where none is installed)."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return None
 
@@ -89,7 +115,7 @@ def run(
     metrics: Any = None,
     outcome: Outcome | None = None,
 ) -> list[dict[str, Any]]:
-    """Run analyze (watch=False) or watch on Ray; returns per-run summaries.
+    """Run analyze (watch=False) or watch; returns per-run summaries.
 
     `metrics` (watch only; a `rlstream.fleet.prometheus.MetricsExporter`) is told
     about every poll and commit. `outcome`, if given, is told what was read, written
@@ -99,45 +125,48 @@ def run(
         from rlstream.pipeline.verdicts import HealthHooks
 
         hooks_factory = HealthHooks()
-    urls: list[str] | None = None
-    if not watch:
+    norm = [normalize_root(r) for r in roots]
+    if watch:
+        urls: list[str] = []
+        storage = input_storage(
+            norm, cfg.storage_options, cfg.read_inflight_bytes, cfg.max_file_bytes
+        )
+    else:
         storage, urls = runs_or_fail(roots, out, cfg)
     sink = open_sink(out, cfg)
     maintainer = Maintainer(sink, rt.maintenance)
     previous_sigterm = _sigterm_as_interrupt()
-    fleet, started, early = None, False, None
+    runs: Any = None
+    owner: Any = None  # what to close at the end: the holder made here
+    started = False
     progress = Progress(progress_out or sys.stderr, enabled=progress_out is not None)
     phases = StartupLog()
     try:
-        if urls is not None and batch.wanted(rt.early_start, rt.ray):
-            # The work begins here; Ray starts beside it (maybe later: `start_ray_after`).
-            start = batch.RayStart(rt.ray, storage, rt.workers, delay=rt.start_ray_after)
-            return batch.analyze(
-                urls, storage, sink, cfg, start, maintainer, hooks_factory, progress, outcome
+        if (rt.in_process and not watch) or wanted(rt.early_start, rt.ray):
+            # The work begins here; Ray starts beside it (analyze: maybe later, or not
+            # at all, `start_ray_after`; watch: at once, with the tailers around it).
+            def start(then: Any) -> RayStart:
+                delay = 0.0 if watch else rt.start_ray_after
+                made = held.RayStart(rt.ray, storage, rt.workers, then=then, delay=delay)
+                if rt.in_process and not watch:
+                    made.stop()  # before its delay: no Ray at all
+                return made
+
+            make = _make_pools(roots, out, rt, hooks_factory) if watch else None
+            runs = held.HeldRuns(
+                storage, sink, cfg, hooks_factory, start, phases, progress, make, rt.in_process
             )
-        if watch and batch.wanted(rt.early_start, rt.ray):
-            # Polls and commits begin in the driver while Ray and the actors start.
-            early = _early_watch(roots, out, sink, cfg, rt, hooks_factory, phases)
-            maintainer.start()
-            if not early.run(stop, progress, metrics, exit_when_finished):
-                summaries = early.finish(outcome)
-                log.info(phases.line())
-                if exit_when_finished and early.group.all_finished():
-                    _last_pass(maintainer)
-                return summaries
-            fleet = early.start.made
-            fleet.carried.update(early.group.totals)  # progress and metrics keep counting
-            fleet.adopt(early.hand_over(outcome))
-            fleet.discover()  # runs that appeared while Ray started
-            log.info(phases.line())
+            owner = runs
+            if watch:
+                runs.discover(norm)
         else:
-            from rlstream.runtime.fleet import Fleet
+            from rlstream.runtime.pools import ActorPools
 
             t_start = time.monotonic()
             started = connect(rt.ray)
             t_ray = time.monotonic()
-            fleet = Fleet(roots, out, cfg, rt, hooks_factory, watch=watch)
-            fleet.ready()
+            runs = owner = ActorPools(roots, out, cfg, rt, hooks_factory, watch=watch)
+            runs.ready()
             t_actors = time.monotonic()
             phases.mark("Ray up", t_ray)
             phases.mark("tailers ready", t_actors)
@@ -145,43 +174,42 @@ def run(
                 "Ray %s in %.1f s; %d workers and %d tailers ready in %.1f s",
                 "started" if private_ray() else "joined",
                 t_ray - t_start,
-                len(fleet.workers),
-                len(fleet.tailers),
+                len(runs.workers),
+                len(runs.tailers),
                 t_actors - t_ray,
             )
-            if not watch:
-                summaries = fleet.analyze(progress, urls)
-                took = time.monotonic() - t_actors
-                log.info("analyzed %s in %.1f s", plural(len(summaries), "run"), took)
-                if outcome is not None:
-                    fleet.tally(outcome)
-                    outcome.add_summaries(summaries)
-                    outcome.where = _joined_where(started)
-                maintainer.run_once()
-                return summaries
-            fleet.discover()
-            phases.mark("runs found")
+            if watch:
+                runs.discover()
+                phases.mark("runs found")
+        if watch:
             maintainer.start()
-        summaries = _watch_loop(
-            fleet, cfg, rt, stop, progress, metrics, exit_when_finished, outcome, phases, early
+        t_work = time.monotonic()
+        runs, summaries = _drive(
+            runs, urls, cfg, rt, watch, stop, progress, metrics, exit_when_finished, outcome, phases
         )
-        if exit_when_finished and fleet.all_finished():
+        if not watch and isinstance(runs, held.HeldRuns):
+            maintainer.run_once()
+            runs.close()  # Ray, if one was started, stops while the driver maintains
+            runs.report(outcome)
+        elif not watch:
+            took = time.monotonic() - t_work
+            log.info("analyzed %s in %.1f s", plural(len(summaries), "run"), took)
+            if outcome is not None:
+                outcome.where = _joined_where(started)
+            maintainer.run_once()
+        elif exit_when_finished and runs.all_finished():
             _last_pass(maintainer)
         return summaries
     finally:
         maintainer.stop()
         progress.close()
-        if early is not None:
-            early.start.join()  # once its start ended: the fleet, its workers, its Ray
-        elif fleet is not None:
-            fleet.close()
+        if owner is not None:
+            owner.close()  # a HeldRuns: once its start ended (the tailers, workers, Ray)
         if started:
             t_stop = time.monotonic()
             disconnect()
             log.info("Ray stopped in %.1f s", time.monotonic() - t_stop)
         if previous_sigterm is not None:
-            import signal
-
             signal.signal(signal.SIGTERM, previous_sigterm)
 
 
@@ -195,81 +223,101 @@ def _last_pass(maintainer: Maintainer) -> None:
         log.exception("final maintenance pass failed; run `rlstream compact OUT`")
 
 
-def _watch_loop(
-    fleet: Fleet,
+def _drive(
+    runs: Runs,
+    urls: Sequence[str],
     cfg: PipelineConfig,
     rt: RuntimeConfig,
+    watch: bool,
     stop: Callable[[], bool] | None,
     progress: Progress,
     metrics: Any,
     exit_when_finished: bool,
     outcome: Outcome | None,
     phases: StartupLog,
-    early: EarlyWatch | None,
-) -> list[dict[str, Any]]:
-    """The watch on the fleet: poll, commit (the first at once, unless the driver
-    committed before the handover), rediscover, until told to stop."""
-    last_commit = time.monotonic() if early is not None else -math.inf
-    last_discover = time.monotonic()
+) -> tuple[Runs, list[dict[str, Any]]]:
+    """The one driver loop, over `runs` (`HeldRuns` or `ActorPools`): analyze until
+    drained, watch until told to stop. Returns the holder at the end (a watch's
+    `HeldRuns` may have handed its runs to an `ActorPools`) and the summaries."""
+    told = threading.Event()
+    handlers = {}
+    if watch and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, lambda *_: told.set())
+    last_commit, last_discover = -math.inf, time.monotonic()
     commit_times: list[float] = []
     poll_times: list[float] = []
-    work = [0, fleet.carried.get("rows", 0)]  # run commits, step rows at the last log line
+    work = [0, 0]  # run commits, step rows at the last commit log line
     try:
-        while not (stop and stop()):
+        while not told.is_set() and not (stop and stop()):
             t0, wall = time.monotonic(), time.time()
-            fleet.poll()
+            if not watch:
+                if runs.drain(urls, progress):
+                    break
+                continue
+            successor = runs.successor(outcome)
+            if successor is not None:  # the tailers took the runs, all committed
+                runs, last_commit = successor, t0
+                log.info(phases.line())
+                work[1] = runs.totals().get("rows", 0)
+            runs.poll()
             poll_times.append(time.monotonic() - t0)
             phases.mark("first poll")
-            totals = fleet.totals()
-            progress.show(totals, len(fleet.owned))
+            totals = runs.totals()
+            progress.show(totals, len(runs))
             if metrics is not None:
                 metrics.on_poll(totals, wall, time.monotonic() - t0)
             if t0 - last_discover >= rt.discover_every_seconds:
-                fleet.discover()
+                runs.discover()
                 last_discover = t0
             if t0 - last_commit >= cfg.commit_seconds:
                 t_commit = time.monotonic()
-                work[0] += fleet.commit()
+                work[0] += runs.commit()
                 commit_times.append(time.monotonic() - t_commit)
+                last_commit = t0
                 if "first commit" not in phases.marks:
                     phases.mark("first commit")
                     log.info(phases.line())
                 if len(commit_times) == COMMIT_LOG_EVERY:
-                    log.info(
-                        COMMIT_LOG,
-                        sum(commit_times) / len(commit_times),
-                        max(commit_times),
-                        len(commit_times),
-                        work[0],
-                        totals.get("rows", 0) - work[1],
-                        sum(poll_times) / len(poll_times),
-                        max(poll_times),
-                        len(poll_times),
-                    )
-                    commit_times.clear()
-                    poll_times.clear()
-                    work[:] = [0, totals.get("rows", 0)]
-                last_commit = t0
+                    _log_commits(commit_times, poll_times, work, totals.get("rows", 0))
                 if metrics is not None:
-                    metrics.on_commit(
-                        fleet.summaries(),
-                        time.time(),
-                        len(fleet.workers),
-                        fleet.check_workers(),
-                        fleet.tailer_restarts,
-                    )
-                if exit_when_finished and fleet.all_finished():
+                    metrics.on_commit(runs.summaries(), time.time(), *runs.actor_counts())
+                if exit_when_finished and runs.all_finished():
                     break
-            time.sleep(max(0.0, cfg.poll_seconds - (time.monotonic() - t0)))
-    except KeyboardInterrupt:
+            runs.pause(max(0.0, cfg.poll_seconds - (time.monotonic() - t0)), told)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if told.is_set():
         log.info("interrupted: committing before exit")
-    fleet.poll()
-    fleet.commit()
-    summaries = fleet.summaries()
+    if watch:
+        runs.poll()
+        runs.commit()
+    summaries = runs.summaries()
     if outcome is not None:
-        fleet.tally(outcome)
+        runs.tally(outcome)
         outcome.add_summaries(summaries)
-    return summaries
+    return runs, summaries
+
+
+def _log_commits(
+    commit_times: list[float], poll_times: list[float], work: list[int], rows: int
+) -> None:
+    """`COMMIT_LOG`, then the counters start again."""
+    log.info(
+        COMMIT_LOG,
+        sum(commit_times) / len(commit_times),
+        max(commit_times),
+        len(commit_times),
+        work[0],
+        rows - work[1],
+        sum(poll_times) / len(poll_times),
+        max(poll_times),
+        len(poll_times),
+    )
+    commit_times.clear()
+    poll_times.clear()
+    work[:] = [0, rows]
 
 
 def _joined_where(started: bool) -> str:
@@ -279,30 +327,16 @@ def _joined_where(started: bool) -> str:
     return "ran on the joined Ray cluster (a cluster is always used)"
 
 
-def _early_watch(
-    roots: Sequence[str],
-    out: str,
-    sink: DeltaSink,
-    cfg: PipelineConfig,
-    rt: RuntimeConfig,
-    hooks_factory: Any,
-    phases: StartupLog,
-) -> EarlyWatch:
-    """Start Ray, its workers and the fleet in a thread; find the runs here meanwhile."""
-    norm = [normalize_root(r) for r in roots]
-    storage = input_storage(norm, cfg.storage_options, cfg.read_inflight_bytes, cfg.max_file_bytes)
+def _make_pools(
+    roots: Sequence[str], out: str, rt: RuntimeConfig, hooks_factory: Any
+) -> Callable[[list[Any], PipelineConfig], ActorPools]:
+    """What makes a watch's tailers around the workers a private Ray started."""
 
-    def make_fleet(workers: list[Any], fleet_cfg: PipelineConfig) -> Any:
-        from rlstream.runtime.fleet import Fleet
+    def make(workers: list[Any], cfg: PipelineConfig) -> ActorPools:
+        from rlstream.runtime.pools import ActorPools
 
-        fleet = Fleet(roots, out, fleet_cfg, rt, hooks_factory, watch=True, workers=workers)
-        fleet.ready()
-        return fleet
+        pools = ActorPools(roots, out, cfg, rt, hooks_factory, watch=True, workers=workers)
+        pools.ready()
+        return pools
 
-    early = EarlyWatch(storage, sink, cfg, hooks_factory, rt.ray, rt.workers, make_fleet, phases)
-    try:
-        early.discover(norm, cfg.input_format)
-    except BaseException:
-        early.start.join()
-        raise
-    return early
+    return make

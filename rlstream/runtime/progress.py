@@ -5,6 +5,8 @@ bytes, tokens). On a terminal it refreshes one line in place; otherwise it logs 
 line at most every 10 s, and always the totals `show(..., final=True)` is given at the
 end of the work, so the last line logged is never an earlier, smaller count.
 Disabled, it does nothing.
+
+`StartupLog` is the phase log of a command's start: seconds since the process began.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import logging
 import time
 from typing import TextIO
+
+from rlstream.runtime import procs
 
 log = logging.getLogger("rlstream")
 
@@ -46,3 +50,22 @@ class Progress:
     def close(self) -> None:
         if self.enabled and self.tty:
             self.out.write("\n")
+
+
+class StartupLog:
+    """When each phase of a start ended, in seconds since the process began (its
+    imports included); `line()` is the log line."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic() - procs.process_age()
+        self.marks: dict[str, float] = {}
+
+    def mark(self, phase: str, at: float | None = None) -> None:
+        """`phase` ended now (or at monotonic time `at`); the first mark of a name stays."""
+        self.marks.setdefault(phase, (time.monotonic() if at is None else at) - self.t0)
+
+    def line(self) -> str:
+        order = sorted(self.marks.items(), key=lambda kv: kv[1])
+        return "start-up (s since the process began): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in order
+        )

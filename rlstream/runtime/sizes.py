@@ -1,6 +1,6 @@
 """`RuntimeConfig`: the sizes of a Ray run's actor pools and how its start behaves.
 
-Kept apart from the actors (`runtime/fleet.py`) so that reading a configuration, or
+Kept apart from the actors (`runtime/pools.py`) so that reading a configuration, or
 an `analyze` that finishes before it needs Ray, never imports Ray.
 """
 
@@ -26,8 +26,11 @@ class RuntimeConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     early_start: bool | None = None
-    """Work in the driver while a private Ray starts (runtime/batch.py for analyze,
-    runtime/early.py for watch); None: when this command starts a private Ray."""
+    """Work in the driver while a private Ray starts (`runtime.held.HeldRuns`);
+    None: when this command starts a private Ray."""
+    in_process: bool = False
+    """analyze: every unit in this process, no Ray started whatever the plan
+    (`--in-process`)."""
     start_ray_after: float | None = None
     """analyze: None (the default): the plan chooses whether a private Ray is started
     at all (`runtime.placement.choose`); 0 (`--ray`): one is started at once; else

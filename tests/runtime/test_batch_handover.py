@@ -1,4 +1,4 @@
-"""`analyze` that works while Ray starts (runtime/batch.py) equals the in-process
+"""`analyze` that works while Ray starts (runtime/held.py) equals the in-process
 runner: units run in the driver, then on the workers, each folded exactly once."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import ray
 from rlstream.config import PipelineConfig
 from rlstream.errors import RlstreamError
 from rlstream.pipeline.local import analyze_local
-from rlstream.runtime import batch
+from rlstream.runtime import held
 from rlstream.runtime.cluster import TEMP_PARENT_ENV, RayConfig
 from rlstream.runtime.driver import RuntimeConfig
 from rlstream.runtime.driver import run as run_pipeline
@@ -32,7 +32,7 @@ MADE: list = []
 """Instances of the two classes below, in the order made."""
 
 
-class GatedStart(batch.RayStart):
+class GatedStart(held.RayStart):
     """The workers become visible only after the driver asked `HERE` times, then
     at once (waiting for them): so the split is known, whatever the machine's speed."""
 
@@ -50,7 +50,7 @@ class GatedStart(batch.RayStart):
         return super().workers()
 
 
-class CountingHandover(batch.Handover):
+class CountingHandover(held.WorkerPool):
     def __init__(self, *a, **k) -> None:
         super().__init__(*a, **k)
         MADE.append(self)
@@ -60,8 +60,8 @@ def test_handover_equals_in_process_and_counts_each_unit_once(ray_session, tmp_p
     MADE.clear()
     simulate(tmp_path / "runs", SimConfig(runs=3, steps=12, scenarios=SCEN, seed=4))
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
-    monkeypatch.setattr(batch, "RayStart", GatedStart)
-    monkeypatch.setattr(batch, "Handover", CountingHandover)
+    monkeypatch.setattr(held, "RayStart", GatedStart)
+    monkeypatch.setattr(held, "WorkerPool", CountingHandover)
     # Two chunks of runs, so the handover happens in the first and Ray is stopped
     # after the second's units.
     cfg = PipelineConfig(transcripts_per_unit=8, analyze_chunk_runs=2)
@@ -94,7 +94,7 @@ def test_handover_equals_in_process_and_counts_each_unit_once(ray_session, tmp_p
 def test_a_failed_start_is_a_clear_error(tmp_path):
     simulate(tmp_path / "runs", SimConfig(runs=1, steps=2, seed=1))
 
-    class Broken(batch.RayStart):
+    class Broken(held.RayStart):
         def __init__(self, *a) -> None:
             super().__init__(*a)
             assert self.settled.wait(60)  # failed before the driver's first unit
@@ -104,7 +104,7 @@ def test_a_failed_start_is_a_clear_error(tmp_path):
             self.settled.set()
 
     with pytest.raises(RlstreamError, match=r"did not start.*no room for the raylet"):
-        batch.analyze(*_inputs(tmp_path), Broken(RayConfig(), None, 1), *_rest(tmp_path))
+        _analyze(*_inputs(tmp_path), lambda then: Broken(RayConfig(), None, 1), None)
 
 
 def _inputs(tmp_path):
@@ -120,12 +120,17 @@ def _inputs(tmp_path):
     return urls, storage, sink, PipelineConfig()
 
 
-def _rest(tmp_path):
-    from rlstream.runtime.maintenance import Maintainer
-    from rlstream.runtime.progress import Progress
-    from rlstream.sinks.maintain import MaintenanceConfig
+def _analyze(urls, storage, sink, cfg, start, hooks) -> None:
+    """The driver loop's `analyze` over a `HeldRuns` (`driver._drive`, less the rest)."""
+    from rlstream.runtime.progress import Progress, StartupLog
 
-    return Maintainer(_inputs(tmp_path)[2], MaintenanceConfig()), None, Progress(sys.stderr, False)
+    progress = Progress(sys.stderr, enabled=False)
+    runs = held.HeldRuns(storage, sink, cfg, hooks, start, StartupLog(), progress)
+    try:
+        while not runs.drain(urls, progress):
+            pass
+    finally:
+        runs.close()
 
 
 def test_workers_import_no_sink_health_or_fleet(ray_session, tmp_path):
@@ -155,10 +160,10 @@ def test_private_ray_hands_over_and_stops(tmp_path):
         f"""
         import os
         from rlstream.config import PipelineConfig
-        from rlstream.runtime import batch
+        from rlstream.runtime import held
         from rlstream.runtime.driver import RuntimeConfig, run
 
-        class Gated(batch.RayStart):
+        class Gated(held.RayStart):
             asks = 0
 
             def workers(self):
@@ -169,12 +174,12 @@ def test_private_ray_hands_over_and_stops(tmp_path):
                 return super().workers() if self.asks > 2 else None
 
         made = []
-        class Counting(batch.Handover):
+        class Counting(held.WorkerPool):
             def __init__(self, *a, **k):
                 super().__init__(*a, **k)
                 made.append(self)
 
-        batch.RayStart, batch.Handover = Gated, Counting
+        held.RayStart, held.WorkerPool = Gated, Counting
         cfg = PipelineConfig(transcripts_per_unit=4)
         run([{str(tmp_path / "runs")!r}], {str(tmp_path / "ray")!r}, cfg, RuntimeConfig(start_ray_after=0.0))
         print(made[0].counts["here"], made[0].counts["ray"])
@@ -199,7 +204,7 @@ def test_private_ray_hands_over_and_stops(tmp_path):
 class NoWorkers:
     """A Ray start that never has workers: every unit runs in the driver."""
 
-    def __init__(self) -> None:
+    def __init__(self, then=None) -> None:
         self.error, self.phases, self._actors, self.delay = None, {}, [], 1.0
 
     def workers(self):
@@ -213,8 +218,6 @@ class NoWorkers:
 
 
 def test_batch_path_keeps_a_cohort_in_one_chunk_like_in_process(tmp_path):
-    import io
-
     from deltalake import DeltaTable
 
     from rlstream.health import DEFAULT_RULES
@@ -222,7 +225,6 @@ def test_batch_path_keeps_a_cohort_in_one_chunk_like_in_process(tmp_path):
     from rlstream.io.storage import Storage
     from rlstream.pipeline.local import runs_or_fail
     from rlstream.pipeline.verdicts import HealthHooks
-    from rlstream.runtime.progress import Progress
     from rlstream.sinks.delta import DeltaSink
 
     simulate(tmp_path / "runs", SimConfig(runs=4, steps=12, scenarios=("healthy",), seed=4))
@@ -233,12 +235,7 @@ def test_batch_path_keeps_a_cohort_in_one_chunk_like_in_process(tmp_path):
     out = str(tmp_path / "b")
     sink = DeltaSink(out, Storage.for_url(out, {}), {}, cfg.fsync, cfg.retention_seconds)
 
-    class NoMaintenance:
-        def run_once(self) -> None:
-            pass
-
-    progress = Progress(io.StringIO(), enabled=False)
-    batch.analyze(urls, storage, sink, cfg, NoWorkers(), NoMaintenance(), hooks, progress)
+    _analyze(urls, storage, sink, cfg, NoWorkers, hooks)
 
     def bands(name: str) -> list[tuple]:
         t = DeltaTable(str(tmp_path / name / "cohorts")).to_pyarrow_table()

@@ -10,7 +10,7 @@ import ray
 
 from rlstream.config import PipelineConfig
 from rlstream.pipeline.local import analyze_local
-from rlstream.runtime.driver import Fleet, RuntimeConfig, default_tailers
+from rlstream.runtime.driver import ActorPools, RuntimeConfig, default_tailers
 from rlstream.runtime.driver import run as run_pipeline
 from rlstream.simulate import SimConfig, simulate
 from tests.runtime.helpers import assert_same_rows, read_steps
@@ -37,7 +37,7 @@ def test_killed_worker_is_restarted_and_nothing_counted_twice(ray_session, tmp_p
     analyze_local([str(tmp_path / "runs")], str(tmp_path / "local"))
     # One transcript per unit, so the batch has hundreds of units in flight.
     cfg = PipelineConfig(transcripts_per_unit=1, max_inflight_units=4)
-    fleet = Fleet(
+    fleet = ActorPools(
         [str(tmp_path / "runs")], str(tmp_path / "ray"), cfg, RuntimeConfig(workers=2, tailers=1)
     )
     fleet.discover()

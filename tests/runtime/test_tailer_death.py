@@ -15,7 +15,7 @@ import ray
 
 from rlstream.config import PipelineConfig
 from rlstream.pipeline.local import analyze_local
-from rlstream.runtime.driver import Fleet, RuntimeConfig
+from rlstream.runtime.driver import ActorPools, RuntimeConfig
 from rlstream.simulate import SimConfig, simulate_live
 from tests.outputs import out_sql
 from tests.runtime.helpers import assert_same_rows, read_steps
@@ -38,7 +38,7 @@ def test_a_tailer_killed_mid_watch_resumes_its_runs_exactly(ray_session, tmp_pat
     writer = threading.Thread(target=simulate_live, args=(root, sim, 0.3))
     root.mkdir()
     cfg = PipelineConfig(transcripts_per_unit=4, watermark_settle_seconds=0.0)
-    fleet = Fleet([str(root)], str(out), cfg, RuntimeConfig(workers=2, tailers=1))
+    fleet = ActorPools([str(root)], str(out), cfg, RuntimeConfig(workers=2, tailers=1))
     fleet.ready()
     writer.start()  # the runs are written while the watch runs
     deadline = time.monotonic() + 240

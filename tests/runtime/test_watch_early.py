@@ -1,4 +1,4 @@
-"""`watch` that polls and commits in the driver while Ray starts (runtime/early.py):
+"""`watch` that polls and commits in the driver while Ray starts (runtime/held.py):
 the first rows land before the tailers exist, the runs are handed over to the tailers
 through their resume states, and the tables equal `analyze` on the finished runs (no
 row lost or written twice across the handover). On a private Ray, nothing is left
@@ -16,7 +16,7 @@ import time
 
 from rlstream.config import PipelineConfig
 from rlstream.pipeline.local import analyze_local
-from rlstream.runtime import batch, early
+from rlstream.runtime import held
 from rlstream.runtime.cluster import TEMP_PARENT_ENV
 from rlstream.runtime.driver import RuntimeConfig
 from rlstream.runtime.driver import run as run_pipeline
@@ -26,7 +26,7 @@ from tests.runtime.helpers import assert_same_rows, read_steps
 MADE: list = []
 
 
-class GatedStart(batch.RayStart):
+class GatedStart(held.RayStart):
     """Ray (the session's), workers and tailers start at once, but the driver sees
     them only once `release` is set: the split is known whatever the machine's speed."""
 
@@ -36,7 +36,7 @@ class GatedStart(batch.RayStart):
         return super().workers() if self.release.is_set() else None
 
 
-class Watched(early.EarlyWatch):
+class Watched(held.HeldRuns):
     def __init__(self, *a, **k) -> None:
         super().__init__(*a, **k)
         MADE.append(self)
@@ -45,11 +45,8 @@ class Watched(early.EarlyWatch):
 def test_driver_commits_first_then_hands_over_exactly_once(ray_session, tmp_path, monkeypatch):
     MADE.clear()
     GatedStart.release.clear()
-    monkeypatch.setattr(early, "RayStart", GatedStart)
-    monkeypatch.setattr(early, "EarlyWatch", Watched)
-    import rlstream.runtime.driver as driver
-
-    monkeypatch.setattr(driver, "EarlyWatch", Watched)
+    monkeypatch.setattr(held, "RayStart", GatedStart)
+    monkeypatch.setattr(held, "HeldRuns", Watched)
     root, out = tmp_path / "runs", tmp_path / "out"
     cfg_sim = SimConfig(runs=3, steps=16, scenarios=("healthy", "low_ess", "healthy"), seed=21)
     writer = threading.Thread(target=simulate_live, args=(root, cfg_sim, 0.15))
@@ -66,7 +63,7 @@ def test_driver_commits_first_then_hands_over_exactly_once(ray_session, tmp_path
         if not GatedStart.release.is_set() and (out / "run_health").exists():
             # The driver committed; the tailers have not been asked for anything yet.
             seen["rows_before"] = len(read_steps(out)) if (out / "steps").exists() else 0
-            seen["here_before"] = w.handover.counts["here"]
+            seen["here_before"] = w.pool.counts["here"]
             GatedStart.release.set()
         if writer.is_alive() or "handed over" not in w.phases.marks:
             return False

@@ -1,7 +1,8 @@
-"""The actor pools of a Ray run: `Fleet` (tailers and workers, which tailer owns which
-run) and `RuntimeConfig` (their sizes).
+"""`ActorPools`: the tailer and worker actors of a Ray run, and which tailer owns which
+run (not the fleet view, which is `rlstream.fleet`); their sizes are `RuntimeConfig`.
 
-A `Fleet` creates its tailer actors first and its worker actors next, without waiting
+It is one of the two holders of runs the driver loop drives (`runtime/driver.py`; the
+other is `runtime/held.py`). `ActorPools` creates its tailer actors first and its worker actors next, without waiting
 for either: the driver's first call to a tailer waits for it, and a tailer's first
 units wait for the workers. Runs found by the driver go to the tailer their cohort
 (else their URL) hashes to (`pipeline.shards.Sharder`); a tailer that died is
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -33,7 +35,7 @@ from rlstream.runtime.sizes import RuntimeConfig, default_tailers
 log = logging.getLogger("rlstream")
 
 
-class Fleet:
+class ActorPools:
     """The actor pools and which tailer owns which run."""
 
     def __init__(
@@ -80,6 +82,8 @@ class Fleet:
         self.carried: Counter[str] = Counter()
         """Totals of the work the driver did before the tailers took over."""
         self._pid_refs: dict[Any, int] = {}
+        self.done: list[dict[str, Any]] = []
+        """Summaries of the runs `drain` analysed."""
 
     def _call(self, method: str, *args: Any) -> list[Any]:
         """Call every tailer; a tailer that died is restarted by Ray, so give the new
@@ -136,18 +140,11 @@ class Fleet:
         self.owned.update(added)
         return len(added)
 
-    def analyze(
-        self, progress: Progress | None = None, urls: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
-        """Batch mode: every tailer reads its shard of the runs (`urls`, default: found
-        under the roots now) a chunk at a time."""
-        if urls is None:
-            urls = [
-                u
-                for root in self.roots
-                for u in find_runs(self.storage, root, fmt=self.input_format)
-            ]
-        shards = self.sharder.split(urls)
+    def drain(self, urls: Sequence[str], progress: Progress | None = None) -> bool:
+        """The driver loop's step in `analyze`: every tailer reads its shard of `urls`
+        to its end, a chunk at a time, all in parallel; nothing is left after it
+        (`done` holds the runs' summaries)."""
+        shards = self.sharder.split(list(urls))
         refs = [t.analyze.remote(urls) for t, urls in zip(self.tailers, shards, strict=True)]
         total = sum(len(s) for s in shards)
         while len(ray.wait(refs, num_returns=len(refs), timeout=1.0)[0]) < len(refs):
@@ -168,7 +165,22 @@ class Fleet:
                     t = self.tailers[i]
                     _once_up(lambda t=t: ray.get(t.set_workers.remote(self.workers)))
                     ref = t.analyze.remote(shards[i])
-        return sorted(out, key=lambda s: s["run_id"])
+        self.done = sorted(out, key=lambda s: s["run_id"])
+        return True
+
+    def __len__(self) -> int:
+        return len(self.owned)
+
+    def successor(self, outcome: Outcome | None) -> None:
+        """The runs stay here (`HeldRuns` hands its runs over to an `ActorPools`)."""
+        return None
+
+    def pause(self, seconds: float, told: threading.Event) -> None:
+        told.wait(seconds)
+
+    def actor_counts(self) -> tuple[int, int, int]:
+        """Workers, worker restarts, tailer restarts (for `MetricsExporter.on_commit`)."""
+        return len(self.workers), self.check_workers(), self.tailer_restarts
 
     def _show(self, progress: Progress | None, runs: int, final: bool = False) -> None:
         if progress is None:
@@ -191,9 +203,8 @@ class Fleet:
         return sum(self._call("commit"))
 
     def summaries(self) -> list[dict[str, Any]]:
-        return sorted(
-            (s for got in self._call("summaries") for s in got), key=lambda s: s["run_id"]
-        )
+        held = [s for got in self._call("summaries") for s in got]
+        return sorted(self.done + held, key=lambda s: s["run_id"])
 
     def all_finished(self) -> bool:
         return bool(self.owned) and all(self._call("all_finished"))

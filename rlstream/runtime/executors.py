@@ -1,21 +1,19 @@
-"""`analyze` on a Ray this command starts: the work begins before Ray is ready.
+"""The executors: where a `RunGroup`'s work units run (`pipeline.runner.Executor`:
+units in, results out as they complete, each once).
 
-Starting a private Ray and its worker actors takes seconds of a small archive's
-wall time (bench/README.md). So `analyze` does not wait for it:
+- **In this process**: `pipeline.local.local_executor`, or a `WorkerPool` whose
+  `workers()` never returns any (an `analyze` that does not start Ray).
+- **A private Ray**: a `WorkerPool` over `RayStart.workers` while `RayStart` starts
+  Ray and the worker actors in a thread. Until they have answered, it runs units in
+  this process (the early start); then it sends every unit not yet taken to them.
+- **A joined cluster** (and a tailer actor on either Ray): a `WorkerPool` over the
+  worker handles it was given.
 
-- `RayStart` starts Ray and the worker actors in a background thread;
-  `workers()` is None until every worker has answered once.
-- The driver holds the runs itself, in one `RunGroup` (the code the in-process
-  runner and the tailer actors run), and plans, folds and commits them here.
-- `Handover` is its executor: it runs units in this process while `workers()` is
-  None and sends the rest to the workers once they are ready. Every unit is taken
-  from one queue, by this thread, exactly once, and its result is folded once, here:
-  a handover never counts anything twice. A unit that failed (here or on Ray) is
-  retried by `RunGroup.poll` like any other.
-- Once the last chunk's units are folded, Ray is stopped in the background while
-  the driver commits and maintains OUT; units retried after that run here.
-
-The results are the in-process runner's (tests/runtime/test_batch_handover.py).
+`WorkerPool` is the one least-loaded dispatch: at most `max_inflight` units in
+flight, each to the worker with the fewest. Every unit is taken from one queue by the
+calling thread exactly once and its result is yielded once: running units here
+before the workers are ready never counts anything twice. A unit that failed (here
+or on Ray) is retried by `RunGroup.poll` like any other.
 """
 
 from __future__ import annotations
@@ -24,21 +22,13 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlstream.config import PipelineConfig
 from rlstream.errors import RlstreamError
 from rlstream.io.storage import Storage
-from rlstream.pipeline.outcome import Outcome, plural
-from rlstream.pipeline.runner import RunGroup
-from rlstream.pipeline.state import state_summary
 from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
 from rlstream.runtime.cluster import RayConfig, starts_private
-from rlstream.runtime.maintenance import Maintainer
-from rlstream.runtime.placement import Placement, choose
-from rlstream.runtime.progress import Progress
-from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
 
@@ -190,16 +180,17 @@ class RayStart:
         self._starter.join()
 
 
-class Handover:
+class WorkerPool:
     """An executor (`pipeline.runner.Executor`) that runs units in this process
-    until `workers()` returns worker actors, then on them (at most `max_inflight`
+    while `workers()` returns none, else on the workers (at most `max_inflight`
     at once, least-loaded first), and with `here_too` in this process as well,
     between folds. `last` set before a call: when that call's units are all
-    folded, `on_drained` is called (the driver stops Ray there)."""
+    folded, `on_drained` is called (the driver stops Ray there). `on_first` sees the
+    first call's units (the plan `analyze` chooses its placement from)."""
 
     def __init__(
         self,
-        storage: Storage,
+        storage: Storage | None,
         workers: Callable[[], list[Any] | None],
         max_inflight: int,
         on_result: Callable[[], None] | None = None,
@@ -272,108 +263,6 @@ class Handover:
     def _tick(self) -> None:
         if self.on_result is not None:
             self.on_result()
-
-
-def analyze(
-    urls: Sequence[str],
-    storage: Storage,
-    sink: DeltaSink,
-    cfg: PipelineConfig,
-    start: RayStart,
-    maintainer: Maintainer,
-    hooks_factory: Any,
-    progress: Progress,
-    outcome: Outcome | None = None,
-) -> list[dict[str, Any]]:
-    """Batch mode over `urls` in this process, with the workers of `start` once they
-    are ready; stops Ray (`start.stop()`) as soon as the last unit is folded and
-    waits for it before returning. Returns per-run summaries sorted by run_id."""
-    group = RunGroup(storage, sink, cfg, **(hooks_factory() if hooks_factory else {}))
-    urls = list(dict.fromkeys(urls))
-    chunks = group.chunks(urls)  # cohort by cohort with the cohort fold, as in-process
-    last_show = [0.0]
-
-    def show() -> None:
-        if time.monotonic() - last_show[0] >= 0.5:
-            last_show[0] = time.monotonic()
-            progress.show(group.totals, len(urls))
-
-    chosen: list[Placement] = []
-
-    def sized(units: list[Unit]) -> None:
-        listed = sum(len(getattr(u, "names", ())) for u in units)
-        if start.delay is None:  # the plan chooses (runtime/placement.py)
-            chosen.append(choose(listed, len(chunks)))
-            if chosen[0].ray:
-                start.now()
-            else:
-                start.stop()
-        elif len(chunks) > 1 or listed > START_NOW_TRANSCRIPTS:
-            start.now()
-
-    handover = Handover(
-        storage, start.workers, cfg.max_inflight_units, show, start.stop, WORK_HERE_TOO, sized
-    )
-    t0 = time.monotonic()
-    try:
-        summaries = []
-        for k, chunk in enumerate(chunks):
-            handover.last = k == len(chunks) - 1
-            summaries += [state_summary(s) for s in group.analyze(chunk, handover, [chunk])]
-        progress.show(group.totals, len(urls), final=True)
-        if outcome is not None:
-            outcome.add_tally(group.tally())
-            outcome.add_summaries(summaries)
-        maintainer.run_once()
-    finally:
-        start.join()
-    if outcome is not None:
-        outcome.where = _where(chosen, start, handover.counts["ray"])
-    if start.error is not None:
-        log.warning("Ray did not start (%r): every unit ran in the driver", start.error)
-    ph = start.phases
-    if chosen and not chosen[0].ray:
-        log.info(
-            "analyzed %s in %.1f s in this process, no Ray started (%s)",
-            plural(len(summaries), "run"),
-            time.monotonic() - t0,
-            chosen[0].why,
-        )
-        return sorted(summaries, key=lambda s: s["run_id"])
-    if "skipped" in ph:
-        log.info(
-            "analyzed %s in %.1f s: %d units here, no Ray started (done within %.1f s)",
-            plural(len(summaries), "run"),
-            time.monotonic() - t0,
-            handover.counts["here"],
-            start.delay,
-        )
-        return sorted(summaries, key=lambda s: s["run_id"])
-    log.info(
-        "analyzed %s in %.1f s: %d units here, %d on %d workers (%s)",
-        plural(len(summaries), "run"),
-        time.monotonic() - t0,
-        handover.counts["here"],
-        handover.counts["ray"],
-        len(start._actors),
-        phases_text(ph),
-    )
-    return sorted(summaries, key=lambda s: s["run_id"])
-
-
-def _where(chosen: list[Placement], start: RayStart, on_ray: int) -> str:
-    """Where the work ran and why, for the closing report's last line."""
-    if chosen and not chosen[0].ray:
-        return chosen[0].summary()
-    if chosen:
-        why = chosen[0].why
-    elif "skipped" in start.phases or start.delay is None:
-        return "ran in this process (done before a private Ray was due)"
-    else:
-        why = "asked for: --ray" if start.delay == 0 else f"after {start.delay:g} s alone"
-    if on_ray == 0:
-        return f"ran in this process while a private Ray started ({why}): done before its workers were ready"
-    return f"ran on a private Ray ({why})"
 
 
 def phases_text(ph: dict[str, float]) -> str:
