@@ -22,6 +22,12 @@ FORMATS: dict[str, Format] = {
 """Detection order: the first whose `detect` accepts a folder names its format."""
 
 
+DEFAULT = LOOPS.name
+"""The run format of docs/run-format.md: a run state's format until its reader is
+known, and the reader of a folder taken as a run that no reader recognises (a run
+whose run.json is a link, or vanished), so its rejection says why."""
+
+
 def get_format(name: str) -> Format:
     try:
         return FORMATS[name]

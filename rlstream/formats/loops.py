@@ -39,14 +39,7 @@ from rlstream.formats.records import (
 )
 from rlstream.formats.text import text_of
 
-__all__ = [
-    "BadRecord",
-    "Heartbeat",
-    "StepRecord",
-    "Transcript",
-    "parse_json",
-    "quarantine",
-]
+__all__ = ["BadRecord", "Heartbeat", "StepRecord", "Transcript", "parse_json", "quarantine"]
 
 FORMAT_VERSION = 1
 ATTEMPT_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")

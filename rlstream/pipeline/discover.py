@@ -84,12 +84,6 @@ def _marked(forced: str | None) -> list[tuple[str, str]]:
     ]
 
 
-FALLBACK = next(name for name, _ in _marked(None))
-"""The format a folder taken as a run without a detected format is read as (a run
-whose identity file is a link, or vanished): the first with an identity file, so its
-rejection says why (`pipeline.runjson`)."""
-
-
 def _detect(
     storage: Storage,
     url: str,

@@ -23,11 +23,12 @@ from typing import Any
 
 from rlstream.config import PipelineConfig
 from rlstream.errors import RlstreamError
+from rlstream.formats import DEFAULT
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
 from rlstream.pipeline.commit import app_id, commit_group, write_rejected
-from rlstream.pipeline.discover import FALLBACK, detect_run
+from rlstream.pipeline.discover import detect_run
 from rlstream.pipeline.names import advance_names
 from rlstream.pipeline.runs import REJECTED, plan_run, tails
 from rlstream.pipeline.runs import add_run as take_run
@@ -41,8 +42,6 @@ from rlstream.pipeline.state import (
     watermark,
 )
 from rlstream.pipeline.work import (
-    ROLLOUTS_FILE,
-    STEPS_FILE,
     Unit,
     UnitFailure,
     UnitResult,
@@ -102,7 +101,7 @@ class RunGroup:
         if run_url in self.runs:
             return self.runs[run_url]
         fmt, names = detect_run(self.storage, run_url, self.cfg.input_format)
-        return take_run(self, run_url, fmt or self.cfg.input_format or FALLBACK, names)
+        return take_run(self, run_url, fmt or self.cfg.input_format or DEFAULT, names)
 
     # -- polling -------------------------------------------------------------------
     def plan(self, state: RunState) -> list[Unit]:
@@ -196,12 +195,12 @@ class RunGroup:
     def _note_leftovers(
         self,
         state: RunState,
-        files: tuple[str, ...] | None = None,
+        files: tuple[str, ...],
         optional: frozenset = frozenset(),
     ) -> None:
-        """At the end of a batch pass, say what could not be read (once each); a missing
-        `optional` file is not worth a row."""
-        for file in files if files is not None else (STEPS_FILE, ROLLOUTS_FILE):
+        """At the end of a batch pass, say what could not be read of the run's `Tail`
+        files (once each); a missing `optional` file is not worth a row."""
+        for file in files:
             stat = self.storage.stat(Storage.join(state.run_url, file))
             if stat is None and file in optional:
                 continue

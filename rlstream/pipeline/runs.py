@@ -148,17 +148,20 @@ def plan_run(group: Any, state: RunState) -> list[Unit]:
             part = tuple(names[i : i + n])
             units.append(
                 TranscriptsUnit(
-                    state.run_id, state.run_url, part, *tail, tuple(state.probe_panel), cap
+                    state.run_id,
+                    state.run_url,
+                    part,
+                    *tail,
+                    tuple(state.probe_panel),
+                    cap,
+                    s.folder,
                 )
             )
     state.polls += 1
     return units
 
 
-def tails(streams: tuple[Any, ...] | None) -> tuple[tuple[str, ...] | None, frozenset[str]]:
-    """The append-only files of a run (None when its streams are not known), and those
-    of them a run may not have."""
-    if streams is None:
-        return None, frozenset()
-    ts = [s for s in streams if isinstance(s, Tail)]
+def tails(streams: tuple[Any, ...] | None) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The append-only files of a run, and those of them a run may not have."""
+    ts = [s for s in streams or () if isinstance(s, Tail)]
     return tuple(s.path for s in ts), frozenset(s.path for s in ts if s.optional)

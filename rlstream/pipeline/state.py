@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlstream.config import PipelineConfig
-from rlstream.formats import stands_in
+from rlstream.formats import DEFAULT, stands_in
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import StepRecord, merge_parts
 from rlstream.io.tail import FileCursor
@@ -80,7 +80,7 @@ class RunState:
     """Digest of the last run_health row written (as_of and commit_seq aside)."""
     listed: list[str] = field(default_factory=list)
     """Transcript names above `names_low` in this poll's listing."""
-    format: str = "loops"
+    format: str = DEFAULT
     """The run's format (`rlstream.formats.FORMATS`)."""
     trainer: str = ""
     """The trainer a tracker run's keys name (`formats.trackers.keymap`), once known."""
