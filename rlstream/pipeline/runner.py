@@ -1,7 +1,8 @@
 """`RunGroup`: the tailer's logic for a set of runs, with no Ray in it.
 
-One poll: for every run, check run.json, stat its files, list new transcripts, and turn
-what is new into work units; an executor runs the units (here, or on Ray worker
+One poll: for every run, follow what its format's `streams` name (`pipeline.runs`,
+the same for every format: Loops stats run.json and its JSONL files, then lists new
+transcripts), and turn what is new into work units; an executor runs the units (here, or on Ray worker
 actors) and each result is folded into its run's state. Then rows past the watermark
 are finalized. `commit` hands every changed run to the commit protocol
 (rlstream.pipeline.commit): one Delta append per table, then the resume states. On an
