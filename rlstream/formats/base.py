@@ -24,6 +24,17 @@ A `Format` is a small object, one per trainer (docs/formats.md):
   once every log read a later one.
 - `run_files` (optional): names of the file that makes a folder a run of the format,
   so a lone file given as ROOT under another name can be told which name it needs.
+- `run_file` (optional, None): the one file whose presence alone makes a folder a run
+  of the format and which holds its identity (Loops: run.json). Discovery stats it
+  (one round trip per folder level) instead of listing folders; the pipeline reads it
+  for `identity` (its listing is `{run_file}`: no listing is made), says why when it
+  cannot (missing, a link, vanished), rejects a run whose file is unreadable as
+  `bad_<run_file with "_" for ".">`, and reads `identity` again whenever the file's
+  stat changes (a writer rewriting it when the run finishes).
+- `reported_stands_in` (optional, True): a reported figure stands in for a null
+  recomputed one in the headline and the peer figures at every step (a trainer that
+  reports what its files do not let rlstream recompute). False (Loops, whose files
+  give every figure): only while the run has no recomputed value of it.
 - `unavailable`: recomputed `steps` columns the format cannot give although its
   records feed the kernels (for example truncation when no stop reason is written);
   the pipeline sets them to null.
@@ -113,7 +124,20 @@ class Records:
     select: str | None = None
 
 
-Stream = Tail | StepFiles | Snapshot | Records
+@dataclass(frozen=True, slots=True)
+class NamedFiles:
+    """Files written once each under `folder`, whose names sort in write order (up to
+    the pipeline's `transcript_window` names of reordering): listed after the run's
+    `Tail` stats, each read once, consumed names kept as a watermark and a window
+    (`rlstream.pipeline.names`). Files ending in `suffix` are read; `kind` as
+    `StepFiles` ("generations": Loops transcripts, one attempt each)."""
+
+    folder: str
+    kind: str = "generations"
+    suffix: str = ".json"
+
+
+Stream = Tail | StepFiles | Snapshot | Records | NamedFiles
 
 
 @dataclass(frozen=True, slots=True)

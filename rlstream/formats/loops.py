@@ -7,9 +7,9 @@ Pure functions from bytes to validated records. Nothing here touches storage.
 - `transcript` validates a decoded transcript file; `decode_transcript` decodes and
   validates one, with simdjson copying token arrays straight into numpy buffers (no
   per-token Python) and orjson as the exact fallback.
-- `LOOPS` is the `Format` object: a run is a folder holding run.json; it follows
-  steps.jsonl, rollouts.jsonl and transcripts/ (the pipeline keeps its optimised
-  transcript listing for this format).
+- `LOOPS` is the `Format` object: a run is a folder holding run.json (its
+  `run_file`, validated by `run_json`, the only check of it); it follows
+  steps.jsonl, rollouts.jsonl and the transcripts/ folder (`NamedFiles`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlstream.formats.base import RunInfo, Stream, Tail
+from rlstream.formats.base import NamedFiles, RunInfo, Stream, Tail
 from rlstream.formats.quarantine import excerpt
 from rlstream.formats.records import (
     BadRecord,
@@ -39,14 +39,7 @@ from rlstream.formats.records import (
 )
 from rlstream.formats.text import text_of
 
-__all__ = [
-    "BadRecord",
-    "Heartbeat",
-    "StepRecord",
-    "Transcript",
-    "parse_json",
-    "quarantine",
-]
+__all__ = ["BadRecord", "Heartbeat", "StepRecord", "Transcript", "parse_json", "quarantine"]
 
 FORMAT_VERSION = 1
 ATTEMPT_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -344,6 +337,8 @@ class LoopsFormat:
 
     name = "loops"
     unavailable: frozenset[str] = frozenset()
+    run_file = RUN_JSON
+    reported_stands_in = False
 
     def detect(self, listing: frozenset[str], peek: Callable[[str], bytes | None]) -> bool:
         return RUN_JSON in listing
@@ -353,7 +348,7 @@ class LoopsFormat:
     ) -> RunInfo:
         data = read(RUN_JSON)
         if data is None:
-            raise BadRecord("run.json is missing")
+            raise BadRecord("is missing")
         obj = run_json(data)
         ca = obj.get("created_at")
         return RunInfo(
@@ -364,7 +359,11 @@ class LoopsFormat:
         )
 
     def streams(self, listing: frozenset[str]) -> tuple[Stream, ...]:
-        return (Tail("steps.jsonl", "steps"), Tail("rollouts.jsonl", "rollouts"))
+        return (
+            Tail("steps.jsonl", "steps"),
+            Tail("rollouts.jsonl", "rollouts"),
+            NamedFiles("transcripts", "generations", ".json"),
+        )
 
     def parse_line(self, kind: str, obj: Any) -> StepRecord | Heartbeat | dict[str, Any]:
         return step_record(obj) if kind == "steps" else rollout_record(obj)

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from rlstream.formats import stands_in
 from rlstream.health import DEFAULT_RULES, RulesConfig, RunContext, new_state
 from rlstream.health.cohort import CohortRules, cohort_of
 from rlstream.health.config_peers import split_keys
@@ -135,7 +136,7 @@ class PeerFold:
 
     def _value(self, row: dict[str, Any], fig: str, fmt: str) -> float | None:
         v = row.get(fig)
-        if v is None and fmt != "loops":
+        if v is None and stands_in(fmt):
             v = row.get(f"reported_{fig}")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             return None

@@ -2,10 +2,10 @@
 
 `check_root(storage, root)` says, before anything starts, whether a ROOT named on the
 command line is a folder this process can list (an `InputError` naming the path and
-what to do if not); `find_runs` then lists the runs under it. A folder holding run.json
-is a Loops run (the run.json stats of one level go out together); any other folder is
-listed once and offered to the readers in `rlstream.formats.FORMATS` order
-(docs/formats.md). With a forced format only that reader is asked. A folder recognised
+what to do if not); `find_runs` then lists the runs under it. A folder holding a
+format's identity file (`Format.run_file`: Loops' run.json) is a run of that format
+(the stats of one level go out together); any other folder is listed once and offered
+to the other readers in `rlstream.formats.FORMATS` order (docs/formats.md). With a forced format only that reader is asked. A folder recognised
 as a run is not descended into. A folder whose databases hold several runs (Trackio,
 MLflow SQLite: the format's `members`) gives one run URL per member,
 `<folder>/<db>#<run>` (`rlstream.pipeline.records`).
@@ -20,8 +20,6 @@ from rlstream.errors import InputError
 from rlstream.formats import FORMATS
 from rlstream.io.storage import Storage
 from rlstream.pipeline.records import member_url
-
-RUN_JSON = "run.json"
 
 log = logging.getLogger("rlstream")
 
@@ -76,34 +74,41 @@ def check_root(storage: Storage, root: str, fmt: str | None = None) -> None:
         )
 
 
-def detect_other(
-    storage: Storage, url: str, forced: str | None = None, names: frozenset[str] | None = None
-) -> str | None:
-    """The non-Loops format of the folder at `url`, or None (Loops is found by its
-    run.json, `detect_format` or `find_runs`). `names`: the folder's listing, when the
-    caller has it."""
-    if forced == "loops":
-        return None
-    return _detect(storage, url, forced, names)[0]
+def _marked(forced: str | None) -> list[tuple[str, str]]:
+    """(format, its `run_file`) of the formats found by one file's stat, in detection
+    order, among those `forced` allows."""
+    return [
+        (name, f.run_file)
+        for name, f in FORMATS.items()
+        if getattr(f, "run_file", None) and forced in (None, name)
+    ]
 
 
 def _detect(
-    storage: Storage, url: str, forced: str | None, names: frozenset[str] | None
+    storage: Storage,
+    url: str,
+    forced: str | None,
+    names: frozenset[str] | None,
+    stat_too: bool = True,
 ) -> tuple[str | None, list[str] | None]:
-    """(format of the folder, its store members or None when the folder is the run)."""
+    """(format of the folder from its listing, its store members or None when the
+    folder is the run). Without `stat_too`, formats found by their `run_file` are not
+    asked (the caller stat'ed their files)."""
     from rlstream.pipeline.records import members, split_member
     from rlstream.pipeline.streams import listing, peeker
 
     m = split_member(url)
     if m is not None:  # a store member: its folder's format, if that holds the member
-        name, found = _detect(storage, m[0], forced, None)
+        name, found = _detect(storage, m[0], forced, None, stat_too)
         return (name, None) if found and m[1] in found else (None, None)
     names = listing(storage, url) if names is None else names
     if not names:
         return None, None
     peek = peeker(storage, url)
     for name, fmt in FORMATS.items():
-        if name != "loops" and forced in (None, name) and fmt.detect(names, peek):
+        if not stat_too and getattr(fmt, "run_file", None):
+            continue
+        if forced in (None, name) and fmt.detect(names, peek):
             found = members(storage, url, fmt, names)
             if found is None or found:
                 return name, found
@@ -111,27 +116,38 @@ def _detect(
 
 
 def detect_run(
-    storage: Storage, url: str, forced: str | None = None
+    storage: Storage, url: str, forced: str | None = None, listed: bool = True
 ) -> tuple[str | None, frozenset[str] | None]:
     """(format of the run folder at `url` or None when it is not a run, its listing).
-    One listing answers both (it shows run.json), so adding a run costs no run.json
-    stat and the reader's `identity` gets the same listing; with `forced` "loops",
-    one run.json stat and no listing (None)."""
+    One listing answers both (it shows an identity file such as run.json), so adding a
+    run costs no stat and the reader's `identity` gets the same listing. With a forced
+    format found by its `run_file`, or without `listed` when a `run_file` stat finds
+    the run: that stat and no listing (None)."""
     from rlstream.pipeline.streams import listing
 
-    if forced == "loops":
-        return detect_format(storage, url, forced), None
+    marked = _marked(forced)
+    name = _stat_marked(storage, url, marked) if forced is not None or not listed else None
+    if name is not None or (forced is not None and marked):
+        return name, None
     names = listing(storage, url)
-    if forced is None and RUN_JSON in names:
-        return "loops", names
-    return detect_other(storage, url, forced, names), names
+    return _detect(storage, url, forced, names)[0], names
+
+
+def _stat_marked(storage: Storage, url: str, marked: list[tuple[str, str]]) -> str | None:
+    for name, run_file in marked:
+        if storage.stat(Storage.join(url, run_file)) is not None:
+            return name
+    return None
 
 
 def detect_format(storage: Storage, url: str, forced: str | None = None) -> str | None:
     """The format of the run folder at `url`, or None when it is not a run."""
-    if forced in (None, "loops") and storage.stat(Storage.join(url, RUN_JSON)) is not None:
-        return "loops"
-    return detect_other(storage, url, forced)
+    marked = _marked(forced)
+    if (name := _stat_marked(storage, url, marked)) is not None:
+        return name
+    if forced is not None and marked:
+        return None
+    return _detect(storage, url, forced, None, stat_too=False)[0]
 
 
 def _is_file(storage: Storage, url: str) -> bool:
@@ -148,12 +164,14 @@ def file_runs(storage: Storage, path: str, fmt: str | None = None) -> list[str]:
     from rlstream.pipeline.streams import listing, peeker
 
     folder, _, name = path.rstrip("/").rpartition("/")
-    loops = fmt in (None, "loops") and name != RUN_JSON
-    if loops and storage.stat(Storage.join(folder, RUN_JSON)) is not None:
-        return [folder]
+    for _, run_file in _marked(fmt):
+        if name != run_file and storage.stat(Storage.join(folder, run_file)) is not None:
+            return [folder]
     names, peek = listing(storage, folder), peeker(storage, folder)
     for f in FORMATS.values():  # the format whose run this file belongs to
-        if f.name == "loops" or fmt not in (None, f.name) or not f.detect(names, peek):
+        if getattr(f, "run_file", None) or fmt not in (None, f.name):
+            continue
+        if not f.detect(names, peek):
             continue
         found = members(storage, folder, f, names)
         own = [m for m in found or () if m.split("#", 1)[0] == name]
@@ -202,23 +220,21 @@ def find_runs(storage: Storage, root: str, max_depth: int = 4, fmt: str | None =
         return file_runs(storage, root, fmt)
     found: list[str] = []
 
-    # Level by level: the run.json stats of a level go out together (`stat_many`: one
-    # round trip on an object store, not one per folder); a folder without run.json is
-    # offered to the other formats' readers before it is descended into.
+    # Level by level: the identity-file stats of a level (run.json) go out together
+    # (`stat_many`: one round trip on an object store, not one per folder); a folder
+    # without one is offered to the other formats' readers before it is descended into.
     level, depth = [root], 0
     seen = {_real(storage, root)}  # a folder reached through a link too is read once
+    marked = [run_file for _, run_file in _marked(fmt)]
     while level:
-        if fmt in (None, "loops"):
-            stats = storage.stat_many([Storage.join(u, RUN_JSON) for u in level])
-        else:
-            stats = [None] * len(level)
+        stats = [storage.stat_many([Storage.join(u, f) for u in level]) for f in marked]
         deeper: list[str] = []
-        for url, st in zip(level, stats, strict=True):
-            if st is not None or (
-                fmt in (None, "loops") and storage.unsafe(Storage.join(url, RUN_JSON))
+        for i, url in enumerate(level):
+            if any(st[i] is not None for st in stats) or any(
+                storage.unsafe(Storage.join(url, f)) for f in marked
             ):  # a linked run.json makes a run that is rejected, saying why
                 found.append(url)
-            elif (other := _detect(storage, url, fmt, None))[0] is not None:
+            elif (other := _detect(storage, url, fmt, None, stat_too=False))[0] is not None:
                 found += [member_url(url, m) for m in other[1]] if other[1] else [url]
             elif depth < max_depth:
                 for name in _links_last(storage, url, storage.list_dirs(url)):

@@ -1,4 +1,5 @@
-"""A bounded record of the transcript names a run consumed: a watermark and a window.
+"""A bounded record of the names a run consumed of its `NamedFiles` stream (Loops'
+transcripts): a watermark and a window; `new_names` lists what is new.
 
 A run's transcripts are files named by attempt; a set of every name read would grow
 with the run. Instead (fields of `RunState`): every name at or below `names_low` was
@@ -15,12 +16,60 @@ at or below the watermark grew) and quarantines it, counted once: never a silent
 
 from __future__ import annotations
 
+import bisect
+import time
+
+from rlstream.config import PipelineConfig
+from rlstream.formats.base import NamedFiles
 from rlstream.formats.quarantine import QuarantineRow
+from rlstream.io.storage import Storage
 from rlstream.pipeline.state import RunState
-from rlstream.pipeline.work import TRANSCRIPTS_DIR
+
+MTIME_SLACK = 2.0
+"""Seconds after which a folder's unchanged mtime proves no file was added."""
 
 
-def check_below(state: RunState, names: list[str], start: int, window: int) -> bool:
+def new_names(
+    storage: Storage, state: RunState, s: NamedFiles, cfg: PipelineConfig
+) -> tuple[list[str], bool]:
+    """(names of the stream's files not consumed yet, in listing order; whether names
+    arrived below the watermark and were quarantined). Locally an unchanged folder
+    mtime skips the listing; on an object store the listing starts after the
+    watermark, with a full relist every `full_relist_every` polls."""
+    folder = Storage.join(state.run_url, s.folder)
+    full = state.polls % cfg.full_relist_every == 0
+    if storage.is_local:
+        st = storage.stat(folder + "/.")
+        mark = st.mtime if st is not None else None
+        # A folder's mtime has the kernel's tick as resolution: a file created in the
+        # same tick as the last listing leaves it unchanged. Trust an unchanged mark
+        # only once it is older than MTIME_SLACK seconds.
+        settled = mark is not None and time.time() - mark > MTIME_SLACK
+        if settled and mark == state.transcripts_mark and not full:
+            return [], False
+        names = storage.list_names(folder)
+    else:
+        names = storage.list_names(folder, None if full else state.names_low)
+    low = state.names_low
+    start = 0 if low is None else bisect.bisect_right(names, low)
+    below = (
+        low is not None
+        and (full or storage.is_local)
+        and check_below(state, names, start, cfg.transcript_window, s.folder)
+    )
+    window = set(state.names_window)
+    state.listed = [n for n in names[start:] if n.endswith(s.suffix)]
+    new = [n for n in state.listed if n not in window]
+    if storage.is_local and not new:
+        # Only an unchanged folder with nothing unseen may be skipped next time: names
+        # listed now are not yet folded (their unit may fail and need a retry).
+        state.transcripts_mark = mark
+    return new, below
+
+
+def check_below(
+    state: RunState, names: list[str], start: int, window: int, folder: str = "transcripts"
+) -> bool:
     """`names` is a full sorted listing and `names[:start]` the names at or below the
     watermark. Returns True when it quarantined names that arrived below it."""
     below = sum(1 for n in names[:start] if n.endswith(".json"))
@@ -30,7 +79,7 @@ def check_below(state: RunState, names: list[str], start: int, window: int) -> b
         state.out_quarantine.append(
             QuarantineRow(
                 state.run_id,
-                TRANSCRIPTS_DIR,
+                folder,
                 None,
                 "transcript_below_window",
                 f"{extra} transcripts appeared with names sorting at or below "

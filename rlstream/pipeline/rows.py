@@ -78,7 +78,7 @@ STEPS_SCHEMA = pa.schema(
 
 
 def step_row(
-    run_id: str, step: int, rec: StepRecord | None, part: StepPartial | None, fmt: str = "loops"
+    run_id: str, step: int, rec: StepRecord | None, part: StepPartial | None, fmt: str
 ) -> dict[str, Any]:
     """One `steps` row from the step's reported record and recomputed partial; the
     recomputed columns the run's format cannot give are null."""

@@ -1,23 +1,27 @@
-"""A run's run.json: `read_run_json` reads and checks it (a dict with a string run_id,
-a config object, a format_version this rlstream reads) and says why when it cannot be
-used; `apply_run_json` copies what the pipeline keeps into the run's state."""
+"""A format's identity file (`Format.run_file`; Loops: run.json): reading it, saying
+why when it cannot be read, and the run's identity from it.
+
+`read_run_file` reads the file and returns its bytes and stat or why not (missing, a
+link, vanished); the format's `identity` checks the bytes (Loops: `formats.loops.
+run_json`, the one check of run.json) and raises `BadRecord` with the reason.
+`rejected_reason` names a run whose identity cannot be read; `apply_identity` copies
+what the pipeline keeps into the run's state.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rlstream.errors import UnsafeFile
-from rlstream.formats.loops import FORMAT_VERSION, BadRecord, parse_json
-from rlstream.formats.quarantine import excerpt
-from rlstream.io.storage import Storage
+from rlstream.formats.base import RunInfo
+from rlstream.io.storage import FileStat, Storage
 from rlstream.io.tail import FileCursor
-from rlstream.pipeline.discover import RUN_JSON
 from rlstream.pipeline.state import RunState
 
 
-def read_run_json(storage: Storage, run_url: str) -> tuple[dict[str, Any] | None, Any, str]:
-    """(run.json as a dict, its stat, '') or (None, stat or None, why it cannot be used)."""
-    url = Storage.join(run_url, RUN_JSON)
+def read_run_file(storage: Storage, run_url: str, name: str) -> tuple[bytes | None, Any, str]:
+    """(bytes, stat, '') or (None, None, why the file cannot be read)."""
+    url = Storage.join(run_url, name)
     stat = storage.stat(url)
     if stat is None:
         why = storage.unsafe(url)
@@ -25,36 +29,25 @@ def read_run_json(storage: Storage, run_url: str) -> tuple[dict[str, Any] | None
             return None, None, f"is {why} (not opened)"
         return None, None, "is missing"
     try:
-        data = storage.read(url)
+        return storage.read(url), stat, ""
     except FileNotFoundError:
         return None, None, "vanished while being read"
     except UnsafeFile as e:
         return None, None, f"was {e}"
-    try:
-        obj = parse_json(data)
-    except BadRecord as e:
-        return None, stat, f"is not valid JSON ({e}): {excerpt(data)!r}"
-    if not isinstance(obj, dict) or not isinstance(obj.get("run_id"), str) or not obj["run_id"]:
-        return None, stat, "has no string run_id"
-    if not isinstance(obj.get("config", {}), dict):
-        return None, stat, "has a config that is not an object"
-    version = obj.get("format_version", FORMAT_VERSION)
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        return (
-            None,
-            stat,
-            (
-                f"has format_version {version!r}; this rlstream reads version {FORMAT_VERSION}: "
-                "upgrade rlstream"
-            ),
-        )
-    return obj, stat, ""
 
 
-def apply_run_json(state: RunState, meta: dict[str, Any], stat: Any) -> None:
-    """Take config, created_at, finished and the file's cursor from a read run.json."""
-    state.config = meta.get("config") or {}
-    ca = meta.get("created_at")
-    state.created_at = float(ca) if isinstance(ca, (int, float)) else None
-    state.finished = meta.get("finished_at") is not None
-    state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
+def rejected_reason(fmt: Any) -> str:
+    """The quarantine reason of a run of `fmt` whose identity cannot be read:
+    `bad_<run_file>` (dots as "_"; Loops: `bad_run_json`) for a format with an
+    identity file, else `unreadable_run:<format>`."""
+    run_file = getattr(fmt, "run_file", None)
+    return f"bad_{run_file.replace('.', '_')}" if run_file else f"unreadable_run:{fmt.name}"
+
+
+def apply_identity(state: RunState, info: RunInfo, stat: FileStat | None) -> None:
+    """Take config, created_at, finished and the identity file's cursor."""
+    state.config = info.config
+    state.created_at = info.created_at
+    state.finished = info.finished
+    if stat is not None:
+        state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)

@@ -1,7 +1,8 @@
 """`RunGroup`: the tailer's logic for a set of runs, with no Ray in it.
 
-One poll: for every run, check run.json, stat its files, list new transcripts, and turn
-what is new into work units; an executor runs the units (here, or on Ray worker
+One poll: for every run, follow what its format's `streams` name (`pipeline.runs`,
+the same for every format: Loops stats run.json and its JSONL files, then lists new
+transcripts), and turn what is new into work units; an executor runs the units (here, or on Ray worker
 actors) and each result is folded into its run's state. Then rows past the watermark
 are finalized. `commit` hands every changed run to the commit protocol
 (rlstream.pipeline.commit): one Delta append per table, then the resume states. On an
@@ -14,7 +15,6 @@ listed in the poll that read the line, and the watermark is safe.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
 from collections import Counter
@@ -24,14 +24,15 @@ from typing import Any
 
 from rlstream.config import PipelineConfig
 from rlstream.errors import RlstreamError
+from rlstream.formats import DEFAULT
 from rlstream.formats.quarantine import QuarantineRow, excerpt
 from rlstream.io.storage import Storage
 from rlstream.io.tail import FileCursor
 from rlstream.pipeline.commit import app_id, commit_group, write_rejected
-from rlstream.pipeline.discover import RUN_JSON, detect_run
-from rlstream.pipeline.names import advance_names, check_below
-from rlstream.pipeline.runjson import apply_run_json, read_run_json
-from rlstream.pipeline.runs import REJECTED, add_other_run, plan_other, resume_run, tails
+from rlstream.pipeline.discover import detect_run
+from rlstream.pipeline.names import advance_names
+from rlstream.pipeline.runs import REJECTED, plan_run, tails
+from rlstream.pipeline.runs import add_run as take_run
 from rlstream.pipeline.shards import PLAN_THREADS, cohort_chunks, run_key
 from rlstream.pipeline.state import (
     RunState,
@@ -42,15 +43,9 @@ from rlstream.pipeline.state import (
     watermark,
 )
 from rlstream.pipeline.work import (
-    ROLLOUTS_FILE,
-    STEPS_FILE,
-    TRANSCRIPTS_DIR,
-    LinesUnit,
-    TranscriptsUnit,
     Unit,
     UnitFailure,
     UnitResult,
-    token_cap,
 )
 from rlstream.sinks.delta import DeltaSink
 
@@ -67,10 +62,6 @@ firing codes and findings, and returns alert events. Called for every run each p
 
 UNIT_RETRIES = 3
 """Extra rounds for failed units in batch mode before `analyze` gives up loudly."""
-
-
-MTIME_SLACK = 2.0
-"""Seconds after which a folder's unchanged mtime proves no file was added."""
 
 
 class RunGroup:
@@ -102,7 +93,7 @@ class RunGroup:
         self.written: Counter[str] = Counter()
         """Rows per table of this group's commits whose resume states were written (`tally`)."""
         self.streams: dict[str, tuple[Any, ...]] = {}
-        """Run URL -> what its format follows (formats other than Loops)."""
+        """Run URL -> what its format follows (`Format.streams`)."""
         self._final = False
 
     # -- runs ----------------------------------------------------------------------
@@ -111,104 +102,12 @@ class RunGroup:
         if run_url in self.runs:
             return self.runs[run_url]
         fmt, names = detect_run(self.storage, run_url, self.cfg.input_format)
-        if fmt is not None and fmt != "loops":
-            return add_other_run(self, run_url, fmt, names)
-        meta, stat, bad = read_run_json(self.storage, run_url)
-        if meta is None:
-            log.warning("skipping %s: run.json %s", run_url, bad)
-            if run_url not in self.rejected:
-                self.rejected[run_url] = QuarantineRow(REJECTED, run_url, None, "bad_run_json", bad)
-                self.dirty.add(REJECTED)
-            return None
-        if self.rejected.pop(run_url, None) is not None:
-            self.dirty.add(REJECTED)
-        state = resume_run(self, meta["run_id"], run_url)
-        if state is None:
-            return None
-        apply_run_json(state, meta, stat)
-        self.runs[run_url] = state
-        return state
-
-    def _refresh_run_json(self, state: RunState, stat: Any) -> None:
-        """Reread run.json when `stat` (taken this poll) differs from the last one."""
-        rj = state.run_json
-        if stat is None or (
-            rj and (stat.size, stat.etag, stat.mtime) == (rj.size, rj.etag, rj.mtime)
-        ):
-            return
-        meta, stat, bad = read_run_json(self.storage, state.run_url)
-        if stat is None:
-            return  # gone between stat and read (being replaced): look again next poll
-        if meta is None:
-            state.out_quarantine.append(
-                QuarantineRow(state.run_id, RUN_JSON, None, "bad_run_json", bad)
-            )
-            state.counters["quarantined"] += 1
-            state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
-            return
-        apply_run_json(state, meta, stat)
+        return take_run(self, run_url, fmt or self.cfg.input_format or DEFAULT, names)
 
     # -- polling -------------------------------------------------------------------
     def plan(self, state: RunState) -> list[Unit]:
         """Units for what is new in one run (stats and listings only; no data read)."""
-        if state.format != "loops":
-            return plan_other(self, state)
-        files = (STEPS_FILE, ROLLOUTS_FILE)
-        # One round trip for the three stats on an object store (one listing on S3).
-        run_json, *stats = self.storage.stat_files(state.run_url, (RUN_JSON, *files))
-        self._refresh_run_json(state, run_json)
-        units: list[Unit] = []
-        for file, stat in zip(files, stats, strict=True):
-            cur = state.cursors[file]
-            if stat is None or (
-                (stat.size, stat.etag, stat.mtime, stat.inode)
-                == (cur.size, cur.etag, cur.mtime, cur.inode)
-            ):
-                continue
-            units.append(
-                LinesUnit(state.run_id, state.run_url, file, cur, stat, state.final_through)
-            )
-        names = self._new_transcripts(state)
-        n, cap = self.cfg.transcripts_per_unit, token_cap(state.config, self.cfg.max_tokens_slack)
-        tail = (state.final_through, self.cfg.samples, tuple(state.probe_panel), cap)
-        for i in range(0, len(names), n):
-            part = tuple(names[i : i + n])
-            units.append(TranscriptsUnit(state.run_id, state.run_url, part, *tail))
-        state.polls += 1
-        return units
-
-    def _new_transcripts(self, state: RunState) -> list[str]:
-        folder = Storage.join(state.run_url, TRANSCRIPTS_DIR)
-        full = state.polls % self.cfg.full_relist_every == 0
-        if self.storage.is_local:
-            st = self.storage.stat(folder + "/.")
-            mark = st.mtime if st is not None else None
-            # A folder's mtime has the kernel's tick as resolution: a file created in the
-            # same tick as the last listing leaves it unchanged. Trust an unchanged mark
-            # only once it is older than MTIME_SLACK seconds.
-            settled = mark is not None and time.time() - mark > MTIME_SLACK
-            if settled and mark == state.transcripts_mark and not full:
-                return []
-            names = self.storage.list_names(folder)
-        else:
-            names = self.storage.list_names(folder, None if full else state.names_low)
-        low = state.names_low
-        start = 0 if low is None else bisect.bisect_right(names, low)
-        window = self.cfg.transcript_window
-        if (
-            low is not None
-            and (full or self.storage.is_local)
-            and check_below(state, names, start, window)
-        ):
-            self.dirty.add(state.run_url)
-        window = set(state.names_window)
-        state.listed = [n for n in names[start:] if n.endswith(".json")]
-        new = [n for n in state.listed if n not in window]
-        if self.storage.is_local and not new:
-            # Only an unchanged folder with nothing unseen may be skipped next time: names
-            # listed now are not yet folded (their unit may fail and need a retry).
-            state.transcripts_mark = mark
-        return new
+        return plan_run(self, state)
 
     def poll(self, execute: Executor, now: float | None = None, final: bool = False) -> int:
         """One poll of every run that is due; returns the number of new final rows."""
@@ -297,12 +196,12 @@ class RunGroup:
     def _note_leftovers(
         self,
         state: RunState,
-        files: tuple[str, ...] | None = None,
+        files: tuple[str, ...],
         optional: frozenset = frozenset(),
     ) -> None:
-        """At the end of a batch pass, say what could not be read (once each); a missing
-        `optional` file is not worth a row."""
-        for file in files if files is not None else (STEPS_FILE, ROLLOUTS_FILE):
+        """At the end of a batch pass, say what could not be read of the run's `Tail`
+        files (once each); a missing `optional` file is not worth a row."""
+        for file in files:
             stat = self.storage.stat(Storage.join(state.run_url, file))
             if stat is None and file in optional:
                 continue

@@ -1,10 +1,11 @@
-"""`RunGroup`'s reader dispatch for formats other than Loops: adding a run, planning.
+"""`RunGroup`'s reader dispatch, the same for every format: adding a run, planning.
 
 Kept apart from `runner.py` so the shared runtime (cursors, commits, resume states)
-stays one piece of code for every format. A run of another format is identified by
-its reader (`Format.identity`); a folder that looks like a run but cannot be read gets
-a quarantine row under the `_rejected` partition naming the format and the reason,
-like a Loops run with a bad run.json.
+stays one piece of code for every format. A run is identified by its reader
+(`Format.identity`); a folder that looks like a run but cannot be read gets a
+quarantine row under the `_rejected` partition naming the reason (`bad_run_json` for
+a Loops run, `unreadable_run:<format>` for a format without an identity file). What
+a run follows comes from its format's `streams` and nothing else.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rlstream.formats.base import Tail
+from rlstream.formats import get_format
+from rlstream.formats.base import NamedFiles, Tail
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import BadRecord
+from rlstream.io.tail import FileCursor
 from rlstream.pipeline.commit import load_state
+from rlstream.pipeline.names import new_names
 from rlstream.pipeline.resume import ResumeStateError
+from rlstream.pipeline.runjson import apply_identity, read_run_file, rejected_reason
 from rlstream.pipeline.snapshot import set_format
 from rlstream.pipeline.state import RunState
 from rlstream.pipeline.streams import identify, plan_streams
-from rlstream.pipeline.work import Unit, token_cap
+from rlstream.pipeline.work import TranscriptsUnit, Unit, token_cap
 
 log = logging.getLogger("rlstream")
 
@@ -51,18 +56,25 @@ def resume_run(group: Any, run_id: str, run_url: str) -> RunState | None:
     return state
 
 
-def add_other_run(
+def add_run(
     group: Any, run_url: str, fmt: str, names: frozenset[str] | None = None
 ) -> RunState | None:
-    """`RunGroup.add_run` for a run of format `fmt` (not Loops); `names` is the folder's
-    listing from detection (not listed again)."""
+    """`RunGroup.add_run` for a run of format `fmt`, identified by its reader
+    (`Format.identity`); `names` is the folder's listing from detection (not listed
+    again). A run whose identity cannot be read gets a `_rejected` quarantine row
+    (`runjson.rejected_reason`) and is skipped; the other runs keep going."""
+    f = get_format(fmt)
     try:
-        info, streams = identify(group.storage, run_url, fmt, names)
+        info, streams, stat = identify(group.storage, run_url, fmt, names)
     except BadRecord as e:
-        log.warning("skipping %s: a %s run that cannot be read: %s", run_url, fmt, e)
+        run_file = getattr(f, "run_file", None)
+        if run_file is not None:
+            log.warning("skipping %s: %s %s", run_url, run_file, e)
+        else:
+            log.warning("skipping %s: a %s run that cannot be read: %s", run_url, fmt, e)
         if run_url not in group.rejected:
             group.rejected[run_url] = QuarantineRow(
-                REJECTED, run_url, None, f"unreadable_run:{fmt}", str(e)
+                REJECTED, run_url, None, rejected_reason(f), str(e)
             )
             group.dirty.add(REJECTED)
         return None
@@ -72,37 +84,84 @@ def add_other_run(
     if state is None:
         return None
     set_format(state, fmt)
-    state.config = info.config
-    state.created_at = info.created_at
-    state.finished = info.finished
+    apply_identity(state, info, stat)
     group.streams[run_url] = streams
     group.runs[run_url] = state
     return state
 
 
-def plan_other(group: Any, state: RunState) -> list[Unit]:
-    """`RunGroup.plan` for a run of another format."""
-    streams = group.streams.get(state.run_url)
-    if streams is None:  # pragma: no cover - add_other_run always sets them
-        return []
-    cfg = group.cfg
+def refresh_identity(group: Any, state: RunState, stat: Any) -> None:
+    """Read the run's identity file again when `stat` (taken this poll) differs from
+    the last one; an unreadable new version is quarantined once and the old identity
+    kept."""
+    rj = state.run_json
+    if stat is None or (rj and (stat.size, stat.etag, stat.mtime) == (rj.size, rj.etag, rj.mtime)):
+        return
+    f = get_format(state.format)
+    data, stat, _ = read_run_file(group.storage, state.run_url, f.run_file)
+    if data is None:
+        return  # gone between stat and read (being replaced): look again next poll
+    try:
+        info, _, stat = identify(group.storage, state.run_url, state.format, None, (data, stat))
+    except BadRecord as e:
+        state.out_quarantine.append(
+            QuarantineRow(state.run_id, f.run_file, None, rejected_reason(f), str(e))
+        )
+        state.counters["quarantined"] += 1
+        state.run_json = FileCursor(size=stat.size, etag=stat.etag, mtime=stat.mtime)
+        return
+    apply_identity(state, info, stat)
+
+
+def plan_run(group: Any, state: RunState) -> list[Unit]:
+    """`RunGroup.plan`: units for what is new in one run (stats and listings only). A
+    format's identity file and the run folder's tails are stat'ed in one round trip
+    (one listing on S3); the `NamedFiles` stream is listed after every stat."""
+    streams = group.streams.get(state.run_url, ())
+    cfg, storage = group.cfg, group.storage
+    run_file = getattr(get_format(state.format), "run_file", None)
+    stats: dict[str, Any] = {}
+    if run_file is not None:
+        top = [s.path for s in streams if isinstance(s, Tail) and "/" not in s.path]
+        got = storage.stat_files(state.run_url, (run_file, *top))
+        refresh_identity(group, state, got[0])
+        stats = dict(zip(top, got[1:], strict=True))
+    cap = token_cap(state.config, cfg.max_tokens_slack)
     units = plan_streams(
-        group.storage,
+        storage,
         state,
-        streams,
+        tuple(s for s in streams if not isinstance(s, NamedFiles)),
         cfg.transcripts_per_unit,
         group._final,
         cfg.transcript_window,
-        token_cap(state.config, cfg.max_tokens_slack),
+        cap,
+        stats,
     )
+    for s in streams:
+        if not isinstance(s, NamedFiles):
+            continue
+        names, below = new_names(storage, state, s, cfg)
+        if below:
+            group.dirty.add(state.run_url)
+        n, tail = cfg.transcripts_per_unit, (state.final_through, cfg.samples)
+        for i in range(0, len(names), n):
+            part = tuple(names[i : i + n])
+            units.append(
+                TranscriptsUnit(
+                    state.run_id,
+                    state.run_url,
+                    part,
+                    *tail,
+                    tuple(state.probe_panel),
+                    cap,
+                    s.folder,
+                )
+            )
     state.polls += 1
     return units
 
 
-def tails(streams: tuple[Any, ...] | None) -> tuple[tuple[str, ...] | None, frozenset[str]]:
-    """The append-only files of a run of another format (None for Loops), and those of
-    them a run may not have."""
-    if streams is None:
-        return None, frozenset()
-    ts = [s for s in streams if isinstance(s, Tail)]
+def tails(streams: tuple[Any, ...] | None) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The append-only files of a run, and those of them a run may not have."""
+    ts = [s for s in streams or () if isinstance(s, Tail)]
     return tuple(s.path for s in ts), frozenset(s.path for s in ts if s.optional)

@@ -5,8 +5,8 @@ the cohort's runs.
 `Sharder(storage, hooks_factory, n).split(urls)` returns n lists of run URLs.
 `cohort_chunks(storage, urls, cohort, size)` orders a batch's runs by cohort and cuts
 them into chunks of at least `size` runs that end where a cohort ends (`analyze`). A run's
-key is its cohort, from its run.json (or another trainer's files, through its reader)
-read here once (`hooks_factory.cohort`, the same function the tailer's fold applies),
+key is its cohort, from its reader's identity (Loops' run.json, another trainer's
+files) read here once (`hooks_factory.cohort`, the same function the tailer's fold applies),
 hashed; else its URL (hooks without cohorts, or files that cannot be read yet). With one tailer nothing is read. A fleet of one large cohort lands
 on one tailer: the price of judging a run against all of its peers.
 """
@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlstream.io.storage import Storage
-from rlstream.pipeline.runjson import read_run_json
 
 PLAN_THREADS = 16
 """Runs planned (or their run.json read) at once on an object store: a round trip each."""
@@ -31,22 +30,19 @@ def run_key(run_url: str) -> str:
 
 
 def cohort_key(storage: Storage, url: str, cohort: Any) -> str | None:
-    """The run's cohort (`cohort(run_id, url, config)`) from its run.json, or for
-    another trainer's folder from its reader's identity (`formats`), or None when it
-    cannot be read (yet) or `cohort` is None."""
+    """The run's cohort (`cohort(run_id, url, config)`) from its reader's identity
+    (`Format.identity`: Loops' run.json), or None when it cannot be read (yet) or
+    `cohort` is None."""
     if cohort is None:
         return None
-    try:
-        meta, _, _ = read_run_json(storage, url)
-        if meta is not None:
-            return cohort(meta["run_id"], url, meta.get("config") or {})
-        from rlstream.pipeline.discover import detect_run
-        from rlstream.pipeline.streams import identify
+    from rlstream.pipeline.discover import detect_run
+    from rlstream.pipeline.streams import identify
 
-        fmt, names = detect_run(storage, url)
-        if fmt is None or fmt == "loops":
+    try:
+        fmt, names = detect_run(storage, url, listed=False)
+        if fmt is None:
             return None
-        info, _ = identify(storage, url, fmt, names)
+        info, _, _ = identify(storage, url, fmt, names)
         return cohort(info.run_id, url, info.config)
     except Exception:  # unreadable now: the tailer reports it
         return None

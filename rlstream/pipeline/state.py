@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlstream.config import PipelineConfig
+from rlstream.formats import DEFAULT, stands_in
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import StepRecord, merge_parts
 from rlstream.io.tail import FileCursor
@@ -79,7 +80,7 @@ class RunState:
     """Digest of the last run_health row written (as_of and commit_seq aside)."""
     listed: list[str] = field(default_factory=list)
     """Transcript names above `names_low` in this poll's listing."""
-    format: str = "loops"
+    format: str = DEFAULT
     """The run's format (`rlstream.formats.FORMATS`)."""
     trainer: str = ""
     """The trainer a tracker run's keys name (`formats.trackers.keymap`), once known."""
@@ -290,7 +291,7 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
     emit(state, "steps", rows)
     emit(state, "samples", samples)
     state.counters["steps_final"] += len(rows)
-    _update_headline(state, rows, reported=fmt != "loops")
+    _update_headline(state, rows, reported=stands_in(fmt))
     return rows
 
 
@@ -301,8 +302,8 @@ def _update_headline(state: RunState, rows: list[dict[str, Any]], reported: bool
     """Latest non-null headline figures, and the reward trend (slope per step) over
     the last TREND_WINDOW final steps; bounded memory whatever the run length. A
     figure's reported column stands in for a null recomputed one: at any step with
-    `reported` (formats other than Loops, which often report what they cannot give to
-    recompute), else (Loops) while the run has no recomputed value of it (a run with
+    `reported` (formats whose trainers often report what their files cannot give to
+    recompute: `Format.reported_stands_in`), else (Loops) while the run has no recomputed value of it (a run with
     only steps.jsonl). `_reported` names the figures whose value is the reported one."""
     recent = state.headline.setdefault("_recent_rewards", [])
     computed = state.headline.setdefault("_recomputed", [])

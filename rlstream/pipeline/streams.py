@@ -1,4 +1,4 @@
-"""Formats other than Loops: their run identity, planning and per-step/snapshot units.
+"""Every format's run identity, planning and per-step/snapshot units.
 
 A format declares what to follow (`rlstream.formats.base`: `Tail`, `StepFiles`,
 `Snapshot`); this module turns that into work units with stats and listings only, and
@@ -69,15 +69,33 @@ def reader(storage: Storage, url: str):
 
 
 def identify(
-    storage: Storage, url: str, fmt_name: str, names: frozenset[str] | None = None
-) -> tuple[RunInfo, tuple[Stream, ...]]:
-    """The run's identity and streams (from `names`, the folder's listing, when given);
-    raises BadRecord with the reason it is unreadable."""
+    storage: Storage,
+    url: str,
+    fmt_name: str,
+    names: frozenset[str] | None = None,
+    read_file: tuple[bytes, FileStat] | None = None,
+) -> tuple[RunInfo, tuple[Stream, ...], FileStat | None]:
+    """The run's identity, streams and the stat of its identity file (`run_file`; None
+    for a format without one), from `names`, the folder's listing, when given (a format
+    with an identity file needs none), and the identity file's bytes and stat when
+    already read; raises BadRecord with the reason it is unreadable."""
+    from rlstream.pipeline.runjson import read_run_file
+
     fmt = get_format(fmt_name)
-    names = listing(storage, url) if names is None else names
+    run_file = getattr(fmt, "run_file", None)
     folder = m[0] if (m := split_member(url)) else url
-    info = fmt.identity(url.rstrip("/").rsplit("/", 1)[-1], names, reader(storage, folder))
-    return info, fmt.streams(names)
+    read, stat = reader(storage, folder), None
+    if run_file is not None:
+        data, stat, why = (
+            read_run_file(storage, folder, run_file) if read_file is None else (*read_file, "")
+        )
+        if data is None:
+            raise BadRecord(why)
+        names = names if names is not None else frozenset({run_file})
+        read = (lambda f: lambda n: data if n == run_file else f(n))(read)
+    names = listing(storage, url) if names is None else names
+    info = fmt.identity(url.rstrip("/").rsplit("/", 1)[-1], names, read)
+    return info, fmt.streams(names), stat
 
 
 def _changed(stat: FileStat, cur: FileCursor) -> bool:
@@ -93,14 +111,20 @@ def plan_streams(
     final: bool,
     window: int,
     cap: int | None = None,
+    stats: dict[str, FileStat | None] | None = None,
 ) -> list[Unit]:
-    """Units for what is new in one run of a format other than Loops. Per-step files
-    are remembered by name until their step is `window` steps below `final_through`,
-    then only through the stream's low step (`RunState.step_low`)."""
+    """Units for what is new in one run (`NamedFiles` streams aside: `pipeline.names`).
+    `stats`: the stats of `Tail` paths already taken this poll. Per-step files are
+    remembered by name until their step is `window` steps below `final_through`, then
+    only through the stream's low step (`RunState.step_low`)."""
     units: list[Unit] = []
+    stats = stats or {}
     for s in streams:
         if isinstance(s, Tail):
-            stat = storage.stat(Storage.join(state.run_url, s.path))
+            if s.path in stats:
+                stat = stats[s.path]
+            else:
+                stat = storage.stat(Storage.join(state.run_url, s.path))
             cur = state.cursors.get(s.path, FileCursor())
             if stat is not None and _changed(stat, cur):
                 units.append(

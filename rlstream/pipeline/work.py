@@ -53,9 +53,9 @@ class LinesUnit:
     cursor: FileCursor
     stat: FileStat
     final_through: int
-    fmt: str = "loops"
-    kind: str = ""
-    """"steps" or "rollouts"; "" means by file name (the Loops files)."""
+    fmt: str
+    kind: str
+    """The `Tail`'s kind: "steps", "rollouts" or "generations"."""
     cap: int | None = None
     """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
 
@@ -74,6 +74,8 @@ class TranscriptsUnit:
     """The run's probe tasks (`rlstream.pipeline.samples`)."""
     cap: int | None = None
     """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
+    folder: str = TRANSCRIPTS_DIR
+    """The run's folder holding them (the format's `NamedFiles` stream)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +216,7 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
     transcripts: TranscriptParser | None = None  # lines that carry logprobs (tinker)
     max_step = cursor.max_step
     parse_line = get_format(unit.fmt).parse_line
-    kind = unit.kind or ("steps" if unit.file == STEPS_FILE else "rollouts")
+    kind = unit.kind
     for offset, line in lines:
         try:
             obj = parse_json(line)
@@ -264,13 +266,13 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
 
 
 def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
-    res = UnitResult(unit.run_id, TRANSCRIPTS_DIR, names=unit.names)
+    res = UnitResult(unit.run_id, unit.folder, names=unit.names)
     parser = TranscriptParser(samples=unit.samples, panel=unit.panel)
-    folder = Storage.join(unit.run_url, TRANSCRIPTS_DIR)
+    folder = Storage.join(unit.run_url, unit.folder)
     urls = [Storage.join(folder, name) for name in unit.names]
     # Many reads in flight on object stores, folded in the unit's order.
     for name, (_, data) in zip(unit.names, storage.read_many(urls), strict=True):
-        file = f"{TRANSCRIPTS_DIR}/{name}"
+        file = f"{unit.folder}/{name}"
         if data is None:
             res.quarantine.append(
                 QuarantineRow(unit.run_id, file, None, "vanished", "listed but gone when read")

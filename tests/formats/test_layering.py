@@ -32,3 +32,19 @@ def test_readers_import_only_formats_modules():
                     assert name.startswith(ALLOWED), f"{path.name} imports {name}"
         assert ast.get_docstring(tree), f"{path.name} lacks a contract docstring"
         assert len(text.splitlines()) <= 400, f"{path.name} is over 400 lines"
+
+
+def test_the_pipeline_names_no_format():
+    """Every format, Loops included, goes through `Format`: the pipeline reads what a
+    format can do from its attributes, never from its name (no string constant in
+    rlstream/pipeline is a format's name)."""
+    from rlstream.formats import FORMATS
+
+    names = set(FORMATS)
+    found = []
+    for path in sorted((PKG_DIR.parent / "pipeline").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Constant) and node.value in names:
+                found.append(f"{path.name}:{node.lineno}: {node.value!r}")
+    assert found == []
+    assert len(names) == 10 and "loops" in names  # the check looks for real names
