@@ -8,14 +8,14 @@ one log replay per table (a checkpoint and at most 10 JSON commits) and the data
 files the file statistics cannot rule out (after compaction, a handful), so a refresh
 costs the same after 10 steps or 10,000, on local disk or S3.
 
-`read_digests(out)` returns each run's step series as chart points
-(rlstream.metrics.digest): OUT's `step_digest` table plus the steps rows committed
-since it was last written (rlstream.sinks.digest), what the report draws.
+`read_run_points(out)` returns each run's step series as chart points
+(rlstream.metrics.downsample): OUT's `step_digest` table plus the steps rows committed
+since it was last written (rlstream.sinks.step_digest), what the report draws.
 
 `read_bands(out, cohorts)` returns the bands the report draws: the newest band of the
 first step of each bin of steps, per (cohort, figure) (OUT's `band_digest` and the
 `cohorts` rows committed since, rlstream.sinks.band_digest; every step's newest band
-while a cohort spans at most `metrics.digest.MAX_BINS` steps), as {cohort: {figure:
+while a cohort spans at most `metrics.downsample.MAX_BINS` steps), as {cohort: {figure:
 {column: values}}} in step order.
 
 `read_heldout(out, run_id)` returns a run's held-out evaluation scores by eval name
@@ -41,12 +41,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlstream.io.storage import Storage
-from rlstream.metrics.digest import RunDigest
+from rlstream.metrics.downsample import RunPoints
 from rlstream.pipeline.discover import normalize_root
 from rlstream.sinks.band_digest import current_bands
 from rlstream.sinks.delta import DeltaSink
-from rlstream.sinks.digest import current_digest
 from rlstream.sinks.maintain import newest_per_run, read_latest_rows
+from rlstream.sinks.step_digest import current_step_digest
 
 log = logging.getLogger("rlstream")
 
@@ -162,9 +162,11 @@ def read_steps(
     return StepsTable(out, storage_options).run(run_id, columns)
 
 
-def read_digests(out: str, storage_options: dict[str, Any] | None = None) -> dict[str, RunDigest]:
-    """{run_id: RunDigest} of every run with step rows (see the module docstring)."""
-    return current_digest(out_sink(out, storage_options))[0]
+def read_run_points(
+    out: str, storage_options: dict[str, Any] | None = None
+) -> dict[str, RunPoints]:
+    """{run_id: RunPoints} of every run with step rows (see the module docstring)."""
+    return current_step_digest(out_sink(out, storage_options))[0]
 
 
 def read_table(

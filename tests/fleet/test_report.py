@@ -71,11 +71,11 @@ def test_findings_marked_on_their_chart_at_since_step(fleet_out):
     run = latest[fleet_out.run_ids["mismatch_kl_rising"]]
     findings = run["findings"]
     kl = next(f for f in findings if f["code"] == "mismatch_kl_rising")
-    from rlstream.fleet.read import read_digests
+    from rlstream.fleet.read import read_run_points
 
-    digest = read_digests(str(fleet_out.out))[run["run_id"]]
-    assert (digest.rows, digest.steps_range(), digest.width) == (40, (0, 39), 1)
-    charts = {c.title.split(" ")[0]: c for c in run_charts(digest, findings)}
+    run_points = read_run_points(str(fleet_out.out))[run["run_id"]]
+    assert (run_points.rows, run_points.steps_range(), run_points.width) == (40, (0, 39), 1)
+    charts = {c.title.split(" ")[0]: c for c in run_charts(run_points, findings)}
     marker = next(m for m in charts["sampler/trainer"].markers if m.code == "mismatch_kl_rising")
     assert marker.step == kl["since_step"] and marker.message == kl["message"]
     svg = line_chart(charts["sampler/trainer"])
@@ -275,18 +275,18 @@ def test_charts_of_a_short_run_draw_its_step_rows(fleet_out):
     series is the steps column itself (NaN where null), discards are one series per
     reason (the six largest totals), and the metadata is the last non-empty map, all
     recomputed here from the rows as Python lists."""
-    from rlstream.fleet.read import StepsTable, read_digests
+    from rlstream.fleet.read import StepsTable, read_run_points
     from rlstream.fleet.report import _metadata
 
     table = StepsTable(str(fleet_out.out))
-    digests = read_digests(str(fleet_out.out))
+    by_run = read_run_points(str(fleet_out.out))
     seen = 0
     for run in read_latest(str(fleet_out.out)):
-        digest = digests[run["run_id"]]
+        run_points = by_run[run["run_id"]]
         lists = table.run(run["run_id"], ["reward_mean", "mismatch_kl", "discards"])
         lists.update(table.run(run["run_id"], ["rollout_metadata"]))
-        assert lists["step"] == list(range(40)) and digest.rows == 40
-        charts = {c.title.split(" ")[0]: c for c in run_charts(digest, run["findings"])}
+        assert lists["step"] == list(range(40)) and run_points.rows == 40
+        charts = {c.title.split(" ")[0]: c for c in run_charts(run_points, run["findings"])}
         reward = charts["reward"].series[0]
         assert list(reward.steps) == lists["step"]
         want = [float("nan") if v is None else v for v in lists["reward_mean"]]
@@ -295,7 +295,7 @@ def test_charts_of_a_short_run_draw_its_step_rows(fleet_out):
         want = [v if v is not None and v > 0 else float("nan") for v in lists["mismatch_kl"]]
         assert [repr(v) for v in kl.values.tolist()] == [repr(v) for v in want]
         filled = [dict(m) for m in lists["rollout_metadata"] if m]
-        assert digest.metadata == filled[-1] and _metadata(digest) != ""
+        assert run_points.metadata == filled[-1] and _metadata(run_points) != ""
         totals: dict[str, float] = {}
         for m in lists["discards"]:
             for k, v in m or []:
