@@ -30,6 +30,10 @@ class FileCursor:
     """Where reading of one file stands. The default is "nothing read yet"."""
 
     position: int = 0
+    """How far reading went, in the file kind's unit: for a tailed file (JSONL, a
+    framed tracker log) the byte offset after the last consumed record; for a
+    snapshot rewritten whole (TRL's trainer_state.json) the entries read; for a
+    SQLite store the last row id read."""
     size: int = 0
     etag: str | None = None
     mtime: float | None = None
