@@ -9,8 +9,8 @@ KL and ESS, entropy, completion length, truncation and lag), each finding marked
 its chart at `since_step` with its message, its cohort (`OUT/cohorts`) under the figures that have one: the
 cohort's median ± 2 robust deviations with at least 3 other runs, else the siblings'
 own curves; the held-out evaluations on the reward chart; and, for degenerate_outputs and
-entropy_collapse, example completions read from the run's newest transcripts (the one
-read outside OUT), and its Samples (`fleet.report_samples`: kept samples, flagged first,
+entropy_collapse, example completions from the run's newest kept samples
+(`OUT/samples`), and its Samples (`fleet.report_samples`: kept samples, flagged first,
 and a probe task at two steps with a word diff).
 
 Safety: every string from run data (ids, URIs, discard reasons, metadata labels,
@@ -33,7 +33,6 @@ from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
 from rlstream.fleet.read import (
     example_completions,
-    newest_names,
     read_bands,
     read_heldout,
     read_latest,
@@ -208,25 +207,24 @@ def _figure(chart: Chart, findings: list[dict[str, Any]]) -> str:
 
 def _examples(run: dict[str, Any], out: str, storage_options: dict[str, Any] | None) -> str:
     wanted = [f for f in run.get("findings") or [] if f.get("code") in EXAMPLE_CODES]
-    if not wanted or not run.get("run_uri"):
+    if not wanted:
         return ""
     since = (
         min(f["since_step"] for f in wanted if f.get("since_step") is not None)
         if any(f.get("since_step") is not None for f in wanted)
         else None
     )
-    names = newest_names(out, run["run_id"], storage_options)
-    ex = example_completions(run["run_uri"], since, storage_options, names=names)
+    ex = example_completions(out, run["run_id"], since, storage_options)
     codes = ", ".join(sorted({f["code"] for f in wanted}))
-    head = f"<h3>Example completions ({_e(codes)}; newest transcripts from step {_e(since)})</h3>"
+    head = f"<h3>Example completions ({_e(codes)}; newest kept samples from step {_e(since)})</h3>"
     if not ex:
         return (
-            head
-            + '<p class="sub">No completion text found (samples traces, or the run folder is unreachable).</p>'
+            head + '<p class="sub">No completion text kept (the run\'s transcripts record no '
+            "text, or no step with kept samples is final yet).</p>"
         )
     body = "".join(
         f'<div class="sub">step {_e(e["step"])}, task {_e(e["task_id"])}, attempt '
-        f"{_e(e['attempt_id'])}: seen {e['count']}× among the newest transcripts</div>"
+        f"{_e(e['attempt_id'])}: seen {e['count']}× among the newest kept samples</div>"
         f'<pre class="completion">{_e(e["text"])}</pre>'
         for e in ex
     )
