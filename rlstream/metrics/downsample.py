@@ -6,7 +6,7 @@ run's step rows, for each series and each bin of `width` consecutive steps (bin 
 holds steps b * width to (b + 1) * width - 1; `width` a power of two): the first
 point with the lowest value, the first with the highest, and the first and last
 steps with no value (NaN). That is at most four points a bin, at most `MAX_BINS`
-bins a run: the width doubles when the run's steps span more, so a digest's size is
+bins a run: the width doubles when the run's steps span more, so a run's points are
 bounded whatever the run's length, and with width 1 its points are the series itself.
 
 `reduce_points(steps, values, width)` computes those points from rows or from points
@@ -60,7 +60,7 @@ LOG_SERIES = frozenset({"mismatch_kl", "reported_mismatch_kl"})
 MAP_SERIES = ("discards",)
 LAST_MAP = "rollout_metadata"
 COLUMNS = ("step", *SERIES, *MAP_SERIES, LAST_MAP)
-"""The steps columns a digest is folded from."""
+"""The steps columns a `RunPoints` is folded from."""
 
 Points = tuple[np.ndarray, np.ndarray]
 
