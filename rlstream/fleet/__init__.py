@@ -5,6 +5,7 @@
 - `svg`, `report`: the self-contained HTML report (`rlstream report`).
 - `prometheus`: the `/metrics` endpoint of `rlstream watch --metrics-port`.
 
-Nothing here changes OUT or the runs; the report alone reads run folders, and only a
-few transcripts of runs with a degenerate_outputs or entropy_collapse finding.
+Nothing here changes the runs or reads their folders, and nothing reads a resume
+state: the fleet view reads OUT's tables (example completions and kept transcripts
+come from `OUT/samples`).
 """

@@ -1,8 +1,8 @@
 """The per-run charts of the HTML report: which step columns, which series, which axes.
 
-`run_charts(digest, findings)` turns a run's step series (`fleet.read.read_digests`:
+`run_charts(run_points, findings)` turns a run's step series (`fleet.read.read_run_points`:
 per bin of steps, the points a chart draws; the series themselves for a run of up to
-`metrics.digest.MAX_BINS` steps) and its findings into `svg.Chart`s, the same size
+`metrics.downsample.MAX_BINS` steps) and its findings into `svg.Chart`s, the same size
 after 100 steps or 100,000: each finding is a marker on the chart of the figure it
 judges (`CHART_OF`). Discards are drawn per reason, the `MAX_DISCARD_SERIES` reasons
 with the largest totals over the run. Axes fit the quantity: shares (ESS,
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rlstream.fleet.svg import Band, Chart, Marker, Series, as_floats
-from rlstream.metrics.digest import RunDigest
+from rlstream.metrics.downsample import RunPoints
 
 # Which chart a finding is marked on; codes not listed go on the reward chart.
 CHART_OF = {
@@ -95,21 +95,21 @@ def _reported_only(title: str, series: list[Series]) -> tuple[str, list[Series]]
 
 
 def run_charts(
-    digest: RunDigest,
+    run_points: RunPoints,
     findings: list[dict[str, Any]],
     bands: dict[str, dict[str, list[Any]]] | None = None,
-    siblings: dict[str, RunDigest] | None = None,
+    siblings: dict[str, RunPoints] | None = None,
     heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
 ) -> list[Chart]:
     """The run's charts; `bands`: figure -> {step, n, median, mad, ...} of its cohort;
-    `siblings`: name -> digest of the other runs of its cohort, drawn as their own
+    `siblings`: name -> points of the other runs of its cohort, drawn as their own
     curves where the cohort has too few runs for a band (`cohort_overlay`);
     `heldout`: eval name -> (steps, scores) of the run's held-out evaluations
     (`fleet.read.read_heldout`), drawn on the reward chart."""
-    width = digest.width
+    width = run_points.width
 
     def s(col: str, label: str, dashed: bool = False, key: str = "") -> Series:
-        return Series(label, *digest.points(col, key), dashed, width)
+        return Series(label, *run_points.points(col, key), dashed, width)
 
     # key: (title, series, axis options); y_min/y_max bound the axis, gap_note
     # explains the shaded steps where the first series has no value.
@@ -128,7 +128,10 @@ def run_charts(
         "discards": (
             "discards by reason (attempts) and no-variance groups",
             [
-                *(s("discards", k, key=k) for k in digest.keys("discards")[:MAX_DISCARD_SERIES]),
+                *(
+                    s("discards", k, key=k)
+                    for k in run_points.keys("discards")[:MAX_DISCARD_SERIES]
+                ),
                 s("groups_no_variance", "groups: no_variance", True),
             ],
             {"y_min": 0.0},
@@ -200,7 +203,7 @@ def run_charts(
         if band is not None:
             opts = {**opts, "band": band}
         out.append(
-            Chart(title, [*series, *extra], markers[key], steps=digest.steps_range(), **opts)
+            Chart(title, [*series, *extra], markers[key], steps=run_points.steps_range(), **opts)
         )
     return out
 
@@ -208,7 +211,7 @@ def run_charts(
 def cohort_overlay(
     key: str,
     bands: dict[str, dict[str, list[Any]]],
-    siblings: dict[str, RunDigest],
+    siblings: dict[str, RunPoints],
 ) -> tuple[Band | None, list[Series]]:
     """What a chart shows of the run's cohort: with at least `MIN_PEERS` other runs,
     the band median ± `BAND_K` robust deviations (1.4826 × MAD) of the cohort's runs

@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rlstream.config import PipelineConfig
 from rlstream.errors import InputError, RlstreamError
 from rlstream.io.storage import Storage
+from rlstream.pipeline.commit import open_sink
 from rlstream.pipeline.discover import normalize_root, probe_folder
 from rlstream.pipeline.runner import REJECTED
-from rlstream.sinks.delta import DeltaSink
 
 
 def rejected_folder(out: str) -> str:
@@ -42,10 +43,8 @@ def check_out(storage: Storage, out: str) -> None:
             f"OUT {out} {why}: give the --out folder of `rlstream analyze` or "
             "`rlstream watch` (a watch creates it at its first commit)"
         )
-    sink = DeltaSink(url, storage)
     try:
-        sink.check_layout()
-        found = sink.is_out()
+        found = open_sink(url, PipelineConfig(), storage).is_out()  # checks the layout first
     except InputError:
         raise
     except RlstreamError as e:  # the earlier Parquet layout: the sink says what to do

@@ -40,7 +40,7 @@ from rlstream.fleet.status import (
     trend_arrow,
 )
 from rlstream.fleet.svg import line_chart
-from rlstream.metrics.digest import RunDigest
+from rlstream.metrics.downsample import RunPoints
 from rlstream.pipeline.outcome import plural
 
 SAMPLES_SHOWN = 20
@@ -275,10 +275,10 @@ def samples_panel(samples: list[dict[str, Any]] | None) -> str:
 def run_main(
     row: dict[str, Any],
     latest: dict[str, Any],
-    digest: RunDigest,
+    run_points: RunPoints,
     bands: dict[str, dict[str, list[Any]]] | None,
     siblings: list[dict[str, Any]],
-    sibling_digests: dict[str, RunDigest],
+    sibling_points: dict[str, RunPoints],
     quarantine: dict[str, int],
     samples: list[dict[str, Any]] | None,
     heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
@@ -288,8 +288,8 @@ def run_main(
     `fleet.sample_view`, in place of `samples_panel(samples)`)."""
     findings = list(latest.get("findings") or [])
     names = {s["run_id"]: run_name(s) for s in siblings}
-    others = {names[k]: d for k, d in sibling_digests.items() if k in names}
-    charts = run_charts(digest, findings, bands, others, heldout)
+    others = {names[k]: d for k, d in sibling_points.items() if k in names}
+    charts = run_charts(run_points, findings, bands, others, heldout)
     ne = row.get("not_evaluable") or []
     return (
         f'<h2 class="run-title">{_e(run_name(row))} {badge(row.get("status"), row.get("verdict"))}</h2>'

@@ -16,8 +16,8 @@ is numpy.
 `thin_together(series, columns, x_range)` applies it to a chart's series, those over
 the same steps in one pass.
 
-`bin_drawn(steps, values, resolution)` drops the missing points of a digest's series
-(rlstream.metrics.digest) whose bin has a value: only a bin with none breaks a line.
+`bin_drawn(steps, values, resolution)` drops the missing points of a run's downsampled series
+(rlstream.metrics.downsample) whose bin has a value: only a bin with none breaks a line.
 
 `axis_range(lo, hi, log_y, y_min, y_max, min_span)` is a chart's y axis: the values'
 range padded by 6 %, never past what the quantity can be (`y_min`/`y_max`, linear

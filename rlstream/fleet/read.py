@@ -8,60 +8,53 @@ one log replay per table (a checkpoint and at most 10 JSON commits) and the data
 files the file statistics cannot rule out (after compaction, a handful), so a refresh
 costs the same after 10 steps or 10,000, on local disk or S3.
 
-`read_digests(out)` returns each run's step series as chart points
-(rlstream.metrics.digest): OUT's `step_digest` table plus the steps rows committed
-since it was last written (rlstream.sinks.digest), what the report draws.
+`read_run_points(out)` returns each run's step series as chart points
+(rlstream.metrics.downsample): OUT's `step_digest` table plus the steps rows committed
+since it was last written (rlstream.sinks.step_digest), what the report draws.
 
 `read_bands(out, cohorts)` returns the bands the report draws: the newest band of the
 first step of each bin of steps, per (cohort, figure) (OUT's `band_digest` and the
 `cohorts` rows committed since, rlstream.sinks.band_digest; every step's newest band
-while a cohort spans at most `metrics.digest.MAX_BINS` steps), as {cohort: {figure:
+while a cohort spans at most `metrics.downsample.MAX_BINS` steps), as {cohort: {figure:
 {column: values}}} in step order.
 
 `read_heldout(out, run_id)` returns a run's held-out evaluation scores by eval name
 (the `reported_eval` map of its steps rows), for the reward chart.
 
-`example_completions(run_uri, since_step)` is the one read outside OUT: a few
-completion texts from the newest transcripts of a run, for the report's
-degenerate_outputs and entropy_collapse sections. Given the newest names the
-pipeline read (`newest_names`, the name window of the run's resume state in OUT) it
-lists nothing and reads a fixed number of files, on local disk or S3, however long
-the run; without a readable state it lists the run's transcripts folder.
+`example_completions(out, run_id, since_step)` returns a few completion texts of a
+run's newest kept samples (OUT/samples), for the report's degenerate_outputs and
+entropy_collapse sections.
+
+The fleet view reads tables only: never a resume state, never a run's own files.
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlstream.io.storage import Storage
-from rlstream.metrics.digest import RunDigest
-from rlstream.pipeline.discover import normalize_root
+from rlstream.config import PipelineConfig
+from rlstream.metrics.downsample import RunPoints
+from rlstream.pipeline.commit import open_sink
 from rlstream.sinks.band_digest import current_bands
 from rlstream.sinks.delta import DeltaSink
-from rlstream.sinks.digest import current_digest
 from rlstream.sinks.maintain import newest_per_run, read_latest_rows
-
-log = logging.getLogger("rlstream")
+from rlstream.sinks.step_digest import current_step_digest
 
 
 def out_sink(
     out: str, storage_options: dict[str, Any] | None = None, retention_seconds: int = 300
 ) -> DeltaSink:
-    """A handle on OUT (for reads and maintenance); an OUT of the earlier Parquet
-    layout is refused."""
-    out = normalize_root(out)
-    sink = DeltaSink(
-        out, Storage.for_url(out, storage_options), storage_options, True, retention_seconds
+    """A handle on OUT (for reads and maintenance), opened as a pipeline opens it
+    (`pipeline.commit.open_sink`); an OUT of the earlier Parquet layout is refused."""
+    cfg = PipelineConfig(
+        storage_options=dict(storage_options or {}), retention_seconds=retention_seconds
     )
-    sink.check_layout()
-    return sink
+    return open_sink(out, cfg)
 
 
 def read_latest(out: str, storage_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -162,9 +155,11 @@ def read_steps(
     return StepsTable(out, storage_options).run(run_id, columns)
 
 
-def read_digests(out: str, storage_options: dict[str, Any] | None = None) -> dict[str, RunDigest]:
-    """{run_id: RunDigest} of every run with step rows (see the module docstring)."""
-    return current_digest(out_sink(out, storage_options))[0]
+def read_run_points(
+    out: str, storage_options: dict[str, Any] | None = None
+) -> dict[str, RunPoints]:
+    """{run_id: RunPoints} of every run with step rows (see the module docstring)."""
+    return current_step_digest(out_sink(out, storage_options))[0]
 
 
 def read_table(
@@ -201,44 +196,6 @@ def read_table(
     return ds.to_table(columns=columns, filter=flt)
 
 
-def _names_fields(
-    out: str, run_id: str, storage_options: dict[str, Any] | None
-) -> tuple[Any, Any] | None:
-    """(`names_low`, `names_window`) of the run's resume state in OUT, as stored;
-    None without a state this version can read."""
-    from rlstream.pipeline.resume import peek_field
-
-    try:
-        data = out_sink(out, storage_options).load_state(run_id)
-        if data is None:
-            return None
-        return peek_field(data, run_id, "names_low"), peek_field(data, run_id, "names_window")
-    except Exception:  # a state this version cannot read: the caller lists everything
-        return None
-
-
-def names_mark(out: str, run_id: str, storage_options: dict[str, Any] | None = None) -> str | None:
-    """The run's transcript-name watermark (`names_low` of its resume state in OUT):
-    every name at or below it was read, and the transcripts written last sort above
-    it (docs/run-format.md, "Listing order"). None without a readable state."""
-    fields = _names_fields(out, run_id, storage_options)
-    return fields[0] if fields is not None and isinstance(fields[0], str) else None
-
-
-def newest_names(
-    out: str, run_id: str, storage_options: dict[str, Any] | None = None
-) -> list[str] | None:
-    """The newest transcript names the pipeline read for the run, in name order: the
-    `names_window` of its resume state in OUT (the names read above the watermark, at
-    most `PipelineConfig.transcript_window`; all of them while the run is shorter). A
-    list bounded by that window whatever the run's length, read without listing the
-    run's folder. None without a readable state."""
-    fields = _names_fields(out, run_id, storage_options)
-    if fields is None or not isinstance(fields[1], list):
-        return None
-    return sorted(n for n in fields[1] if isinstance(n, str))
-
-
 def read_bands(
     out: str, cohorts: list[str] | None = None, storage_options: dict[str, Any] | None = None
 ) -> dict[str, dict[str, dict[str, list[Any]]]]:
@@ -265,60 +222,46 @@ def read_bands(
 
 
 def example_completions(
-    run_uri: str,
+    out: str,
+    run_id: str,
     since_step: int | None,
     storage_options: dict[str, Any] | None = None,
     limit: int = 4,
     scan: int = 48,
     max_chars: int = 400,
-    start_after: str | None = None,
-    names: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Up to `limit` completions from the newest `scan` transcripts of the run whose
-    step is at or after `since_step`: {attempt_id, task_id, step, text, count}, where
-    `count` is how many of the scanned completions had the same text (a degenerate
-    run shows one text many times). Texts are cut at `max_chars`. With `names` (the
-    transcript names to choose from, in name order: `newest_names`), the folder is
-    not listed; otherwise only the names after `start_after` are (`names_mark`), or
-    all. Returns [] when the run has no readable full-trace transcripts; never raises
-    for a bad file."""
-    storage = Storage.for_url(run_uri, storage_options)
-    folder = Storage.join(run_uri, "transcripts")
-    if names is not None:
-        names = [n for n in names if n.endswith(".json")]
-    else:
-        try:
-            names = [n for n in storage.list_names(folder, start_after) if n.endswith(".json")]
-        except Exception as e:  # the run folder may be gone or unreachable: no examples
-            log.warning("cannot list transcripts of %s: %s", run_uri, e)
-            return []
+    """Up to `limit` completion texts of the run's newest `scan` kept samples at or
+    after `since_step` (OUT/samples, their `returned` excerpts; newest: highest step,
+    then attempt id): {attempt_id, task_id, step, text, count}, where `count` is how
+    many of those samples returned the same text (a degenerate run shows one text many
+    times), most repeated first, then newest. Texts are cut at `max_chars`. Reads one
+    run's partition of the samples table; [] when the run has no kept samples (its
+    transcripts record no text, or no step is final yet)."""
+    cols = ["step", "attempt_id", "task_id", "returned"]
+    t = read_table(out, "samples", storage_options, cols, ("run_id", run_id))
+    if not t.num_rows:
+        return []
+    rows = [
+        r
+        for r in t.to_pylist()
+        if isinstance(r["returned"], str) and (since_step is None or r["step"] >= since_step)
+    ]
+    rows.sort(key=lambda r: (r["step"], r["attempt_id"]), reverse=True)
     seen: dict[str, dict[str, Any]] = {}
-    for name in reversed(names[-scan:]):
-        try:
-            doc = orjson.loads(storage.read(Storage.join(folder, name)))
-        except Exception:
+    for r in rows[:scan]:
+        text = r["returned"]
+        key = text[:max_chars]
+        if key in seen:
+            seen[key]["count"] += 1
             continue
-        if not isinstance(doc, dict):
-            continue
-        step = doc.get("step")
-        if since_step is not None and isinstance(step, int) and step < since_step:
-            continue
-        for g in doc.get("generations") or []:
-            text = g.get("text") if isinstance(g, dict) else None
-            if not isinstance(text, str):
-                continue
-            key = text[:max_chars]
-            if key in seen:
-                seen[key]["count"] += 1
-                continue
-            seen[key] = {
-                "attempt_id": str(doc.get("attempt_id")),
-                "task_id": str(doc.get("task_id")),
-                "step": step if isinstance(step, int) else None,
-                "text": key + ("…" if len(text) > max_chars else ""),
-                "count": 1,
-            }
-    ranked = sorted(seen.values(), key=lambda e: (-e["count"], -(e["step"] or 0)))
+        seen[key] = {
+            "attempt_id": r["attempt_id"],
+            "task_id": r["task_id"],
+            "step": r["step"],
+            "text": key + ("…" if len(text) > max_chars else ""),
+            "count": 1,
+        }
+    ranked = sorted(seen.values(), key=lambda e: (-e["count"], -e["step"]))
     return ranked[:limit]
 
 

@@ -9,8 +9,8 @@ KL and ESS, entropy, completion length, truncation and lag), each finding marked
 its chart at `since_step` with its message, its cohort (`OUT/cohorts`) under the figures that have one: the
 cohort's median ± 2 robust deviations with at least 3 other runs, else the siblings'
 own curves; the held-out evaluations on the reward chart; and, for degenerate_outputs and
-entropy_collapse, example completions read from the run's newest transcripts (the one
-read outside OUT), and its Samples (`fleet.report_samples`: kept samples, flagged first,
+entropy_collapse, example completions from the run's newest kept samples
+(`OUT/samples`), and its Samples (`fleet.report_samples`: kept samples, flagged first,
 and a probe task at two steps with a word diff).
 
 Safety: every string from run data (ids, URIs, discard reasons, metadata labels,
@@ -33,11 +33,10 @@ from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.outdir import read_rejected, rejected_folder
 from rlstream.fleet.read import (
     example_completions,
-    newest_names,
     read_bands,
-    read_digests,
     read_heldout,
     read_latest,
+    read_run_points,
 )
 from rlstream.fleet.report_samples import run_samples_html
 from rlstream.fleet.run_lines import judged_line, not_evaluable_line, replaced_note, reward_text
@@ -50,7 +49,7 @@ from rlstream.fleet.status import (
     trend_arrow,
 )
 from rlstream.fleet.svg import Chart, line_chart
-from rlstream.metrics.digest import RunDigest
+from rlstream.metrics.downsample import RunPoints
 from rlstream.pipeline.outcome import plural
 
 __all__ = ["render_report", "run_charts", "write_report"]
@@ -208,33 +207,32 @@ def _figure(chart: Chart, findings: list[dict[str, Any]]) -> str:
 
 def _examples(run: dict[str, Any], out: str, storage_options: dict[str, Any] | None) -> str:
     wanted = [f for f in run.get("findings") or [] if f.get("code") in EXAMPLE_CODES]
-    if not wanted or not run.get("run_uri"):
+    if not wanted:
         return ""
     since = (
         min(f["since_step"] for f in wanted if f.get("since_step") is not None)
         if any(f.get("since_step") is not None for f in wanted)
         else None
     )
-    names = newest_names(out, run["run_id"], storage_options)
-    ex = example_completions(run["run_uri"], since, storage_options, names=names)
+    ex = example_completions(out, run["run_id"], since, storage_options)
     codes = ", ".join(sorted({f["code"] for f in wanted}))
-    head = f"<h3>Example completions ({_e(codes)}; newest transcripts from step {_e(since)})</h3>"
+    head = f"<h3>Example completions ({_e(codes)}; newest kept samples from step {_e(since)})</h3>"
     if not ex:
         return (
-            head
-            + '<p class="sub">No completion text found (samples traces, or the run folder is unreachable).</p>'
+            head + '<p class="sub">No completion text kept (the run\'s transcripts record no '
+            "text, or no step with kept samples is final yet).</p>"
         )
     body = "".join(
         f'<div class="sub">step {_e(e["step"])}, task {_e(e["task_id"])}, attempt '
-        f"{_e(e['attempt_id'])}: seen {e['count']}× among the newest transcripts</div>"
+        f"{_e(e['attempt_id'])}: seen {e['count']}× among the newest kept samples</div>"
         f'<pre class="completion">{_e(e["text"])}</pre>'
         for e in ex
     )
     return head + body
 
 
-def _metadata(digest: RunDigest) -> str:
-    last = digest.metadata
+def _metadata(run_points: RunPoints) -> str:
+    last = run_points.metadata
     if not last:
         return ""
     cells = "".join(
@@ -251,15 +249,15 @@ def run_section(
     i: int,
     row: dict[str, Any],
     latest: dict[str, Any],
-    digest: RunDigest,
+    run_points: RunPoints,
     out: str,
     storage_options: dict[str, Any] | None,
     bands: dict[str, dict[str, list[Any]]] | None = None,
-    siblings: dict[str, RunDigest] | None = None,
+    siblings: dict[str, RunPoints] | None = None,
     heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
 ) -> str:
     findings = list(latest.get("findings") or [])
-    charts = run_charts(digest, findings, bands, siblings, heldout)
+    charts = run_charts(run_points, findings, bands, siblings, heldout)
     unplaced = [f for f in findings if f.get("since_step") is None]
     extra = "".join(
         f"<li class='msg'><b>{_e(f.get('code'))}</b> [{_e(f.get('severity'))}, "
@@ -273,7 +271,7 @@ def run_section(
         f"{plural(int(row.get('quarantined') or 0), 'quarantined line')} · "
         f"cohort {_e(row.get('cohort') or '-')} · "
         f"last step {_e(row.get('last_step'))} · "
-        f"{plural(digest.rows, 'final step')} · {plural(len(findings), 'finding')}"
+        f"{plural(run_points.rows, 'final step')} · {plural(len(findings), 'finding')}"
         + replaced_note(row)
         + "</div>"
         + judged_line(row)
@@ -283,7 +281,7 @@ def run_section(
         + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + _examples(latest, out, storage_options)
         + run_samples_html(row["run_id"], out, storage_options)
-        + _metadata(digest)
+        + _metadata(run_points)
         + "</section>"
     )
 
@@ -311,9 +309,9 @@ def render_report(
     # on object storage their round trips overlap.
     with ThreadPoolExecutor(3, thread_name_prefix="rlstream-report") as pool:
         got_latest = pool.submit(read_latest, out, storage_options)
-        got_digests = pool.submit(read_digests, out, storage_options)
+        got_points = pool.submit(read_run_points, out, storage_options)
         got_bands = pool.submit(read_bands, out, None, storage_options)
-        latest, digests, bands = got_latest.result(), got_digests.result(), got_bands.result()
+        latest, by_run, bands = got_latest.result(), got_points.result(), got_bands.result()
     rejected = read_rejected(out, storage_options, [r["run_uri"] for r in latest])
     by_id = {r["run_id"]: r for r in latest}
     rows = status_rows(latest, now)
@@ -321,12 +319,12 @@ def render_report(
         evals = list(pool.map(lambda r: read_heldout(out, r["run_id"], storage_options), rows))
     now_dt = dt.datetime.now(dt.UTC) if now is None else dt.datetime.fromtimestamp(now, dt.UTC)
 
-    def siblings(r: dict[str, Any]) -> dict[str, RunDigest]:
+    def siblings(r: dict[str, Any]) -> dict[str, RunPoints]:
         c = r.get("cohort")
         return {
-            run_name(o): digests[o["run_id"]]
+            run_name(o): by_run[o["run_id"]]
             for o in rows
-            if c and o.get("cohort") == c and o is not r and o["run_id"] in digests
+            if c and o.get("cohort") == c and o is not r and o["run_id"] in by_run
         }
 
     sections = "".join(
@@ -334,7 +332,7 @@ def render_report(
             i,
             r,
             by_id[r["run_id"]],
-            digests.get(r["run_id"]) or RunDigest(),
+            by_run.get(r["run_id"]) or RunPoints(),
             out,
             storage_options,
             bands.get(r.get("cohort")),

@@ -3,7 +3,7 @@
 `line_chart(chart)` draws series of (step, value) points, with gaps where a value is
 missing (the first series' gaps shaded and named in the legend), thinned to the
 plot's pixel columns when longer than it is wide (`points.column_extremes`: the
-lowest and highest value of each 2-pixel column; a digest's series, `resolution` > 1,
+lowest and highest value of each 2-pixel column; a run's downsampled series, `resolution` > 1,
 is about two points a column already and is drawn as it is; the text of a chart's
 points is written at once, with numpy), axes with a few ticks that stay within the
 quantity's bounds (`Chart.y_min`/`y_max`), a legend, and vertical markers at
@@ -48,7 +48,7 @@ class Series:
     values: Sequence[float | None] | np.ndarray
     dashed: bool = False
     resolution: int = 1
-    """Steps a point stands for: the bin width of a digest's points (metrics.digest),
+    """Steps a point stands for: the bin width of a run's points (metrics.downsample),
     so missing points that far apart are one gap."""
 
 
@@ -247,7 +247,7 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     full = [
         bin_drawn(st, v, ser.resolution) for (st, v), ser in zip(full, chart.series, strict=True)
     ]
-    # A digest's points (resolution > 1) are already about two per pixel column.
+    # A run's points (resolution > 1) are already about two per pixel column.
     raw = [i for i, ser in enumerate(chart.series) if ser.resolution <= 1]
     pts = list(full)
     for i, p in zip(raw, thin_together([full[i] for i in raw], columns, (x0, x1)), strict=True):

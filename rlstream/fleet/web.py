@@ -187,7 +187,7 @@ class FleetPages:
     def _run(
         self, rid: str, rows: list[dict[str, Any]], snap: Snapshot, query: dict[str, list[str]]
     ) -> str:
-        from rlstream.fleet.read import read_bands, read_digests, read_heldout
+        from rlstream.fleet.read import read_bands, read_heldout, read_run_points
 
         by_id = {r["run_id"]: r for r in snap.latest}
         row = next((r for r in rows if r["run_id"] == rid), None)
@@ -195,15 +195,15 @@ class FleetPages:
             raise LookupError(f"no run {rid!r} in {self.out}")
         cohort = row.get("cohort")
         siblings = [r for r in rows if cohort and r.get("cohort") == cohort and r is not row]
-        digests = read_digests(self.out, self.opts)
+        by_run = read_run_points(self.out, self.opts)
         bands = read_bands(self.out, [cohort], self.opts).get(cohort) if cohort else None
-        from rlstream.metrics.digest import RunDigest
+        from rlstream.metrics.downsample import RunPoints
 
-        sib = {s["run_id"]: digests[s["run_id"]] for s in siblings if s["run_id"] in digests}
+        sib = {s["run_id"]: by_run[s["run_id"]] for s in siblings if s["run_id"] in by_run}
         return pages.run_main(
             row,
             by_id[rid],
-            digests.get(rid) or RunDigest(),
+            by_run.get(rid) or RunPoints(),
             bands,
             siblings,
             sib,

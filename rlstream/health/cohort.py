@@ -7,7 +7,7 @@
    ``+``);
 2. else the name of the first ``--cohort NAME=GLOB`` rule whose glob matches the run's
    id or its URL (``fnmatch``; ``*`` crosses ``/``);
-3. else ``cfg-`` and a 10-hex-digit digest of the config with the keys that vary within
+3. else ``cfg-`` and a 10-hex-digit hash of the config with the keys that vary within
    a sweep (``cfg.ignore_keys``: seeds, run names, output paths) left out, so repeats
    and seeds of one recipe share a cohort and any other difference (a learning rate, a
    grader, the model: names inside ``cfg.keep_under`` sections are kept) makes another
@@ -87,7 +87,7 @@ def _strip(
 
 
 def fingerprint(config: dict[str, Any], cfg: CohortsConfig = DEFAULT_COHORTS) -> str:
-    """``cfg-`` + digest of the config without ``cfg.ignore_keys`` (bare names kept
+    """``cfg-`` + a hash of the config without ``cfg.ignore_keys`` (bare names kept
     inside the ``cfg.keep_under`` sections: what is trained, on what)."""
     keys = split_keys(cfg.ignore_keys)
     names = frozenset(k for k in keys if "." not in k)

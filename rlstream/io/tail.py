@@ -29,7 +29,11 @@ CHECK_BYTES = 32
 class FileCursor:
     """Where reading of one file stands. The default is "nothing read yet"."""
 
-    offset: int = 0
+    position: int = 0
+    """How far reading went, in the file kind's unit: for a tailed file (JSONL, a
+    framed tracker log) the byte offset after the last consumed record; for a
+    snapshot rewritten whole (TRL's trainer_state.json) the entries read; for a
+    SQLite store the last row id read."""
     size: int = 0
     etag: str | None = None
     mtime: float | None = None
@@ -54,16 +58,16 @@ def plan_read(cursor: FileCursor, stat: FileStat | None) -> ReadPlan | None:
         return None
     if cursor.inode is not None and stat.inode is not None and stat.inode != cursor.inode:
         return ReadPlan(0, stat.size, reset="replaced")
-    if stat.size < cursor.offset:
+    if stat.size < cursor.position:
         return ReadPlan(0, stat.size, reset="truncated")
     same_version = (
         stat.size == cursor.size
         and stat.etag == cursor.etag
         and (stat.mtime is None or stat.mtime == cursor.mtime)
     )
-    if same_version or (stat.size == cursor.offset and stat.etag is None):
+    if same_version or (stat.size == cursor.position and stat.etag is None):
         return None
-    return ReadPlan(cursor.offset - len(cursor.check), stat.size)
+    return ReadPlan(cursor.position - len(cursor.check), stat.size)
 
 
 def verify_prefix(cursor: FileCursor, plan: ReadPlan, data: bytes) -> bool:
@@ -112,7 +116,7 @@ def advance(
     generation = cursor.generation + (1 if plan.reset is not None else 0)
     new = replace(
         cursor,
-        offset=new_offset,
+        position=new_offset,
         size=stat.size,
         etag=stat.etag,
         mtime=stat.mtime,

@@ -10,7 +10,7 @@ at or below the highest already read are quarantined as `rewritten_replay`.
 
 A SQLite store (Trackio, MLflow) is opened read-only (`mode=ro`; never written, safe
 beside a writer in WAL mode) on local storage only, and read through the last row id
-(`RunState.cursors[<db>#<run>].offset`); its database and `-wal` file's sizes and
+(`RunState.cursors[<db>#<run>].position`); its database and `-wal` file's sizes and
 mtimes say whether anything can be new.
 
 Store members: a folder whose databases hold several runs gives one run per member,
@@ -233,7 +233,7 @@ def _read(unit: RecordsUnit, storage: Storage, fmt: Any):
     check = data[max(0, used - CHECK_BYTES) : used] if chunk.cursor else b""
     st = unit.stat
     cursor = FileCursor(
-        offset=chunk.cursor,
+        position=chunk.cursor,
         size=st.size,
         etag=st.etag,
         mtime=st.mtime,
@@ -250,7 +250,7 @@ def _query(unit: RecordsUnit, storage: Storage, fmt: Any):
     conn = open_db(storage, unit.run_url)(db)
     if conn is None:
         raise sqlite3.OperationalError(f"{db} cannot be opened read-only on this storage")
-    steps, errors, after, trainer = [], [], unit.cursor.offset, unit.trainer
+    steps, errors, after, trainer = [], [], unit.cursor.position, unit.trainer
     try:
         while True:  # the readers take at most 10k rows a call
             chunk = fmt.query_records(conn, unit.select, after, trainer)
@@ -263,5 +263,5 @@ def _query(unit: RecordsUnit, storage: Storage, fmt: Any):
     finally:
         conn.close()
     st = unit.stat
-    cursor = replace(unit.cursor, offset=after, size=st.size, mtime=st.mtime, inode=st.inode)
+    cursor = replace(unit.cursor, position=after, size=st.size, mtime=st.mtime, inode=st.inode)
     return type(chunk)(steps, after, errors, trainer), cursor, 0, None

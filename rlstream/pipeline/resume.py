@@ -26,8 +26,9 @@ objects whose key starts with `$`:
 
 Decoding builds only the listed classes, by field name, with their constructors: it
 never imports or runs anything named in the file. A field absent from the file takes
-its default (an older writer); a field the class does not have is an error (a newer
-writer: its format number would have been bumped). Any problem raises
+its default (an older writer); a field renamed since is read under its new name
+(`RENAMED`); a field the class does not have is an error (a newer writer: its format
+number would have been bumped). Any problem raises
 `ResumeStateError` naming the file and the way out.
 """
 
@@ -90,6 +91,10 @@ def _kinds() -> dict[str, type]:
 
 KINDS: dict[str, type] = {}
 """Dataclasses a resume state may hold, by name (filled on first use)."""
+
+RENAMED = {"FileCursor": {"offset": "position"}}
+"""Fields read under their earlier name (kind -> {old: new}), so that a state written
+before a rename still resumes; a state is always written with the new names."""
 
 
 def _enc(v: Any) -> Any:
@@ -181,6 +186,8 @@ def _dec_tagged(v: dict[str, Any]) -> Any:
             raise ValueError(f"unknown kind {x!r}")
         names = {f.name for f in dataclasses.fields(cls)}
         fields = v.get("f")
+        if isinstance(fields, dict) and x in RENAMED:
+            fields = {RENAMED[x].get(k, k): e for k, e in fields.items()}
         if not isinstance(fields, dict) or not set(fields) <= names:
             extra = sorted(set(fields or {}) - names)
             raise ValueError(f"{x} has fields this version does not know: {extra}")

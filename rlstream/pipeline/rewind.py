@@ -13,7 +13,7 @@ version above `durable_seq` means such rows, and they are deleted:
 (from `run_latest` too when `run_health` had some). Only rows of commits whose state
 was never written match: a written state accounts for every row at or below its seq.
 Then the digests maintenance built from those rows are rewound
-(`sinks.digest.rewind_runs`, `sinks.band_digest.rewind_cohorts`): the runs (cohorts)
+(`sinks.step_digest.rewind_runs`, `sinks.band_digest.rewind_cohorts`): the runs (cohorts)
 are dropped from them and the files that hold their rows read again, so no digest
 keeps a deleted row's values.
 """
@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from rlstream.pipeline.state import RunState
 from rlstream.sinks.band_digest import rewind_cohorts
 from rlstream.sinks.delta import DeltaSink
-from rlstream.sinks.digest import rewind_runs
+from rlstream.sinks.step_digest import rewind_runs
 
 log = logging.getLogger("rlstream")
 

@@ -214,11 +214,17 @@ class RunGroup:
                 key, reason, offset, detail = f"missing:{file}", "missing_file", None, ""
             elif stat.size == 0:
                 key, reason, offset, detail = f"empty:{file}", "empty_file", None, ""
-            elif cur.offset < stat.size:
+            elif cur.position < stat.size:
                 data = self.storage.read_range(
-                    Storage.join(state.run_url, file), cur.offset, min(stat.size, cur.offset + 480)
+                    Storage.join(state.run_url, file),
+                    cur.position,
+                    min(stat.size, cur.position + 480),
                 )
-                key, reason, offset = f"partial:{file}:{cur.offset}", "incomplete_line", cur.offset
+                key, reason, offset = (
+                    f"partial:{file}:{cur.position}",
+                    "incomplete_line",
+                    cur.position,
+                )
                 detail = excerpt(data)
             else:
                 continue

@@ -72,7 +72,7 @@ def run_snapshot(unit: SnapshotUnit, storage: Storage) -> UnitResult:
         )
     for rec in recs:
         if isinstance(rec, BadLine):
-            if rec.index is None or rec.index >= cur.offset:  # each bad entry once
+            if rec.index is None or rec.index >= cur.position:  # each bad entry once
                 res.quarantine.append(quarantine(unit.run_id, path, None, rec.reason, rec.data))
             continue
         if rec.step <= cur.max_step:
@@ -85,5 +85,5 @@ def run_snapshot(unit: SnapshotUnit, storage: Storage) -> UnitResult:
         res.steps.append(rec)
     # Entries are counted monotonically, so a bad entry a resumed run logs again at
     # the same place is not quarantined twice.
-    res.cursor = replace(cur, offset=max(cur.offset, n), max_step=max(cur.max_step, last))
+    res.cursor = replace(cur, position=max(cur.position, n), max_step=max(cur.max_step, last))
     return res

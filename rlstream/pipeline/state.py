@@ -77,7 +77,7 @@ class RunState:
     findings: list[dict[str, Any]] = field(default_factory=list)
     headline: dict[str, Any] = field(default_factory=dict)
     health_sig: str | None = None
-    """Digest of the last run_health row written (as_of and commit_seq aside)."""
+    """Hash of the last run_health row written (as_of and commit_seq aside)."""
     listed: list[str] = field(default_factory=list)
     """Transcript names above `names_low` in this poll's listing."""
     format: str = DEFAULT

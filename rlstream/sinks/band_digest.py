@@ -2,7 +2,7 @@
 
 The report draws a cohort's p10-p90 band of a figure under each run's chart: at most
 one point per pixel column is visible. The digest keeps, per (cohort, figure) and
-per bin of `width` steps (a power of two, at most `metrics.digest.MAX_BINS` bins),
+per bin of `width` steps (a power of two, at most `metrics.downsample.MAX_BINS` bins),
 the band row of the bin's first step that has one, in its newest version (largest
 n, then newest `as_of`, then `commit_seq`: `sinks.cohorts.newest_bands`). With width
 1 that is every step's newest band, as the `cohorts` table read whole gives.
@@ -14,7 +14,7 @@ bins' steps, and the width follows the highest banded step seen (`last_step`, ke
 even when its band is not). A row seen twice (a file compaction rewrote) changes
 nothing.
 
-As for the step digest (rlstream.sinks.digest), only maintenance writes it, by
+As for the step digest (rlstream.sinks.step_digest), only maintenance writes it, by
 overwrite, with the `cohorts` files it covers (rows of figure `_covered`, the file's
 name in `file`); a reader folds the rows of files committed since.
 """
@@ -27,12 +27,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlstream.metrics.digest import bin_width
+from rlstream.metrics.downsample import bin_width
 from rlstream.sinks.cohorts import COHORTS_SCHEMA, newest_bands
 from rlstream.sinks.delta import DeltaSink
-from rlstream.sinks.digest import COVERED, Compact, files_holding, rewrite, uncovered_rows
+from rlstream.sinks.step_digest import COVERED, Compact, files_holding, rewrite, uncovered_rows
 
-BAND_TABLE = "band_digest"
+BAND_DIGEST_TABLE = "band_digest"
 BAND_COLUMNS = ("cohort", "figure", "step", "n", "p10", "p50", "p90", "median", "mad", "as_of")
 _ORDER = (*BAND_COLUMNS, "commit_seq")
 _ROWS = pa.schema(
@@ -51,7 +51,7 @@ BAND_SCHEMA = pa.schema(
         pa.field("last_step", pa.int64()),
         pa.field("file", pa.string()),
     ],
-    metadata={"rlstream.schema_version": "1", "rlstream.table": BAND_TABLE},
+    metadata={"rlstream.schema_version": "1", "rlstream.table": BAND_DIGEST_TABLE},
 )
 
 
@@ -113,9 +113,9 @@ def read_band_digest(
     from deltalake import DeltaTable
 
     if dt is None:
-        if not sink.exists(BAND_TABLE):
+        if not sink.exists(BAND_DIGEST_TABLE):
             return fold_bands(None, _ROWS.empty_table()), set()
-        dt = DeltaTable(sink.uri(BAND_TABLE), storage_options=sink.options)
+        dt = DeltaTable(sink.uri(BAND_DIGEST_TABLE), storage_options=sink.options)
     t = sink.dataset(dt).to_table()
     is_file = pc.equal(t.column("figure"), COVERED)
     covered = set(t.filter(is_file).column("file").to_pylist())
@@ -133,7 +133,7 @@ def current_bands(
 ) -> tuple[pa.Table, list[str]]:
     """The stored digest (`dt`: as already opened) with the band rows committed since
     folded in (these cohorts, all if None), and the `cohorts` files it then covers
-    (`compact`: `sinks.digest.uncovered_rows`)."""
+    (`compact`: `sinks.step_digest.uncovered_rows`)."""
     digest, covered = read_band_digest(sink, cohorts, dt)
     rows, files = uncovered_rows(sink, covered, "cohorts", _ORDER, compact)
     if cohorts is not None and rows.num_rows:
@@ -149,7 +149,7 @@ def _folded(digest: pa.Table, rows: pa.Table) -> pa.Table:
 
 def refresh_bands(sink: DeltaSink, compact: Compact | None = None) -> int | None:
     """Fold the band rows committed since the last pass into OUT's band digest and
-    write it (`sinks.digest.rewrite`; `compact`: `uncovered_rows`); returns its rows,
+    write it (`sinks.step_digest.rewrite`; `compact`: `uncovered_rows`); returns its rows,
     covered files included, None if no `cohorts` file was committed or compacted since."""
 
     def build(dt: Any) -> pa.Table | None:
@@ -159,7 +159,7 @@ def refresh_bands(sink: DeltaSink, compact: Compact | None = None) -> int | None
             return None
         return to_table(_folded(digest, rows), files)
 
-    return rewrite(sink, BAND_TABLE, build)
+    return rewrite(sink, BAND_DIGEST_TABLE, build)
 
 
 def rewind_cohorts(sink: DeltaSink, cohorts: list[str]) -> None:
@@ -180,7 +180,7 @@ def rewind_cohorts(sink: DeltaSink, cohorts: list[str]) -> None:
             _folded(digest.filter(~drop), _ROWS.empty_table()), sorted(covered - holding)
         )
 
-    rewrite(sink, BAND_TABLE, build)
+    rewrite(sink, BAND_DIGEST_TABLE, build)
 
 
 def to_table(bands: pa.Table, files: list[str]) -> pa.Table:

@@ -9,7 +9,7 @@ Layout (docs/schema.md):
     OUT/quarantine/_delta_log/...   rejected records
     OUT/cohorts/_delta_log/...      peer bands per cohort, step and figure (sinks/cohorts.py)
     OUT/samples/_delta_log/...      kept samples per run and step (sinks/samples.py)
-    OUT/step_digest/_delta_log/...  the runs' step series as chart points (sinks/digest.py)
+    OUT/step_digest/_delta_log/...  the runs' step series as chart points (sinks/step_digest.py)
     OUT/band_digest/_delta_log/...  the cohort bands, one step per bin (sinks/band_digest.py)
     OUT/_resume/run_id=<id>.state   each run's resume state (rlstream.pipeline.resume)
 
@@ -39,7 +39,7 @@ from rlstream.formats.quarantine import QuarantineRow
 from rlstream.io.storage import Storage
 
 TABLES = ("steps", "run_health", "run_latest", "alerts", "quarantine", "cohorts", "samples")
-DIGEST_TABLE = "step_digest"
+STEP_DIGEST_TABLE = "step_digest"
 STATE_DIR = "_resume"
 
 QUARANTINE_SCHEMA = pa.schema(
@@ -298,8 +298,8 @@ class DeltaSink:
         its peers no longer hold the older steps to write it again, and readers keep the
         newest, largest band of a step. Appends running at the same time may fail once
         and are retried. Then the run is dropped from the step digest
-        (rlstream.sinks.digest.drop_run); the other runs' digests stay."""
-        from rlstream.sinks.digest import drop_run  # it builds on this module
+        (rlstream.sinks.step_digest.drop_run); the other runs' digests stay."""
+        from rlstream.sinks.step_digest import drop_run  # it builds on this module
 
         quoted = run_id.replace("'", "''")
         n = sum(self.delete_where(t, f"run_id = '{quoted}'") for t in TABLES if t != "cohorts")

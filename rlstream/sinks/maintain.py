@@ -7,7 +7,7 @@ One pass, per table: `optimize.compact()` bin-packs the files below `target_file
 into files of up to that size; a file already that large is left alone, so a pass
 rewrites at most `target_file_mb` plus what arrived since the last one;
 then, for `run_health`, `run_latest` is rebuilt (below). For `steps` and `cohorts`
-the step and band digests (rlstream.sinks.digest, rlstream.sinks.band_digest) first
+the step and band digests (rlstream.sinks.step_digest, rlstream.sinks.band_digest) first
 fold the rows of the files committed since the last pass, then the snapshot they read
 is compacted and the digest is written covering the files the compaction wrote (read
 from its commit's log entry; their rows are in it already): a pass reads each row
@@ -46,9 +46,9 @@ import orjson
 import pyarrow as pa
 
 from rlstream.io.storage import Storage
-from rlstream.sinks.band_digest import BAND_TABLE, refresh_bands
-from rlstream.sinks.delta import DIGEST_TABLE, TABLES, DeltaSink, table_config
-from rlstream.sinks.digest import Compact, refresh_digest, uncovered_rows
+from rlstream.sinks.band_digest import BAND_DIGEST_TABLE, refresh_bands
+from rlstream.sinks.delta import STEP_DIGEST_TABLE, TABLES, DeltaSink, table_config
+from rlstream.sinks.step_digest import Compact, refresh_step_digest, uncovered_rows
 
 log = logging.getLogger("rlstream")
 
@@ -97,8 +97,8 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
             if any(conf.get(k) != v for k, v in want.items()):
                 dt.alter.set_table_properties(want)
             removed = (
-                _compact_and_digest(sink, cfg, name, report)
-                if name in DIGESTS
+                _compact_and_refresh(sink, cfg, name, report)
+                if name in DIGEST_TABLES
                 else _compact(dt, cfg)[0]
             )
             dt = DeltaTable(sink.uri(name), storage_options=sink.options)
@@ -145,12 +145,12 @@ def refresh_latest(sink: DeltaSink, compact: Compact | None = None, tries: int =
     raise AssertionError("unreachable")
 
 
-DIGESTS = {
-    "steps": (DIGEST_TABLE, refresh_digest),
-    "cohorts": (BAND_TABLE, refresh_bands),
+DIGEST_TABLES = {
+    "steps": (STEP_DIGEST_TABLE, refresh_step_digest),
+    "cohorts": (BAND_DIGEST_TABLE, refresh_bands),
     "run_health": ("run_latest", refresh_latest),
 }
-"""Tables with a digest: compacted inside the digest's refresh (`_compact_and_digest`)."""
+"""Tables with a digest: compacted inside the digest's refresh (`_compact_and_refresh`)."""
 
 
 def _compact(dt: Any, cfg: MaintenanceConfig) -> tuple[int, int | None]:
@@ -181,7 +181,7 @@ def compact_covered(
     return sorted((have - removed) | added) if removed <= have else files
 
 
-def _compact_and_digest(
+def _compact_and_refresh(
     sink: DeltaSink, cfg: MaintenanceConfig, name: str, report: dict[str, Any]
 ) -> int:
     """Fold table `name`'s new rows into its digest, compact the snapshot it read, and
@@ -190,7 +190,7 @@ def _compact_and_digest(
     fails, the table is compacted alone (the digest catches up next pass)."""
     from deltalake import DeltaTable
 
-    digest, refresh = DIGESTS[name]
+    digest, refresh = DIGEST_TABLES[name]
     removed = 0
 
     def compact(dt: Any, files: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ import numpy as np
 from rlstream.fleet.charts import cohort_overlay, run_charts
 from rlstream.fleet.points import axis_range
 from rlstream.fleet.svg import Chart, Series, line_chart
-from rlstream.metrics.digest import RunDigest
+from rlstream.metrics.downsample import RunPoints
 
 
 def _band(n: int, medians: list[float], mads: list[float]) -> dict:
@@ -20,9 +20,9 @@ def _band(n: int, medians: list[float], mads: list[float]) -> dict:
             "p10": [0.0] * k, "p90": [1.0] * k}  # fmt: skip
 
 
-def _digest(vals: list[float]) -> RunDigest:
+def _points(vals: list[float]) -> RunPoints:
     st = np.arange(len(vals))
-    return RunDigest(
+    return RunPoints(
         width=1,
         rows=len(vals),
         series={("step", ""): (st, st.astype(float)), ("reward_mean", ""): (st, np.array(vals))},
@@ -30,7 +30,7 @@ def _digest(vals: list[float]) -> RunDigest:
 
 
 def test_band_only_with_three_peers_otherwise_sibling_curves():
-    sib = {"run-b": _digest([0.1, 0.2, 0.3])}
+    sib = {"run-b": _points([0.1, 0.2, 0.3])}
     # 3 runs (2 peers): no band, the sibling's own curve
     band, extra = cohort_overlay("reward", {"reward_mean": _band(3, [0.5] * 3, [0.1] * 3)}, sib)
     assert band is None and [s.label for s in extra] == ["sibling run-b"]
@@ -75,7 +75,7 @@ def test_kl_and_ess_axes_have_floors():
 
 
 def test_heldout_curve_on_the_reward_chart():
-    d = _digest([0.1, 0.2, 0.3, 0.4])
+    d = _points([0.1, 0.2, 0.3, 0.4])
     charts = run_charts(d, [], heldout={"gsm8k": ([0, 3], [0.05, 0.1])})
     reward = charts[0]
     assert reward.title == "reward"

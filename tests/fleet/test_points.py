@@ -109,16 +109,16 @@ def test_a_digest_series_breaks_only_where_a_whole_bin_has_no_value():
 
     from rlstream.fleet.charts import run_charts
     from rlstream.fleet.points import bin_drawn
-    from rlstream.metrics.digest import fold
+    from rlstream.metrics.downsample import fold
 
     n = 5000
     reward = np.full(n, 0.5)
     reward[3001] = 0.99
     reward[1000:1101] = np.nan
     rows = pa.table({"step": np.arange(n), "reward_mean": reward})
-    digest = fold(None, rows)
-    assert digest.width == 32
-    series = next(c for c in run_charts(digest, []) if c.title == "reward").series[0]
+    run_points = fold(None, rows)
+    assert run_points.width == 32
+    series = next(c for c in run_charts(run_points, []) if c.title == "reward").series[0]
     assert series.resolution == 32
     steps, vals = np.asarray(series.steps), np.asarray(series.values, dtype=float)
     assert vals[steps == 3001].tolist() == [0.99]

@@ -10,6 +10,7 @@ from rlstream.fleet.read import example_completions, read_latest
 from rlstream.fleet.report import SORT_SCRIPT, render_report, run_charts
 from rlstream.fleet.svg import Band, Chart, Marker, Series, line_chart
 from tests.fleet.conftest import HOSTILE_ID, HOSTILE_LABEL, HOSTILE_REASON, HOSTILE_TEXT
+from tests.outputs import out_con
 
 
 def test_report_escapes_every_string_from_run_data(fleet_out, tmp_path):
@@ -71,11 +72,11 @@ def test_findings_marked_on_their_chart_at_since_step(fleet_out):
     run = latest[fleet_out.run_ids["mismatch_kl_rising"]]
     findings = run["findings"]
     kl = next(f for f in findings if f["code"] == "mismatch_kl_rising")
-    from rlstream.fleet.read import read_digests
+    from rlstream.fleet.read import read_run_points
 
-    digest = read_digests(str(fleet_out.out))[run["run_id"]]
-    assert (digest.rows, digest.steps_range(), digest.width) == (40, (0, 39), 1)
-    charts = {c.title.split(" ")[0]: c for c in run_charts(digest, findings)}
+    run_points = read_run_points(str(fleet_out.out))[run["run_id"]]
+    assert (run_points.rows, run_points.steps_range(), run_points.width) == (40, (0, 39), 1)
+    charts = {c.title.split(" ")[0]: c for c in run_charts(run_points, findings)}
     marker = next(m for m in charts["sampler/trainer"].markers if m.code == "mismatch_kl_rising")
     assert marker.step == kl["since_step"] and marker.message == kl["message"]
     svg = line_chart(charts["sampler/trainer"])
@@ -115,79 +116,58 @@ def test_a_cohort_band_is_shaded_under_the_series_over_the_runs_steps():
     assert max(xs) == 148.0 and min(ys) >= 26.0
 
 
-def test_example_completions_count_repeats(fleet_out):
-    run = fleet_out.root / "run-003-degenerate_outputs"
-    ex = example_completions(str(run), since_step=30, limit=3)
-    assert 1 <= len(ex) <= 3
+def test_example_completions_are_the_newest_kept_samples_texts_counted(fleet_out):
+    """docs/fleet.md: the texts of the run's newest 48 kept samples at or after
+    `since_step` (highest step, then attempt id), cut at 400 characters, most
+    repeated first; recomputed here with DuckDB over OUT/samples."""
+    out = str(fleet_out.out)
+    ex = example_completions(out, HOSTILE_ID, since_step=30, limit=3)
+    con = out_con(out)
+    want = con.execute(
+        """select left(returned, 400) t, count(*) n, max(step) s from (
+             select * from samples where run_id = ? and step >= 30 and returned is not null
+             order by step desc, attempt_id desc limit 48)
+           group by t order by n desc, s desc""",
+        [HOSTILE_ID],
+    ).fetchall()
+    assert 1 <= len(ex) <= 3 and want
+    assert [(e["text"].removesuffix("…"), e["count"]) for e in ex] == [
+        (t, n) for t, n, _ in want[:3]
+    ]
     assert all(e["step"] >= 30 and e["text"].startswith(HOSTILE_TEXT) for e in ex)
-    counts = [e["count"] for e in ex]
-    assert counts == sorted(counts, reverse=True)
-    assert example_completions(str(fleet_out.root / "missing"), None) == []
+    assert sum(n for _, n, _ in want) == 48  # the run keeps more than 48 samples since step 30
+    assert example_completions(out, "no-such-run", None) == []
 
 
-def test_examples_list_only_the_names_above_the_runs_watermark(fleet_out, monkeypatch):
-    """Without the run's newest names, example completions list the transcripts after
-    its name watermark (its resume state's names_low): same examples."""
-    from rlstream.fleet.read import names_mark
+def test_the_report_reads_only_out_no_run_folder_and_no_resume_state(fleet_out, monkeypatch):
+    """The report's examples and samples come from OUT's tables: it lists and reads
+    nothing under the runs' folders and opens no resume state."""
     from rlstream.io.storage import Storage
+    from rlstream.sinks.delta import DeltaSink
 
-    run = fleet_out.root / "run-003-degenerate_outputs"
-    names = sorted(p.name for p in (run / "transcripts").iterdir())
-    mark = names_mark(str(fleet_out.out), fleet_out.run_ids["degenerate_outputs"])
-    assert mark == names[-257]  # the last 256 names read stay above it
-    assert names_mark(str(fleet_out.out), "no-such-run") is None
-    listed: list[int] = []
-    real = Storage.list_names
-
-    def counting(self, url, start_after=None):
-        got = real(self, url, start_after)
-        listed.append(len(got))
-        return got
-
-    monkeypatch.setattr(Storage, "list_names", counting)
-    bounded = example_completions(str(run), since_step=30, start_after=mark)
-    assert listed == [256]
-    assert bounded == example_completions(str(run), since_step=30)
-    assert listed[-1] == len(names) == 640
-
-
-def test_the_report_reads_a_fixed_number_of_transcripts_and_lists_none(fleet_out, monkeypatch):
-    """The report takes a run's newest transcript names from its resume state (the
-    name window), so it lists no run folder and reads at most `scan` transcripts per
-    run however many the folder holds: the same examples as a full listing."""
-    from rlstream.fleet.read import newest_names
-    from rlstream.io.storage import Storage
-
-    run = fleet_out.root / "run-003-degenerate_outputs"
-    run_id = fleet_out.run_ids["degenerate_outputs"]
-    names = sorted(p.name for p in (run / "transcripts").iterdir())
-    assert len(names) == 640
-    window = newest_names(str(fleet_out.out), run_id)
-    assert window == names[-256:]
-    assert newest_names(str(fleet_out.out), "no-such-run") is None
-    full = example_completions(str(run), since_step=30)
-    listed: list[str] = []
-    reads: list[str] = []
+    touched: list[str] = []
     real_list, real_read = Storage.list_names, Storage.read
 
     def counting_list(self, url, start_after=None):
-        listed.append(url)
+        touched.append(url)
         return real_list(self, url, start_after)
 
     def counting_read(self, url, *a, **k):
-        reads.append(url)
+        touched.append(url)
         return real_read(self, url, *a, **k)
+
+    def no_state(self, run_id):
+        raise AssertionError(f"the report opened the resume state of {run_id}")
 
     monkeypatch.setattr(Storage, "list_names", counting_list)
     monkeypatch.setattr(Storage, "read", counting_read)
-    assert example_completions(str(run), since_step=30, names=window) == full
-    assert listed == [] and len(reads) == 48
-    reads.clear()
+    monkeypatch.setattr(DeltaSink, "load_state", no_state)
     html = render_report(str(fleet_out.out), now=2e9)
-    assert not [u for u in listed if "transcripts" in u]
-    read_transcripts = [u for u in reads if "/transcripts/" in u]
-    assert 0 < len(read_transcripts) <= 48 * html.count("<h3>Example completions")
-    assert escape(full[0]["text"])[:40] in html
+    assert html.count("<h3>Example completions") == 2
+    assert not [u for u in touched if str(fleet_out.root) in u]
+    ex = example_completions(str(fleet_out.out), HOSTILE_ID, since_step=30)
+    assert f"seen {ex[0]['count']}× among the newest kept samples" in html
+    assert escape(ex[0]["text"])[:40] in html
 
 
 def _unescape(s: str) -> str:
@@ -275,18 +255,18 @@ def test_charts_of_a_short_run_draw_its_step_rows(fleet_out):
     series is the steps column itself (NaN where null), discards are one series per
     reason (the six largest totals), and the metadata is the last non-empty map, all
     recomputed here from the rows as Python lists."""
-    from rlstream.fleet.read import StepsTable, read_digests
+    from rlstream.fleet.read import StepsTable, read_run_points
     from rlstream.fleet.report import _metadata
 
     table = StepsTable(str(fleet_out.out))
-    digests = read_digests(str(fleet_out.out))
+    by_run = read_run_points(str(fleet_out.out))
     seen = 0
     for run in read_latest(str(fleet_out.out)):
-        digest = digests[run["run_id"]]
+        run_points = by_run[run["run_id"]]
         lists = table.run(run["run_id"], ["reward_mean", "mismatch_kl", "discards"])
         lists.update(table.run(run["run_id"], ["rollout_metadata"]))
-        assert lists["step"] == list(range(40)) and digest.rows == 40
-        charts = {c.title.split(" ")[0]: c for c in run_charts(digest, run["findings"])}
+        assert lists["step"] == list(range(40)) and run_points.rows == 40
+        charts = {c.title.split(" ")[0]: c for c in run_charts(run_points, run["findings"])}
         reward = charts["reward"].series[0]
         assert list(reward.steps) == lists["step"]
         want = [float("nan") if v is None else v for v in lists["reward_mean"]]
@@ -295,7 +275,7 @@ def test_charts_of_a_short_run_draw_its_step_rows(fleet_out):
         want = [v if v is not None and v > 0 else float("nan") for v in lists["mismatch_kl"]]
         assert [repr(v) for v in kl.values.tolist()] == [repr(v) for v in want]
         filled = [dict(m) for m in lists["rollout_metadata"] if m]
-        assert digest.metadata == filled[-1] and _metadata(digest) != ""
+        assert run_points.metadata == filled[-1] and _metadata(run_points) != ""
         totals: dict[str, float] = {}
         for m in lists["discards"]:
             for k, v in m or []:

@@ -40,13 +40,13 @@ def test_chunked_growth_equals_reading_whole(lines, cuts, tail):
         recs, cursor = _read_all(cursor, whole[:cut])
         got.extend(recs)
     assert got == expected
-    assert cursor.offset == (whole.rfind(b"\n") + 1)
+    assert cursor.position == (whole.rfind(b"\n") + 1)
 
 
 def test_half_line_waits_for_its_newline():
     c = FileCursor()
     recs, c = _read_all(c, b'{"a": 1}\n{"b"')
-    assert recs == [(0, b'{"a": 1}')] and c.offset == 9
+    assert recs == [(0, b'{"a": 1}')] and c.position == 9
     recs, c = _read_all(c, b'{"a": 1}\n{"b": 2}\n')
     assert recs == [(9, b'{"b": 2}')]
 

@@ -15,7 +15,7 @@ import random
 from deltalake import DeltaTable
 
 from rlstream.fleet.read import out_sink, read_bands, read_table
-from rlstream.sinks.band_digest import BAND_TABLE
+from rlstream.sinks.band_digest import BAND_DIGEST_TABLE
 from rlstream.sinks.cohorts import cohorts_table
 from rlstream.sinks.maintain import MaintenanceConfig, maintain
 
@@ -91,9 +91,9 @@ def test_band_digest_follows_rewrites_passes_and_compactions(tmp_path):
     assert read_bands(out) == reference(out)
     commits(20, 0, 3000)  # rewrites of old steps, new early and late steps
     assert read_bands(out) == reference(out)
-    version = DeltaTable(sink.uri(BAND_TABLE)).version()
+    version = DeltaTable(sink.uri(BAND_DIGEST_TABLE)).version()
     maintain(sink, MaintenanceConfig())
-    assert DeltaTable(sink.uri(BAND_TABLE)).version() > version
+    assert DeltaTable(sink.uri(BAND_DIGEST_TABLE)).version() > version
     assert read_bands(out) == reference(out)
     commits(6, 0, 6000)
     DeltaTable(sink.uri("cohorts")).optimize.compact()  # covered rows, new file names

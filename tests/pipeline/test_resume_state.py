@@ -211,3 +211,14 @@ def test_a_state_of_the_outbox_protocol_loads_only_without_rows():
     full = _file(b'{"run_id": "run-a", "seq": 3, "outbox": {"steps": {"$b": "AA=="}}}')
     with pytest.raises(ResumeStateError, match=r"outbox.*analyze.*--reset-run run-a"):
         decode_state(full, "x", "rerun with --reset-run run-a")
+
+
+def test_a_cursor_written_before_the_rename_resumes_at_its_position():
+    """A state written when `FileCursor.position` was called `offset` reads back with
+    the same position; a state is written with the new name only."""
+    from rlstream.io.tail import FileCursor
+
+    old = {"$dc": "FileCursor", "f": {"offset": 123, "size": 130, "check": {"$b": "AA=="}}}
+    cur = _dec(old)
+    assert cur == FileCursor(position=123, size=130, check=b"\x00")
+    assert set(_enc(cur)["f"]) >= {"position"} and "offset" not in _enc(cur)["f"]

@@ -13,14 +13,14 @@ from __future__ import annotations
 import shutil
 
 from rlstream.config import PipelineConfig
-from rlstream.metrics.digest import fold_runs
+from rlstream.metrics.downsample import fold_runs
 from rlstream.pipeline.local import build_group, local_executor
 from rlstream.pipeline.rewind import app_id
 from rlstream.pipeline.rows import steps_table
 from rlstream.sinks.band_digest import current_bands, read_band_digest
 from rlstream.sinks.cohorts import cohorts_table, newest_bands
-from rlstream.sinks.digest import current_digest, read_digest
 from rlstream.sinks.maintain import maintain
+from rlstream.sinks.step_digest import current_step_digest, read_step_digest
 from tests.pipeline.runfiles import write_run
 from tests.pipeline.test_step_digest import assert_same
 
@@ -64,7 +64,7 @@ def test_a_pass_between_a_dead_commit_and_its_rewind_keeps_no_deleted_value(tmp_
         r.update(step=step, commit_seq=2)
     group.sink.append("steps", steps_table(rows), {app_id(state.run_id): 2})
     maintain(group.sink)  # the pass folds them into the step digest
-    stored, _ = read_digest(group.sink)
+    stored, _ = read_step_digest(group.sink)
     assert ODD in stored[state.run_id].series[("reward_mean", "")][1].tolist()
     # The restart: the run reads its data again (now to step 7) and commits.
     _grow(full, run, 8)
@@ -75,11 +75,11 @@ def test_a_pass_between_a_dead_commit_and_its_rewind_keeps_no_deleted_value(tmp_
     assert [r["step"] for r in steps] == list(range(8))
     assert ODD not in [r["reward_mean"] for r in steps]
     want = _reference(group.sink)
-    got, _ = current_digest(group.sink)  # a reader, before the next pass
+    got, _ = current_step_digest(group.sink)  # a reader, before the next pass
     assert_same(got, want)
     assert ODD not in got[state.run_id].series[("reward_mean", "")][1].tolist()
     maintain(group.sink)
-    stored, _ = read_digest(group.sink)
+    stored, _ = read_step_digest(group.sink)
     assert_same(stored, want)
 
 
@@ -131,8 +131,8 @@ def test_a_pass_that_read_a_dead_commit_never_writes_over_its_rewind(tmp_path):
     from rlstream.pipeline.commit import TABLES
     from rlstream.pipeline.rewind import rewind
     from rlstream.pipeline.state import RunState
-    from rlstream.sinks.delta import DIGEST_TABLE
-    from rlstream.sinks.digest import rewrite, to_table
+    from rlstream.sinks.delta import STEP_DIGEST_TABLE
+    from rlstream.sinks.step_digest import rewrite, to_table
 
     sink = out_sink(str(tmp_path / "out"), retention_seconds=0)
 
@@ -152,14 +152,14 @@ def test_a_pass_that_read_a_dead_commit_never_writes_over_its_rewind(tmp_path):
     seen: list[bool] = []
 
     def build(dt):
-        digests, files = current_digest(sink, dt)
-        seen.append(any(v >= ODD for v in digests["r1"].series[("reward_mean", "")][1]))
+        by_run, files = current_step_digest(sink, dt)
+        seen.append(any(v >= ODD for v in by_run["r1"].series[("reward_mean", "")][1]))
         if len(seen) == 1:
             assert rewind(sink, [state], TABLES) == 5  # lands between the read and the write
-        return to_table(digests, files)
+        return to_table(by_run, files)
 
-    rewrite(sink, DIGEST_TABLE, build)
+    rewrite(sink, STEP_DIGEST_TABLE, build)
     assert seen == [True, False]
-    stored, _ = read_digest(sink)
+    stored, _ = read_step_digest(sink)
     assert_same(stored, _reference(sink))
     assert stored["r1"].last_step == 9

@@ -119,7 +119,7 @@ def test_round_trip_is_equal_on_every_persisted_field(states, fmt):
 
 def _path_free(fields: dict) -> dict:
     """Fields of one run read at another path: the URL, the files' identity on disk
-    and the run_health digest (whose row names the URL) aside."""
+    and the run_health signature (whose row names the URL) aside."""
     out = dict(fields, run_url=None, health_sig=None)
 
     def cursor(c):

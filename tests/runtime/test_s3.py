@@ -63,7 +63,7 @@ def test_s3_growing_object_is_read_from_the_old_offset(s3_server, bucket):
     stat = st.stat(url)
     plan = plan_read(FileCursor(), stat)
     lines, cur = advance(FileCursor(), plan, stat, st.read_range(url, plan.start, plan.end))
-    assert [line for _, line in lines] == [b'{"step": 0}'] and cur.offset == 12
+    assert [line for _, line in lines] == [b'{"step": 0}'] and cur.position == 12
     st.write_atomic(url, b'{"step": 0}\n{"step": 1}\n{"step": 2}\n')
     stat2 = st.stat(url)
     assert stat2.etag != stat.etag
@@ -95,11 +95,11 @@ def test_readers_cost_the_same_requests_after_a_longer_history(s3_server, s3_req
     """`status` and `report` reads (read_latest, steps of one run, the step digest) on
     S3 cost a handful of requests per table after maintenance, however many commits
     came before."""
-    from rlstream.fleet.read import StepsTable, out_sink, read_digests, read_latest
+    from rlstream.fleet.read import StepsTable, out_sink, read_latest, read_run_points
     from rlstream.pipeline.rows import steps_table
-    from rlstream.sinks.digest import read_digest, uncovered_rows
     from rlstream.sinks.health import run_health_table
     from rlstream.sinks.maintain import MaintenanceConfig, maintain
+    from rlstream.sinks.step_digest import read_step_digest, uncovered_rows
 
     opts = {"endpoint_url": s3_server}
     out = f"s3://{bucket}/out"
@@ -118,14 +118,14 @@ def test_readers_cost_the_same_requests_after_a_longer_history(s3_server, s3_req
         before = len(s3_requests())
         assert read_latest(out, opts)[0]["commit_seq"] == step - 1
         assert StepsTable(out, opts).run("r", ["time"])["step"] == list(range(step))
-        digest = read_digests(out, opts)["r"]
-        assert (digest.rows, digest.last_step) == (step, step - 1)
+        run_points = read_run_points(out, opts)["r"]
+        assert (run_points.rows, run_points.last_step) == (step, step - 1)
         return len(s3_requests()) - before
 
     commits(4)
     maintain(sink, MaintenanceConfig())
     # The digest covers every steps file after the pass: a reader folds no row.
-    rows, files = uncovered_rows(sink, read_digest(sink)[1])
+    rows, files = uncovered_rows(sink, read_step_digest(sink)[1])
     assert rows.num_rows == 0 and len(files) >= 1
     short = reads()
     commits(16)

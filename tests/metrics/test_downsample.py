@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rlstream.metrics.digest import MAX_BINS, bin_width, fold, reduce_points
+from rlstream.metrics.downsample import MAX_BINS, bin_width, fold, reduce_points
 
 
 def expected(steps: list[int], values: list[float], width: int) -> list[tuple[int, float]]:

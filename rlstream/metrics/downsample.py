@@ -1,19 +1,19 @@
 """A run's step series reduced to what a chart of it draws: a few points per bin of steps.
 
 The report draws each step column of a run as a line thinned to the plot's pixel
-columns (the lowest and highest value of each). A `RunDigest` keeps, instead of the
+columns (the lowest and highest value of each). A `RunPoints` keeps, instead of the
 run's step rows, for each series and each bin of `width` consecutive steps (bin b
 holds steps b * width to (b + 1) * width - 1; `width` a power of two): the first
 point with the lowest value, the first with the highest, and the first and last
 steps with no value (NaN). That is at most four points a bin, at most `MAX_BINS`
-bins a run: the width doubles when the run's steps span more, so a digest's size is
+bins a run: the width doubles when the run's steps span more, so a run's points are
 bounded whatever the run's length, and with width 1 its points are the series itself.
 
 `reduce_points(steps, values, width)` computes those points from rows or from points
 already reduced at a narrower width (reducing width-w points to 2w gives the points
-the rows reduce to at 2w), so `fold(digest, rows)` adds new step rows and coarsens
+the rows reduce to at 2w), so `fold(run_points, rows)` adds new step rows and coarsens
 with no pass over the history: the maintenance pass folds the rows committed since
-the last pass (rlstream.sinks.digest), the report the rows committed since then.
+the last pass (rlstream.sinks.step_digest), the report the rows committed since then.
 
 The series are the report's step columns (`SERIES`; values that are not finite are
 missing, and on a log axis (`LOG_SERIES`) so are values <= 0), each key of a map
@@ -60,13 +60,13 @@ LOG_SERIES = frozenset({"mismatch_kl", "reported_mismatch_kl"})
 MAP_SERIES = ("discards",)
 LAST_MAP = "rollout_metadata"
 COLUMNS = ("step", *SERIES, *MAP_SERIES, LAST_MAP)
-"""The steps columns a digest is folded from."""
+"""The steps columns a `RunPoints` is folded from."""
 
 Points = tuple[np.ndarray, np.ndarray]
 
 
 @dataclass
-class RunDigest:
+class RunPoints:
     """One run's series as points (see the module docstring). `series` maps (column,
     key) to points; `key` is "" but for a map column's keys. `last_step` is the
     highest step folded in (-1: none)."""
@@ -193,10 +193,10 @@ def _last_map(col: pa.Array | pa.ChunkedArray) -> tuple[int, dict[str, float]] |
     return (int(idx[-1]), dict(col[int(idx[-1])].as_py())) if idx.size else None
 
 
-def fold(digest: RunDigest | None, rows: pa.Table) -> RunDigest:
-    """`digest` with one run's step `rows` (in step order) added; rows at or below
+def fold(run_points: RunPoints | None, rows: pa.Table) -> RunPoints:
+    """`run_points` with one run's step `rows` (in step order) added; rows at or below
     its `last_step` are already in it and are skipped."""
-    d = digest or RunDigest()
+    d = run_points or RunPoints()
     steps = rows.column("step").combine_chunks().to_numpy(zero_copy_only=False).astype(np.int64)
     new = steps > d.last_step
     if not new.any():
@@ -235,10 +235,10 @@ def fold(digest: RunDigest | None, rows: pa.Table) -> RunDigest:
     return d
 
 
-def fold_runs(digests: dict[str, RunDigest], rows: pa.Table) -> dict[str, RunDigest]:
-    """Fold step rows of any runs (a `run_id` column, any order) into `digests`."""
+def fold_runs(by_run: dict[str, RunPoints], rows: pa.Table) -> dict[str, RunPoints]:
+    """Fold step rows of any runs (a `run_id` column, any order) into `by_run`."""
     if not rows.num_rows:
-        return digests
+        return by_run
     rows = rows.sort_by([("run_id", "ascending"), ("step", "ascending")])
     ids = rows.column("run_id").combine_chunks()
     enc = pc.dictionary_encode(ids)
@@ -249,5 +249,5 @@ def fold_runs(digests: dict[str, RunDigest], rows: pa.Table) -> dict[str, RunDig
     names = enc.dictionary.to_pylist()
     for a, b in zip(starts, ends, strict=True):
         rid = names[codes[a]]
-        digests[rid] = fold(digests.get(rid), rows.slice(a, b - a))
-    return digests
+        by_run[rid] = fold(by_run.get(rid), rows.slice(a, b - a))
+    return by_run

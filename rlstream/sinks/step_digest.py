@@ -1,11 +1,11 @@
-"""`OUT/step_digest`: the runs' step series as chart points (rlstream.metrics.digest),
+"""`OUT/step_digest`: the runs' step series as chart points (rlstream.metrics.downsample),
 so that the report reads a bounded table, not every step row of every run.
 
-Only maintenance writes it, by overwrite (`refresh_digest`): it reads the `steps`
+Only maintenance writes it, by overwrite (`refresh_step_digest`): it reads the `steps`
 data files the digest does not cover yet, folds their rows above each run's
 `last_step` into the run's digest, and records every file of that `steps` snapshot
 as covered (after the pass compacted that snapshot, the files the compaction wrote in
-place of those it removed: `Compact`). A reader (`read_digest` + `uncovered_rows`) does the same in memory with
+place of those it removed: `Compact`). A reader (`read_step_digest` + `uncovered_rows`) does the same in memory with
 the files committed since: the digest plus a handful of small files, whatever the
 history. Rows at or below a run's `last_step` are in the digest already: a steps
 row is written once, in step order per run, so a file that compaction rewrote
@@ -37,15 +37,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rlstream.metrics.digest import COLUMNS, LAST_MAP, RunDigest, fold_runs
-from rlstream.sinks.delta import DIGEST_TABLE, DeltaSink, table_config
+from rlstream.metrics.downsample import COLUMNS, LAST_MAP, RunPoints, fold_runs
+from rlstream.sinks.delta import STEP_DIGEST_TABLE, DeltaSink, table_config
 
 COVERED = "_covered"
 _LISTS = ("steps", "values")
 PASS = "_pass"
 """A row every version of the digest has, so that two overwrites of one version
 always remove a file in common: the second fails (delta-rs's conflict check)."""
-DIGEST_SCHEMA = pa.schema(
+STEP_DIGEST_SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("series", pa.string(), nullable=False),
@@ -57,17 +57,17 @@ DIGEST_SCHEMA = pa.schema(
         pa.field("steps", pa.list_(pa.int64())),
         pa.field("values", pa.list_(pa.float64())),
     ],
-    metadata={"rlstream.schema_version": "1", "rlstream.table": DIGEST_TABLE},
+    metadata={"rlstream.schema_version": "1", "rlstream.table": STEP_DIGEST_TABLE},
 )
 
 
-def to_table(digests: dict[str, RunDigest], covered: list[str]) -> pa.Table:
+def to_table(by_run: dict[str, RunPoints], covered: list[str]) -> pa.Table:
     """The digest table's rows for these runs and covered steps files. The points go
     into the list columns as whole numpy arrays (no Python object per point)."""
-    cols: dict[str, list[Any]] = {f.name: [] for f in DIGEST_SCHEMA if f.name not in _LISTS}
+    cols: dict[str, list[Any]] = {f.name: [] for f in STEP_DIGEST_SCHEMA if f.name not in _LISTS}
     points: list[tuple[np.ndarray, np.ndarray] | None] = []
 
-    def add(rid: str, series: str, key: str, d: RunDigest | None, pts: Any, total: Any) -> None:
+    def add(rid: str, series: str, key: str, d: RunPoints | None, pts: Any, total: Any) -> None:
         for name, v in zip(
             cols,
             (rid, series, key, d and d.width, d and d.last_step, d and d.rows, total),
@@ -76,8 +76,8 @@ def to_table(digests: dict[str, RunDigest], covered: list[str]) -> pa.Table:
             cols[name].append(v)
         points.append(pts)
 
-    for rid in sorted(digests):
-        d = digests[rid]
+    for rid in sorted(by_run):
+        d = by_run[rid]
         for (series, key), pts in sorted(d.series.items(), key=lambda kv: kv[0]):
             add(rid, series, key, d, pts, d.totals.get((series, key)))
         for key, v in sorted((d.metadata or {}).items()):
@@ -93,10 +93,10 @@ def to_table(digests: dict[str, RunDigest], covered: list[str]) -> pa.Table:
         parts = [p[i].astype(dtype, copy=False) for p in points if p is not None]
         values = np.concatenate(parts) if parts else np.zeros(0, dtype)
         lists[name] = pa.ListArray.from_arrays(offsets, values, mask=mask)
-    return pa.table({**cols, **lists}, schema=DIGEST_SCHEMA)
+    return pa.table({**cols, **lists}, schema=STEP_DIGEST_SCHEMA)
 
 
-def from_table(t: pa.Table) -> tuple[dict[str, RunDigest], set[str]]:
+def from_table(t: pa.Table) -> tuple[dict[str, RunPoints], set[str]]:
     """(digest per run, covered steps file names) from the table's rows."""
     if not t.num_rows:
         return {}, set()
@@ -106,7 +106,7 @@ def from_table(t: pa.Table) -> tuple[dict[str, RunDigest], set[str]]:
     for c in ("steps", "values"):
         arr = t.column(c).combine_chunks()
         lists[c] = (arr.offsets.to_numpy(), arr.values.to_numpy(zero_copy_only=False))
-    digests: dict[str, RunDigest] = {}
+    by_run: dict[str, RunPoints] = {}
     covered: set[str] = set()
     for i, (rid, series, key) in enumerate(zip(py["run_id"], py["series"], py["key"], strict=True)):
         if series == COVERED:
@@ -114,9 +114,9 @@ def from_table(t: pa.Table) -> tuple[dict[str, RunDigest], set[str]]:
             continue
         if series == PASS:
             continue
-        d = digests.get(rid)
+        d = by_run.get(rid)
         if d is None:
-            d = digests[rid] = RunDigest(py["width"][i], py["last_step"][i], py["rows"][i])
+            d = by_run[rid] = RunPoints(py["width"][i], py["last_step"][i], py["rows"][i])
         (so, sv), (vo, vv) = lists["steps"], lists["values"]
         st, vals = sv[so[i] : so[i + 1]].astype(np.int64), vv[vo[i] : vo[i + 1]].astype(np.float64)
         if series == LAST_MAP:
@@ -126,18 +126,18 @@ def from_table(t: pa.Table) -> tuple[dict[str, RunDigest], set[str]]:
         d.series[(series, key)] = (st, vals)
         if py["total"][i] is not None:
             d.totals[(series, key)] = py["total"][i]
-    return digests, covered
+    return by_run, covered
 
 
-def read_digest(sink: DeltaSink, dt: Any = None) -> tuple[dict[str, RunDigest], set[str]]:
+def read_step_digest(sink: DeltaSink, dt: Any = None) -> tuple[dict[str, RunPoints], set[str]]:
     """The digest of OUT as stored ({} and no covered file before the first pass);
     `dt`: the digest table as already opened."""
     from deltalake import DeltaTable
 
     if dt is None:
-        if not sink.exists(DIGEST_TABLE):
+        if not sink.exists(STEP_DIGEST_TABLE):
             return {}, set()
-        dt = DeltaTable(sink.uri(DIGEST_TABLE), storage_options=sink.options)
+        dt = DeltaTable(sink.uri(STEP_DIGEST_TABLE), storage_options=sink.options)
     return from_table(sink.dataset(dt).to_table())
 
 
@@ -181,14 +181,14 @@ def _name(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def current_digest(
+def current_step_digest(
     sink: DeltaSink, dt: Any = None, compact: Compact | None = None
-) -> tuple[dict[str, RunDigest], list[str]]:
+) -> tuple[dict[str, RunPoints], list[str]]:
     """The stored digest (`dt`: as already opened) with the steps rows committed since
     folded in, and the steps files it now covers (`compact`: `uncovered_rows`)."""
-    digests, covered = read_digest(sink, dt)
+    by_run, covered = read_step_digest(sink, dt)
     rows, files = uncovered_rows(sink, covered, compact=compact)
-    return fold_runs(digests, rows), files
+    return fold_runs(by_run, rows), files
 
 
 def rewrite(
@@ -224,19 +224,19 @@ def rewrite(
     raise AssertionError("unreachable")
 
 
-def refresh_digest(sink: DeltaSink, compact: Compact | None = None) -> int | None:
+def refresh_step_digest(sink: DeltaSink, compact: Compact | None = None) -> int | None:
     """Fold the steps rows committed since the last pass into OUT's digest and write
     it (`rewrite`; `compact`: `uncovered_rows`); returns its rows, None if no steps
     file was committed or compacted since (an idle fleet's pass writes nothing)."""
 
     def build(dt: Any) -> pa.Table | None:
-        digests, covered = read_digest(sink, dt)
+        by_run, covered = read_step_digest(sink, dt)
         rows, files = uncovered_rows(sink, covered, compact=compact)
         if dt is not None and set(files) == covered:
             return None
-        return to_table(fold_runs(digests, rows), files)
+        return to_table(fold_runs(by_run, rows), files)
 
-    return rewrite(sink, DIGEST_TABLE, build)
+    return rewrite(sink, STEP_DIGEST_TABLE, build)
 
 
 def files_holding(sink: DeltaSink, table: str, column: str, values: list[str]) -> set[str]:
@@ -270,13 +270,13 @@ def rewind_runs(sink: DeltaSink, run_ids: list[str]) -> None:
     def build(dt: Any) -> pa.Table:
         if dt is None:
             return to_table({}, [])
-        digests, covered = read_digest(sink, dt)
+        by_run, covered = read_step_digest(sink, dt)
         holding = covered & files_holding(sink, "steps", "run_id", run_ids)
         for r in run_ids:
-            digests.pop(r, None)
-        return to_table(digests, sorted(covered - holding))
+            by_run.pop(r, None)
+        return to_table(by_run, sorted(covered - holding))
 
-    rewrite(sink, DIGEST_TABLE, build)
+    rewrite(sink, STEP_DIGEST_TABLE, build)
 
 
 def drop_run(sink: DeltaSink, run_id: str) -> None:
@@ -287,8 +287,8 @@ def drop_run(sink: DeltaSink, run_id: str) -> None:
     def build(dt: Any) -> pa.Table:
         if dt is None:
             return to_table({}, [])
-        digests, covered = read_digest(sink, dt)
-        digests.pop(run_id, None)
-        return to_table(digests, sorted(covered))
+        by_run, covered = read_step_digest(sink, dt)
+        by_run.pop(run_id, None)
+        return to_table(by_run, sorted(covered))
 
-    rewrite(sink, DIGEST_TABLE, build)
+    rewrite(sink, STEP_DIGEST_TABLE, build)
