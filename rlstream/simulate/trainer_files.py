@@ -233,8 +233,7 @@ def prime_rl(run: Any, Write: Any) -> list[list[Any]]:
             "train/agg/all/default/reward/mean": _mean(
                 [a.reward for a in kept if a.reward is not None]
             ),
-            # The trainer's own reward figure (the shipped cohort is the trained one),
-            # or what a buggy trainer computed (scenario metric_disagreement).
+            # The trainer's own figure (a buggy one's in scenario metric_disagreement).
             "train/agg/effective/default/reward/mean": sd.reported.get(
                 "reward/mean", _mean([a.reward for a in shipped])
             ),
