@@ -154,3 +154,29 @@ def test_a_blocked_endpoint_never_blocks_the_commit_side(out, receiver):
         receiver.gate.set()
         n.close()
     assert len(receiver.bodies) == 1
+
+
+def test_a_crash_after_the_2xx_resends_the_same_message_id_once(out, receiver, monkeypatch):
+    """The one window left (docs/fleet.md, "Exactly once"): the endpoint answered 2xx
+    but the process died before `notify_sent` was committed. The restarted notifier
+    sends that message again with the same `Idempotency-Key` and JSON `id`, so a
+    receiver that deduplicates drops it; and never a third time."""
+    want = _transitions(out)
+    real = Notifier._record
+
+    def die_before_recording(self, sink, ep, keys, message_id):
+        if keys != ["start"]:
+            raise SystemExit("killed between the 2xx and the notify_sent commit")
+        real(self, sink, ep, keys, message_id)
+
+    monkeypatch.setattr(Notifier, "_record", die_before_recording)
+    with pytest.raises(SystemExit):
+        Notifier(str(out), _cfg(receiver.url)).deliver(force=True)
+    monkeypatch.setattr(Notifier, "_record", real)
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 1
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0
+    assert len(receiver.bodies) == 2
+    first, again = receiver.bodies
+    assert first["id"] == again["id"] == receiver.headers[0]["Idempotency-Key"]
+    assert receiver.headers[1]["Idempotency-Key"] == first["id"]
+    assert first["transitions"] == again["transitions"] and len(first["transitions"]) == len(want)
