@@ -133,11 +133,18 @@ class RunGroup:
             )
         new_rows = 0
         finalized: dict[str, list[dict[str, Any]]] = {}
+        # A run with a failed unit finalizes nothing until the unit has run again: a
+        # step read whole by its other units would be written without it.
+        held = {u.run_id for u in failed}
         for state in due:
             advance_names(state, self.cfg.transcript_window)
             if final:
                 self._note_leftovers(state, *tails(self.streams.get(state.run_url)))
-            rows = finalize(state, watermark(state, now, self.cfg, final))
+            rows = (
+                []
+                if state.run_id in held
+                else finalize(state, watermark(state, now, self.cfg, final))
+            )
             if rows:
                 new_rows += len(rows)
                 self.totals["rows"] += len(rows)

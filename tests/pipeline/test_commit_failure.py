@@ -108,3 +108,32 @@ def test_failed_units_are_run_again_in_batch_mode(tmp_path):
     rows = out_sql(f"{tmp_path}/out", "select step, attempts, transcripts from steps order by step")
     assert rows == [(0, 4, 4), (1, 4, 4), (2, 4, 4)]
     assert group.totals["failed_units"] == len(seen)
+
+
+def test_a_failed_unit_holds_its_run_back_in_watch_mode(tmp_path):
+    """In a watch a failed unit is planned again at the next poll; until it has run,
+    its run finalizes nothing, or a step whose line was read (settle 0) would be
+    written without that unit's transcripts and its late transcripts dropped."""
+    from rlstream.pipeline.work import TranscriptsUnit, UnitFailure, execute
+
+    write_run(tmp_path / "runs", steps=3)
+    cfg = PipelineConfig(watermark_settle_seconds=0.0, transcripts_per_unit=2)
+    group = build_group([str(tmp_path / "runs")], str(tmp_path / "out"), cfg)
+    failed: list[object] = []
+
+    def one_lost(units):  # the first transcripts unit fails once, as when its tailer died
+        for u in units:
+            if isinstance(u, TranscriptsUnit) and not failed:
+                failed.append(u)
+                yield UnitFailure(u, "worker died")
+            else:
+                yield execute(u, group.storage)
+
+    group.poll(one_lost)
+    assert failed and group.totals["failed_units"] == 1
+    group.poll(one_lost)
+    group.poll(one_lost, final=True)
+    group.commit()
+    rows = out_sql(f"{tmp_path}/out", "select step, attempts, transcripts from steps order by step")
+    assert rows == [(0, 4, 4), (1, 4, 4), (2, 4, 4)]
+    assert out_sql(f"{tmp_path}/out", "select count(*) from quarantine") == [(0,)]
