@@ -10,7 +10,6 @@ import signal
 import threading
 import time
 
-import pytest
 import ray
 
 from rlstream.config import PipelineConfig
@@ -27,17 +26,14 @@ def _pid(actor) -> int:
     return ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open bug: after the tailer's restart a step can come back with 28 of its 32 "
-    "attempts (steps.attempts, the first column that differs); seen in 2 of about 8 runs",
-)
 def test_a_tailer_killed_mid_watch_resumes_its_runs_exactly(ray_session, tmp_path):
     root, out = tmp_path / "runs", tmp_path / "out"
     sim = SimConfig(runs=RUNS, steps=STEPS, scenarios=("healthy", "low_ess"), seed=21)
     writer = threading.Thread(target=simulate_live, args=(root, sim, 0.3))
     root.mkdir()
-    cfg = PipelineConfig(transcripts_per_unit=4, watermark_settle_seconds=0.0)
+    # The default settle: the simulator's live writer, like a trainer's buffered
+    # writes, can finish a group's rollouts lines just after the step's own line.
+    cfg = PipelineConfig(transcripts_per_unit=4)
     fleet = ActorPools([str(root)], str(out), cfg, RuntimeConfig(workers=2, tailers=1))
     fleet.ready()
     writer.start()  # the runs are written while the watch runs
@@ -67,6 +63,8 @@ def test_a_tailer_killed_mid_watch_resumes_its_runs_exactly(ray_session, tmp_pat
     assert len(summaries) == RUNS
     dup = out_sql(out, "select run_id, step from steps group by all having count(*) > 1")
     assert dup == []
+    if (out / "quarantine").exists():  # nothing arrived for a step already final
+        assert out_sql(out, "select count(*) from quarantine where reason = 'late'") == [(0,)]
     analyze_local([str(root)], str(tmp_path / "batch"))
     batch = read_steps(tmp_path / "batch")
     assert len(batch) == RUNS * STEPS
