@@ -75,3 +75,18 @@ def test_an_entry_point_that_raises_is_named_not_fatal():
     sc = Scanner("boom", entry="tests.metrics.test_scanners:flags_secret")
     object.__setattr__(sc, "_fn", boom)
     assert scan((sc,), SampleText((), ("x",))) == ("boom:error",)
+
+
+def test_repetition_window_gives_the_default_windows_size():
+    """The 2 KiB window compresses a 1 KiB tail to exactly as many bytes as zlib's
+    default window, so the repetition test decides as before."""
+    import random
+    import zlib
+
+    from rlstream.metrics.scanners import REPETITION_TAIL, REPETITION_WBITS
+
+    rng = random.Random(3)
+    words = ["def", "return", "x", "the", "answer", "is", "42", "\n", "sum(", ")"]
+    for n in (1, 3, len(words)):
+        text = " ".join(rng.choice(words[:n]) for _ in range(600)).encode()[:REPETITION_TAIL]
+        assert len(zlib.compress(text, 1, REPETITION_WBITS)) == len(zlib.compress(text, 1))
