@@ -70,6 +70,7 @@ from typing import Any
 import numpy as np
 
 from rlstream.formats.base import RunInfo, StepFiles, Stream, Tail, first_line
+from rlstream.formats.prime_rl_episodes import episodes
 from rlstream.formats.records import (
     BadRecord,
     Heartbeat,
@@ -79,7 +80,6 @@ from rlstream.formats.records import (
     finite_number,
     flatten,
     float_array,
-    group_discards,
     is_int,
     json_object,
     jsonl_records,
@@ -97,11 +97,6 @@ ROLLOUTS = "rollouts"
 TRACES = re.compile(r"traces\.jsonl")
 TRACES_ALL = "train/all"
 TRACES_DONE = "train/effective/traces.jsonl"
-TRUNCATING_STOPS = frozenset(
-    {"max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "context_length"}
-)
-"""verifiers' `Trace.is_truncated`: stop conditions that are framework limits."""
-
 KEYS = {
     "mismatch_kl/all/mean": "train/mismatch_kl",
     "entropy/all/mean": "sampling/entropy_estimate",
@@ -187,7 +182,7 @@ class PrimeRlFormat:
 
     def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
         if kind == "rollouts":
-            return group_discards(jsonl_records(data, lambda obj: _episode(obj, step)))
+            return episodes(data, name, step)
         rank = name.rsplit("/", 1)[-1].removesuffix(".jsonl")
         out: list[Any] = []
         for rec in jsonl_records(data, lambda obj: _sequence(obj, step, rank)):
@@ -258,121 +253,6 @@ def _sequence(obj: Any, step: int, rank: str) -> list[Transcript]:
             )
         )
     return out
-
-
-def _trace_attempt(
-    tr: Any, i: int, ep: dict[str, Any], gid: str, step: int, pv: int | None
-) -> dict[str, Any]:
-    """One trace of an episode as a rollout record (docs/formats.md, prime-rl)."""
-    if not isinstance(tr, dict):
-        raise BadRecord(f"invalid_field:traces[{i}]")
-    agent = tr.get("agent") if isinstance(tr.get("agent"), dict) else {}
-    name = agent.get("name") if isinstance(agent.get("name"), str) else "agent"
-    rewards = tr.get("rewards", {})
-    if not isinstance(rewards, dict):
-        raise BadRecord(f"invalid_field:traces[{i}].rewards")
-    reward = 0.0
-    for k, r in rewards.items():
-        if r is None:
-            continue
-        if not isinstance(r, dict) or "score" not in r:
-            raise BadRecord(f"invalid_field:traces[{i}].rewards.{k}")
-        reward += finite_number(r["score"], f"rewards.{k}.score") * finite_number(
-            r.get("weight", 1.0), f"rewards.{k}.weight"
-        )
-    nodes, calls = tr.get("nodes", []), tr.get("calls", [])
-    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
-        raise BadRecord(f"invalid_field:traces[{i}].nodes")
-    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
-        raise BadRecord(f"invalid_field:traces[{i}].calls")
-    sampled = [n for n in nodes if n.get("sampled") is True]
-    usage = [c["usage"] for c in calls if isinstance(c.get("usage"), dict)]
-    if usage:
-        counts = [u.get("completion_tokens", 0) for u in usage]
-        if not all(is_int(n) and n >= 0 for n in counts):
-            raise BadRecord(f"invalid_field:traces[{i}].calls.usage.completion_tokens")
-        out_tokens = sum(counts)
-    else:
-        out_tokens = sum(sum(1 for m in n.get("mask", ()) if m is True) for n in sampled)
-    stop = tr.get("stop_condition")
-    last = next((c for c in reversed(calls) if c.get("error") is None), None)
-    truncated = stop in TRUNCATING_STOPS or bool(last and last.get("finish_reason") == "length")
-    ok = ep.get("ok") is True and tr.get("ok") is True
-    meta: dict[str, Any] = {
-        "turns": len(sampled),
-        "output_tokens": out_tokens,
-        "truncated": truncated,
-    }
-    if isinstance(stop, str):
-        meta["termination_reason"] = stop
-    return {
-        "attempt_id": f"{step}-{ep['id']}-{i}",
-        "group_id": f"{gid}/{name}",
-        "task_id": gid,
-        "step": step,
-        "policy_version": pv,
-        "reward": reward if ok else None,
-        "trained": ok,
-        "discard_reason": None if ok else f"rollout_failed/{_error_type(tr, ep)}",
-        "metadata": meta,
-    }
-
-
-def _error_type(*objs: dict[str, Any]) -> str:
-    """The type of the last error recorded on the first of `objs` that has one."""
-    for obj in objs:
-        errs = obj.get("errors")
-        if isinstance(errs, list) and errs and isinstance(errs[-1], dict):
-            t = errs[-1].get("type")
-            return t if isinstance(t, str) and t else "error"
-    return "error"
-
-
-def _episode(obj: Any, step: int) -> list[dict[str, Any]]:
-    """One `Episode.to_record()` line: a rollout record per trace."""
-    if not isinstance(obj, dict):
-        raise BadRecord("not_an_object")
-    ep_id = obj.get("id")
-    if not isinstance(ep_id, str):
-        raise BadRecord("missing_field:id" if ep_id is None else "invalid_field:id")
-    group = obj.get("group")
-    if not isinstance(group, dict) or not isinstance(group.get("id"), str):
-        raise BadRecord("missing_field:group.id")
-    work = (obj.get("run") or {}).get("work") if isinstance(obj.get("run"), dict) else None
-    policy = work.get("policy") if isinstance(work, dict) else None
-    pv = policy.get("start") if isinstance(policy, dict) else None
-    if pv is not None and (not is_int(pv) or pv < 0):
-        raise BadRecord("invalid_field:run.work.policy.start")
-    traces = obj.get("traces", [])
-    if not isinstance(traces, list):
-        raise BadRecord("invalid_field:traces")
-    gid = f"{step}-{group['id']}"
-    if not traces:  # an episode that failed before any trace was produced
-        return [
-            {
-                "attempt_id": f"{step}-{ep_id}",
-                "group_id": f"{gid}/agent",
-                "task_id": gid,
-                "step": step,
-                "policy_version": pv,
-                "reward": None,
-                "trained": False,
-                "discard_reason": f"rollout_failed/{_error_type(obj)}",
-                "metadata": {},
-            }
-        ]
-    return [
-        _trace_attempt(tr, i, obj, gid, step, pv)
-        for i, tr in enumerate(traces)
-        if not (isinstance(tr, dict) and _untrainable(tr))
-    ]
-
-
-def _untrainable(trace: dict[str, Any]) -> bool:
-    """A trace of an agent the run does not train (`agent.trainable` false: an opponent,
-    a judge) is not an attempt."""
-    agent = trace.get("agent")
-    return isinstance(agent, dict) and agent.get("trainable") is False
 
 
 PRIME_RL = PrimeRlFormat()
