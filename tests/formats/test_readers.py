@@ -210,10 +210,15 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
         assert row["mismatch_kl"] == pytest.approx(k3, rel=1e-9)
         assert row["entropy_estimate"] == pytest.approx(ent, rel=1e-9)
         assert row["entropy_exact_frac"] == 1.0  # the exports' `entropy` on every token
-        assert row["completion_len_mean"] == pytest.approx(length)
+        traces = run / "rollouts" / f"step_{row['step']}" / "train" / "all" / "traces.jsonl"
+        # every arriving attempt's completion (as for Loops): the exports' trained ones
+        # and, from the episodes, the sampled tokens of the traces no export holds
+        sampled = [sum(sum(n["mask"]) for n in t["nodes"] if n["sampled"])
+                   for e in jsonl(traces) if e["ok"] for t in e["traces"] if t["ok"]]  # fmt: skip
+        assert sampled
+        assert row["completion_len_mean"] == pytest.approx(np.mean(sampled))
         assert row["truncated_frac"] is None and row["trace"] == "full"
         assert row["top_completion_task_share"] is None  # env_name is no task label
-        traces = run / "rollouts" / f"step_{row['step']}" / "train" / "all" / "traces.jsonl"
         _assert_prime_rl_episodes(row, jsonl(traces))
 
 
@@ -313,7 +318,8 @@ def test_prime_rl_episode_fields():
         ],
     }  # fmt: skip
     ep["traces"][0]["rewards"]["c"] = None
-    recs = PRIME_RL.parse_file("rollouts", orjson.dumps(ep) + b"\n", "x", 5)
+    out = PRIME_RL.parse_file("rollouts", orjson.dumps(ep) + b"\n", "x", 5)
+    recs = [r for r in out if isinstance(r, dict)]
     assert [(r["attempt_id"], r["group_id"], r["reward"], r["discard_reason"]) for r in recs] == [
         ("5-e1-0", "5-g/solver", 1.5, None),
         ("5-e1-1", "5-g/solver", None, "rollout_failed/SandboxError"),
