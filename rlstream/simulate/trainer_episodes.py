@@ -48,7 +48,8 @@ def capture_samples(sd: Any, by_group: dict[str, list[Any]]) -> bytes:
 def episode(run: Any, step: int, a: Any) -> bytes:
     """One attempt as the orchestrator's `FileMonitor.log_episodes` writes an episode:
     `orjson.dumps(Episode.to_record(), option=OPT_APPEND_NEWLINE)`, `exclude_none`, one
-    trace of agent "default", a user and an assistant node per generation. A failed
+    trace of agent "default", a user node (the Loops transcript's prompt) and an
+    assistant node (its text, a hacking attempt's shortcut included) per generation. A failed
     attempt (no reward) is an episode with an error and no trace."""
     task = {"type": "sim", "data": {"task_id": a.task_id}, "key": a.task_id}
     ok = a.reward is not None
@@ -57,13 +58,13 @@ def episode(run: Any, step: int, a: Any) -> bytes:
     for g in a.gens:
         p = g["prompt_len"] or 1
         nodes.append(
-            {"message": {"role": "user", "content": "q"}, "sampled": False, "timestamp": 0.0,
-             "token_ids": [1] * p, "mask": [False] * p, "is_content": [], "logprobs": []}
+            {"message": {"role": "user", "content": g.get("prompt") or "q"},
+             "sampled": False, "timestamp": 0.0, "token_ids": [1] * p, "mask": [False] * p, "is_content": [], "logprobs": []}
         )  # fmt: skip
         ls = [float(x) if np.isfinite(x) else 0.0 for x in g["ls"]]
         nodes.append(
-            {"parent": len(nodes) - 1, "message": {"role": "assistant", "content": "a"},
-             "sampled": True, "timestamp": 0.0, "token_ids": [int(x) for x in g["tokens"]],
+            {"parent": len(nodes) - 1,
+             "message": {"role": "assistant", "content": g.get("text") or ""}, "sampled": True, "timestamp": 0.0, "token_ids": [int(x) for x in g["tokens"]],
              "mask": [True] * len(ls), "is_content": [], "logprobs": ls}
         )  # fmt: skip
         calls.append(

@@ -81,7 +81,7 @@ class Attempt:
     turns: int
     gens: list[dict[str, Any]] = field(default_factory=list)
     """Each: tokens (int array), ls, lt (float arrays, NaN for null), length,
-    truncated, prompt_len, text (the Loops transcript's, None if absent)."""
+    truncated, prompt_len, text and prompt (the Loops transcript's, None if absent)."""
     termination: str | None = None
     """The attempt's ``metadata.termination_reason`` (``stop``, ``length``, ``max_turns``)."""
 
@@ -162,6 +162,7 @@ def load_run(folder: Path) -> LoopsRun:
                     "truncated": g.get("stop_reason") == "length",
                     "prompt_len": int(g.get("prompt_len") or 0),
                     "text": g.get("text"),
+                    "prompt": g.get("prompt"),
                 }
             )
     return LoopsRun(
