@@ -7,7 +7,8 @@ a rollout record (group = `group.id` and the agent's name, reward = the sum of
 `rollout_failed/<error type>`; then `no_variance` / `group_too_small` by group) and,
 where its nodes carry text or sampled tokens, a text transcript (trace "text"):
 
-- what each call returned: the `message.content` of each `sampled` node;
+- what each call returned: the `message.content` of each `sampled` node (its
+  `tool_calls` after it, where it made some);
 - what each call was sent: the messages of the non-sampled nodes since the previous
   call (the task's prompt, tool results), rendered as `[role]` blocks;
 - its completion for the distinct-answer and n-gram kernels: the sampled nodes'
@@ -88,7 +89,9 @@ def _text(nodes: list[dict[str, Any]]) -> tuple[list[str], list[str], list[int]]
         content = msg.get("content") if isinstance(msg, dict) else None
         if isinstance(content, list):
             content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        returned.append(content if isinstance(content, str) else "")
+        calls = msg.get("tool_calls") if isinstance(msg, dict) else None
+        extra = f"\n{calls}" if calls else ""  # the tool calls it made, as render_messages
+        returned.append((content if isinstance(content, str) else "") + extra)
         toks, mask = n.get("token_ids"), n.get("mask")
         if isinstance(toks, list) and isinstance(mask, list) and len(toks) == len(mask):
             ids.extend(int(t) for t, m in zip(toks, mask, strict=True) if m is True and is_int(t))
