@@ -206,7 +206,7 @@ def test_prime_rl_rows_merge_writers_and_recompute_tokens(tmp_path, sim):
         assert row["time"] == max(m["time"] for m in [orch, *lines_t])
         step_dir = run / "token_exports" / f"step_{row['step']}"
         assert (step_dir / "STABLE").exists()
-        k3, ent, length = _k3_set(jsonl(step_dir / "rank_0.jsonl"))
+        k3, ent, _ = _k3_set(jsonl(step_dir / "rank_0.jsonl"))
         assert row["mismatch_kl"] == pytest.approx(k3, rel=1e-9)
         assert row["entropy_estimate"] == pytest.approx(ent, rel=1e-9)
         assert row["entropy_exact_frac"] == 1.0  # the exports' `entropy` on every token
