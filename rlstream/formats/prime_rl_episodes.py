@@ -56,15 +56,17 @@ def episodes(data: bytes, name: str, step: int) -> list[Any]:
         r = dict(r)
         sent, returned, ids, stop = r.pop(TEXT)
         out.append(r)
-        if not returned:
-            continue
         trains = bool(r["trained"])
+        tx = None
+        if any(returned):  # no text recorded: nothing to scan or keep
+            tx = TranscriptText(
+                tuple(sent), tuple(returned), r["reward"], r["group_id"], r["policy_version"],
+                stop, name,
+            )  # fmt: skip
         arr = np.asarray(ids, dtype=np.int64) if ids else word_ids("\n".join(returned))
-        toks = [] if trains else [arr]
-        tx = TranscriptText(
-            tuple(sent), tuple(returned), r["reward"], r["group_id"], r["policy_version"],
-            stop, name,
-        )  # fmt: skip
+        toks = [] if trains or not arr.size else [arr]
+        if tx is None and not toks:
+            continue
         t = Transcript(
             r["attempt_id"], r["task_id"], step, trains, "text", [], [], [], [], toks, None, None, tx
         )  # fmt: skip

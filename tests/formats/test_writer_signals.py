@@ -48,7 +48,9 @@ def test_prime_rl_episode_that_ran_out_of_turns():
         assert orjson.loads(line)["traces"][0]["stop_condition"] == (
             "max_turns" if term == "max_turns" else "completed"
         )
-        (rec,) = PRIME_RL.parse_file("rollouts", line, "x", 0)
+        rec, tr = PRIME_RL.parse_file("rollouts", line, "x", 0)
+        # a group of one does not train: its sampled tokens are its completion; no text
+        assert tr.text is None and tr.tokens[0].tolist() == [4, 5] and not tr.trains
         out[term] = rec["metadata"]
     assert out["max_turns"]["termination_reason"] == "max_turns"
     assert out["max_turns"]["truncated"] is True  # a framework limit (Trace.is_truncated)
