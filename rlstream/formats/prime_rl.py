@@ -40,7 +40,9 @@ where it is null or the field absent (`entropy_exact_frac` tells the share).
 Truncation is not in the exports (the orchestrator reports it).
 
 A step's `train/all/traces.jsonl` is read once, whole, after the step's `effective`
-file exists (every `all` append of the step comes before it). Each trace of an
+file exists (every `all` append of the step comes before it), by
+`rlstream.formats.prime_rl_episodes` (which also reads its text, and the completions
+of the attempts that did not train, so no export holds them). Each trace of an
 episode is one attempt: group = `group.id` (and the agent's name), reward = the sum of
 `score * weight` over its rewards, policy version = `run.work.policy.start`; a trace
 (or a trace-less episode) that is not `ok` is discarded as `rollout_failed/<error
