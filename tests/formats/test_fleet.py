@@ -52,7 +52,7 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
     no_failures = ["grading_failure_burst", "rollout_failure_burst", "unusable_groups_streak"]
     assert ne == {
         "loops": [],
-        # their readers pass no text to the scanners (docs/formats.md)
+        # its reader passes no text to the scanners (docs/formats.md)
         "tinker": sorted(
             [
                 *no_failures,
@@ -64,8 +64,8 @@ def test_mixed_fleet_is_found_and_each_run_says_its_format(tmp_path):
             ]
         ),
         "verl": sorted([*no_failures, "stale_rollouts", "stalled"]),
-        # the episodes give failed rollouts, not failed gradings
-        "prime-rl": ["grading_failure_burst", "transcript_hack_flags", "unusable_groups_streak"],
+        # the episodes give failed rollouts, not failed gradings; their nodes carry text
+        "prime-rl": ["grading_failure_burst", "unusable_groups_streak"],
         "trl": sorted(
             [
                 *no_failures,
