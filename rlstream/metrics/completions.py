@@ -44,6 +44,7 @@ or tree.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -128,6 +129,17 @@ def completion_hash(tokens: np.ndarray) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
+def _generation_hashes(tokens: np.ndarray, offsets: np.ndarray) -> list[int]:
+    """``completion_hash`` of every generation, over slices of one little-endian buffer
+    (one conversion for the batch, not one array and bytes object per generation)."""
+    view = memoryview(np.ascontiguousarray(tokens, dtype="<i8").tobytes())
+    bounds = (offsets * 8).tolist()
+    return [
+        int.from_bytes(hashlib.blake2b(view[a:b], digest_size=8).digest(), "little")
+        for a, b in itertools.pairwise(bounds)
+    ]
+
+
 def attempt_hash(generation_hashes: list[int]) -> int:
     """Deterministic 64-bit hash of one attempt's output: its generations in order (one
     generation: that generation's ``completion_hash``)."""
@@ -203,7 +215,7 @@ class CompletionAgg:
 
         att_G = attempt_index(attempt_G, n_gen)
         n_att = int(att_G[-1]) + 1 if n_gen else 0
-        gen_hash = [completion_hash(tokens[offsets[g] : offsets[g + 1]]) for g in range(n_gen)]
+        gen_hash = _generation_hashes(tokens, offsets)
         repeat_G = np.zeros(n_gen, dtype=bool)  # same tokens as an earlier turn of its attempt
         att_hashes: list[list[int]] = [[] for _ in range(n_att)]
         seen: set[int] = set()

@@ -156,8 +156,12 @@ class TokenAgg:
         in_T = trains[gen_T] & sampled & np.isfinite(lt)
         # Boolean indexing keeps token order, so each generation's tokens in T stay one
         # contiguous run: per-generation sums see only that generation's values.
-        n_T_g = _counts_per_generation(in_T, offsets)
-        ls_t, lt_t = ls[in_T], lt[in_T]
+        if in_T.all():  # the common batch: no copy, counts are the lengths
+            n_T_g = np.diff(offsets)
+            ls_t, lt_t = ls, lt
+        else:
+            n_T_g = _counts_per_generation(in_T, offsets)
+            ls_t, lt_t = ls[in_T], lt[in_T]
 
         raw = ls_t - lt_t
         d = np.clip(lt_t - ls_t, -CLAMP, CLAMP)

@@ -333,3 +333,18 @@ def test_many_attempts_cross_the_dedup_blocks() -> None:
     assert out["repetition"] == pytest.approx(want["repetition"], rel=1e-12)
     assert out["distinct_completions"] == pytest.approx(want["distinct_completions"])
     assert out["top_completion_task_share"] == pytest.approx(want["top_completion_task_share"])
+
+
+def test_batch_generation_hashes_equal_one_blake2b_each_lengths_0_and_1() -> None:
+    from rlstream.metrics.completions import _generation_hashes
+
+    seqs = [[], [7], [1, 2, 3], [], [2**40, -5]]
+    tokens = np.array([t for s in seqs for t in s], dtype=np.int64)
+    offsets = np.cumsum([0, *map(len, seqs)]).astype(np.int64)
+    want = [
+        int.from_bytes(
+            hashlib.blake2b(struct.pack(f"<{len(s)}q", *s), digest_size=8).digest(), "little"
+        )
+        for s in seqs
+    ]
+    assert _generation_hashes(tokens, offsets) == want
