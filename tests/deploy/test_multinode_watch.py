@@ -44,12 +44,13 @@ def _tailer_nodes(cluster: LocalCluster) -> dict[str, str]:
     """Alive Tailer actors: actor id -> the IP of the node it runs on."""
     from ray.util.state import list_actors, list_nodes
 
-    ips = {n.node_id: n.node_ip for n in list_nodes(address=cluster.dashboard_url)}
-    actors = list_actors(
-        address=cluster.dashboard_url,
-        filters=[("class_name", "=", "Tailer"), ("state", "=", "ALIVE")],
-    )
-    return {a.actor_id: ips.get(a.node_id, "?") for a in actors}
+    ips = {n.node_id: n.node_ip for n in list_nodes(address=cluster.dashboard_url, detail=True)}
+    actors = list_actors(address=cluster.dashboard_url, detail=True)
+    return {
+        a.actor_id: ips.get(a.node_id, a.node_id)
+        for a in actors
+        if a.class_name == "Tailer" and a.state == "ALIVE"
+    }
 
 
 def _runs_with_rows(out) -> int:
@@ -96,7 +97,9 @@ def test_watch_tails_on_both_nodes_and_survives_losing_one(cluster, tmp_path):
         cluster.kill_raylet(node_b)
         _wait(
             "node B's tailer restarted on node A",
-            lambda: (t := _tailer_nodes(cluster)) and len(t) == 2 and set(t.values()) == {node_a.ip},
+            lambda: (
+                (t := _tailer_nodes(cluster)) and len(t) == 2 and set(t.values()) == {node_a.ip}
+            ),
             timeout=120,
         )
         status = _wait(
