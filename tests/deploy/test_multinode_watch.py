@@ -24,7 +24,7 @@ from tests.runtime.helpers import assert_same_rows, read_steps
 
 pytestmark = pytest.mark.multinode
 
-FIRST = SimConfig(runs=4, steps=60, scenarios=("healthy", "low_ess"), seed=41)
+FIRST = SimConfig(runs=4, steps=120, scenarios=("healthy", "low_ess"), seed=41)
 SECOND = SimConfig(runs=2, steps=24, scenarios=("healthy",), seed=42)
 RESTORED = "died"
 """What the driver logs when a tailer died and it restores its runs (runtime/pools.py)."""
@@ -80,7 +80,7 @@ def test_watch_tails_on_both_nodes_and_survives_losing_one(cluster, tmp_path):
         _wait("the watch job to run", running, timeout=120)
         placed = _wait(
             "a tailer on each node",
-            lambda: (t := _tailer_nodes(cluster)) and len(set(t.values())) == 2 and t,
+            lambda: running() and (t := _tailer_nodes(cluster)) and len(set(t.values())) == 2 and t,
             timeout=120,
         )
         assert sorted(placed.values()) == sorted([node_a.ip, node_b.ip])
