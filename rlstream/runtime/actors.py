@@ -146,32 +146,27 @@ class _Placed:
         return self.options().remote(*args, **kwargs)
 
 
-def _on_this_node() -> Any:
-    """A tailer holds no CPU, so Ray would place it on any node, and one on a worker
-    node dies with that node. Next to the driver it lives as long as the driver does."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    here = ray.get_runtime_context().get_node_id()
-    return NodeAffinitySchedulingStrategy(node_id=here, soft=False)
-
-
 class _RoundRobinNodes:
-    """Workers go to the nodes with CPUs in turn, each node as often as it has CPUs
-    (interleaved), so a pool of N workers lands on N CPUs spread over every node.
-    Ray's own SPREAD is best effort: with actors that hold no CPU once placed it can
-    put a whole pool on one node. The affinity is soft: a worker restarted after its
-    node died goes to a node that is alive."""
+    """Actors go to the nodes in turn. Workers (`per_cpu`): the nodes with CPUs, each
+    as often as it has CPUs (interleaved), so a pool of N workers lands on N CPUs
+    spread over every node. Tailers: every alive node once per turn, the head
+    included, so the fleet's tailing, folding and commits are spread too. Ray's own
+    SPREAD is best effort: with actors that hold no CPU once placed it can put a
+    whole pool on one node. The affinity is soft: an actor restarted after its node
+    died goes to a node that is alive (a tailer then resumes its runs from their
+    resume states, `pools.ActorPools`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_cpu: bool) -> None:
+        self.per_cpu = per_cpu
         self.placed = 0
 
     def __call__(self) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         cpus = {
-            n["NodeID"]: int(n["Resources"].get("CPU", 0))
+            n["NodeID"]: int(n["Resources"].get("CPU", 0)) if self.per_cpu else 1
             for n in ray.nodes()
-            if n["Alive"] and n["Resources"].get("CPU", 0) >= 1
+            if n["Alive"] and (n["Resources"].get("CPU", 0) >= 1 or not self.per_cpu)
         }
         slots = [
             nid
@@ -186,5 +181,5 @@ class _RoundRobinNodes:
         return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
 
 
-Tailer = _Placed(Tailer, _on_this_node)
-Worker = _Placed(Worker, _RoundRobinNodes())
+Tailer = _Placed(Tailer, _RoundRobinNodes(per_cpu=False))
+Worker = _Placed(Worker, _RoundRobinNodes(per_cpu=True))

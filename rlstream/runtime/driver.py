@@ -282,7 +282,8 @@ def _drive(
                     _log_commits(commit_times, poll_times, work, totals.get("rows", 0))
                 if metrics is not None:
                     metrics.on_commit(runs.summaries(), time.time(), *runs.actor_counts())
-                if exit_when_finished and runs.all_finished():
+                # A run that appeared since the last discovery keeps the watch going.
+                if exit_when_finished and runs.all_finished() and not runs.discover():
                     break
             runs.pause(max(0.0, cfg.poll_seconds - (time.monotonic() - t0)), told)
     finally:
