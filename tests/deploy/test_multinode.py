@@ -29,16 +29,6 @@ TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    c = LocalCluster(cpus_per_node=1).start()
-    try:
-        yield c
-    finally:
-        c.stop()
-    assert c.alive() == [], "processes of the test cluster outlived stop()"
-
-
-@pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     """~200 MB of runs: big enough that a job lasts several seconds on 2 cores, so the
     kill lands mid-run; and the in-process reference table."""

@@ -30,16 +30,6 @@ RESTORED = "died"
 """What the driver logs when a tailer died and it restores its runs (runtime/pools.py)."""
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    c = LocalCluster(cpus_per_node=1).start()
-    try:
-        yield c
-    finally:
-        c.stop()
-    assert c.alive() == [], "processes of the test cluster outlived stop()"
-
-
 def _tailer_nodes(cluster: LocalCluster) -> dict[str, str]:
     """Alive Tailer actors: actor id -> the IP of the node it runs on."""
     from ray.util.state import list_actors, list_nodes
