@@ -152,12 +152,15 @@ class _RoundRobinNodes:
     spread over every node. Tailers: every alive node once per turn, the head
     included, so the fleet's tailing, folding and commits are spread too. Ray's own
     SPREAD is best effort: with actors that hold no CPU once placed it can put a
-    whole pool on one node. The affinity is soft: an actor restarted after its node
-    died goes to a node that is alive (a tailer then resumes its runs from their
-    resume states, `pools.ActorPools`)."""
+    whole pool on one node. Workers' affinity is soft: one restarted after its node
+    died goes to a node that is alive. Tailers' is not (a soft one can land beside
+    another while its node is alive): one whose node died cannot be restarted, and
+    the driver puts a new one on a node that is alive, which resumes its runs from
+    their resume states (`pools.ActorPools`)."""
 
-    def __init__(self, per_cpu: bool) -> None:
+    def __init__(self, per_cpu: bool, soft: bool = True) -> None:
         self.per_cpu = per_cpu
+        self.soft = soft
         self.placed = 0
 
     def __call__(self) -> Any:
@@ -178,8 +181,10 @@ class _RoundRobinNodes:
             return "SPREAD"
         node = slots[self.placed % len(slots)]
         self.placed += 1
-        return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+        if not self.per_cpu:
+            log.info("a tailer goes to node %s (%d alive)", node, len(cpus))
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=self.soft)
 
 
-Tailer = _Placed(Tailer, _RoundRobinNodes(per_cpu=False))
+Tailer = _Placed(Tailer, _RoundRobinNodes(per_cpu=False, soft=False))
 Worker = _Placed(Worker, _RoundRobinNodes(per_cpu=True))

@@ -65,10 +65,10 @@ class ActorPools:
             for _ in range(rt.workers or cluster_cpus())
         ]
         self.n_tailers = rt.tailers or default_tailers(len(self.workers), watch)
-        self.tailers = [
-            Tailer.options(**env).remote(self.storage, out_url, out_storage, cfg, hooks_factory)
-            for _ in range(self.n_tailers)
-        ]
+        self._spawn = lambda: Tailer.options(**env).remote(
+            self.storage, out_url, out_storage, cfg, hooks_factory
+        )
+        self.tailers = [self._spawn() for _ in range(self.n_tailers)]
         # Not waited for: a tailer runs its calls in order, and the first answer the
         # driver waits for (`ready`, `discover`) tells whether it started.
         for t in self.tailers:
@@ -94,7 +94,9 @@ class ActorPools:
         for i, ref in enumerate(refs):
             try:
                 out.append(ray.get(ref))
-            except ray.exceptions.RayActorError as e:
+            except ray.exceptions.RayError as e:
+                if not _gone(e):
+                    raise
                 log.warning(
                     "tailer %d died (%s); restoring its %d runs", i, e, len(self.assigned[i])
                 )
@@ -103,13 +105,19 @@ class ActorPools:
         return out
 
     def _restore(self, i: int, method: str, args: tuple[Any, ...]) -> Any:
-        """Give restarted tailer `i` its workers and runs, then call `method` again."""
-        t = self.tailers[i]
+        """Give restarted tailer `i` its workers and runs, then call `method` again. A
+        tailer that cannot be restarted (its node died) is replaced by a new one."""
 
         def call() -> Any:
-            ray.get(t.set_workers.remote(self.workers))
-            ray.get(t.add_runs.remote(self.assigned[i]))  # runs it has are skipped
-            return ray.get(getattr(t, method).remote(*args))
+            t = self.tailers[i]
+            try:
+                ray.get(t.set_workers.remote(self.workers))
+                ray.get(t.add_runs.remote(self.assigned[i]))  # runs it has are skipped
+                return ray.get(getattr(t, method).remote(*args))
+            except _UNPLACEABLE:
+                log.warning("tailer %d cannot be restarted; starting a new one", i)
+                t = self.tailers[i] = self._spawn()
+                raise
 
         return _once_up(call)
 
@@ -152,19 +160,16 @@ class ActorPools:
         self._show(progress, total, final=True)
         out: list[dict[str, Any]] = []
         for i, ref in enumerate(refs):
-            for attempt in range(3):
-                try:
-                    out.extend(ray.get(ref))
-                    break
-                except ray.exceptions.RayError as e:
-                    if attempt == 2:
-                        raise
-                    # Runs already committed resume from their resume states: only what
-                    # the dead tailer had not committed is read again.
-                    log.warning("tailer %d failed (%s); analysing its shard again", i, e)
-                    t = self.tailers[i]
-                    _once_up(lambda t=t: ray.get(t.set_workers.remote(self.workers)))
-                    ref = t.analyze.remote(shards[i])
+            try:
+                out.extend(ray.get(ref))
+            except ray.exceptions.RayError as e:
+                if not _gone(e):
+                    raise
+                # Runs already committed resume from their resume states: only what
+                # the dead tailer had not committed is read again.
+                log.warning("tailer %d died (%s); analysing its shard again", i, e)
+                self.tailer_restarts += 1
+                out.extend(self._restore(i, "analyze", (shards[i],)))
         self.done = sorted(out, key=lambda s: s["run_id"])
         return True
 
@@ -241,14 +246,36 @@ class ActorPools:
 def _once_up(call: Any, wait: float = 120.0) -> Any:
     """`call()` (calls to one restarted actor), made again while Ray is still
     restarting it (such calls fail at once, `ActorUnavailableError`) until it answers
-    or `wait` seconds have passed."""
+    or `wait` seconds have passed. A call that ran a while before it failed (its actor
+    lost again, mid-work) starts the wait afresh."""
     deadline = time.monotonic() + wait
     pause = 0.05
     while True:
+        started = time.monotonic()
         try:
             return call()
-        except ray.exceptions.RayActorError:
-            if time.monotonic() > deadline:
+        except ray.exceptions.RayError as e:
+            now = time.monotonic()
+            if now - started > 5.0:
+                deadline, pause = now + wait, 0.05
+            if not _gone(e) or now > deadline:
                 raise
             time.sleep(pause)
             pause = min(2 * pause, 1.0)
+
+
+_UNPLACEABLE = (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnschedulableError)
+"""A tailer that will not come back: its node died (it was pinned there) or it was
+killed for good."""
+
+
+def _gone(e: Exception) -> bool:
+    """Whether a call failed because its actor is gone (dead or restarting), or
+    because the actor's node is going: its own calls into Ray fail (an `OSError` or
+    a Ray error inside the method). Any other error is the method's own and is raised."""
+    if isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError)):
+        return True
+    cause = getattr(e, "cause", None)
+    return isinstance(e, ray.exceptions.RayTaskError) and isinstance(
+        cause, (OSError, ray.exceptions.RayError)
+    )

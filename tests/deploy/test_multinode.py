@@ -48,14 +48,17 @@ def _client(cluster: LocalCluster):
     return JobSubmissionClient(cluster.dashboard_url)
 
 
-def _wait(what: str, cond, timeout: float, every: float = 0.2):
+def _wait(what: str, cond, timeout: float, every: float = 0.2, explain=None):
+    """`cond()` once it is true; on timeout, an error saying what was awaited, and
+    what `explain()` returns (the state that did not come)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = cond()
         if got:
             return got
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    seen = f": {explain()}" if explain is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
 
 
 def _entrypoint(root, out) -> list[str]:

@@ -4,7 +4,7 @@ The watch's tailers are placed one per node, so each node tails, folds and commi
 shard of the fleet. Runs are written live while it watches; a second batch of runs
 starts once the first rows are committed (found by the watch's rediscovery); then
 node B's raylet is killed mid-watch, taking a tailer and a worker with it. Checked:
-the tailers ran on both nodes, the lost tailer was restarted on node A and given its
+the tailers ran on both nodes, the lost tailer was replaced on node A and given its
 runs again, the job ends when every run has finished, and the steps table equals
 the one `analyze` writes on the finished folders: every run, no row lost, none twice.
 """
@@ -12,6 +12,7 @@ the one `analyze` writes on the finished folders: every run, no row lost, none t
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -43,6 +44,29 @@ def _tailer_nodes(cluster: LocalCluster) -> dict[str, str]:
     }
 
 
+def _held(free: threading.Event):
+    """A `sleep` for `simulate_live` that waits while `free` is clear: the first runs
+    stay live and unfinished until the test lets them go on, however slowly Ray
+    starts the watch's actors on a loaded host."""
+
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+        free.wait()
+
+    return sleep
+
+
+def _actors(cluster: LocalCluster, client) -> str:
+    """The cluster's actors (class, state, node) and the watch's last log lines."""
+    from ray.util.state import list_actors
+
+    actors = list_actors(address=cluster.dashboard_url, detail=True)
+    seen = [(a.class_name, a.state, a.node_id, a.num_restarts) for a in actors]
+    logs = client.get_job_logs("rls-watch").splitlines()
+    said = [line for line in logs if "tailer" in line]
+    return "\n".join([str(seen), *said[-20:], *logs[-5:]])
+
+
 def _runs_with_rows(out) -> int:
     if not (out / "steps" / "_delta_log").exists():
         return 0
@@ -51,7 +75,11 @@ def _runs_with_rows(out) -> int:
 
 def test_watch_tails_on_both_nodes_and_survives_losing_one(cluster, tmp_path):
     root, out = tmp_path / "runs", tmp_path / "out"
-    first = threading.Thread(target=simulate_live, args=(root / "first", FIRST, 0.5))
+    free = threading.Event()
+    free.set()
+    first = threading.Thread(
+        target=simulate_live, args=(root / "first", FIRST, 0.5), kwargs={"sleep": _held(free)}
+    )
     second = threading.Thread(target=simulate_live, args=(root / "second", SECOND, 0.5))
     node_a, node_b = cluster.nodes
     first.start()
@@ -67,30 +95,32 @@ def test_watch_tails_on_both_nodes_and_survives_losing_one(cluster, tmp_path):
             assert job.status not in TERMINAL, client.get_job_logs("rls-watch")[-3000:]
             return job.status == "RUNNING"
 
-        _wait("the watch job to run", running, timeout=120)
+        _wait("the first rows", lambda: running() and _runs_with_rows(out) >= 1, timeout=120)
+        free.clear()  # the first runs wait, unfinished, until node B is lost
+        assert first.is_alive(), "the first runs ended before the watch committed a row"
         placed = _wait(
             "a tailer on each node",
             lambda: running() and (t := _tailer_nodes(cluster)) and len(set(t.values())) == 2 and t,
-            timeout=120,
+            timeout=180,
+            explain=lambda: _actors(cluster, client),
         )
         assert sorted(placed.values()) == sorted([node_a.ip, node_b.ip])
-
-        _wait("the first rows", lambda: running() and _runs_with_rows(out) >= 1, timeout=120)
-        assert first.is_alive(), "the first runs ended before the watch committed a row"
         second.start()  # new runs under ROOT while the watch runs
         _wait(
             "rows of every run, the second batch's too",
             lambda: running() and _runs_with_rows(out) == FIRST.runs + SECOND.runs,
             timeout=180,
         )
+        free.set()
         assert first.is_alive(), "the runs ended before node B could be lost mid-watch"
         cluster.kill_raylet(node_b)
         _wait(
-            "node B's tailer restarted on node A",
+            "node B's tailer replaced on node A",
             lambda: (
                 (t := _tailer_nodes(cluster)) and len(t) == 2 and set(t.values()) == {node_a.ip}
             ),
             timeout=120,
+            explain=lambda: _actors(cluster, client),
         )
         status = _wait(
             "the watch to end",
@@ -100,6 +130,7 @@ def test_watch_tails_on_both_nodes_and_survives_losing_one(cluster, tmp_path):
         )
         logs = client.get_job_logs("rls-watch")
     finally:
+        free.set()
         first.join()
         if second.is_alive() or second.ident is not None:
             second.join()
