@@ -12,6 +12,7 @@ Expected values are counted here from the records written, following those docs.
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import orjson
 import pytest
 
 from rlstream.config import PipelineConfig
-from rlstream.metrics.scanners import samples_config
+from rlstream.metrics.scanners import SampleText, samples_config
 from rlstream.pipeline.local import analyze_local, build_group
 from rlstream.pipeline.work import FilesUnit, LinesUnit, TranscriptsUnit, transcript_settings
 from tests.formats.trainer_runs import FORMATS, sim_runs, table, trainer_run
@@ -31,8 +32,16 @@ RULES = {
     "top": 1,
     "probes": 0,
     "default_scanners": False,
-    "scanner": [{"name": "reads_key", "pattern": r"answer_key\.json", "on": "completion"}],
+    "scanner": [
+        {"name": "reads_key", "pattern": r"answer_key\.json", "on": "completion"},
+        {"name": "judge", "entry": "tests.pipeline.test_scan_settings:returns_zero"},
+    ],
 }
+
+
+def returns_zero(text) -> bool:
+    """A user entry-point scanner (docs/health.md): takes a `SampleText`."""
+    return "return 0" in text.completion
 
 
 def _cfg(**over) -> PipelineConfig:
@@ -73,7 +82,7 @@ def _prime_step(run: Path, step: int, eps: list[dict]) -> None:
 
 
 # step 0: one group of 6, rewards 1, 1, 1, 0, 0, 0; e1 (reward 1) and e4 (reward 0)
-# read the answer key; e2 (reward 1) exits early.
+# read the answer key; e5 (reward 0) returns 0; e2 (reward 1) exits early.
 ANSWERS = [
     (1.0, "def solve(x): return x * 2"),
     (1.0, KEY),
@@ -86,21 +95,25 @@ ANSWERS = [
 
 def _assert_settings_reached(out: Path, step: int, ids: list[str]) -> None:
     """The shares and kept rows of a step of the 6 `ANSWERS`, attempt i being ids[i],
-    under `RULES`: 2 of 6 trained attempts flagged, 1 of the 3 high-reward ones
-    (reward >= high_reward 0.5); K = 1: one top, one bottom, one flagged row."""
+    under `RULES`: 3 of 6 trained attempts flagged (2 by `reads_key`, 1 by `judge`),
+    1 of the 3 high-reward ones (reward >= high_reward 0.5); K = 1: one top, one
+    bottom, one flagged row."""
     (row,) = [r for r in table(out, "steps") if r["step"] == step]
-    assert row["flagged_frac"] == 2 / 6
+    assert row["flagged_frac"] == 3 / 6
     assert row["flagged_high_frac"] == 1 / 3
-    assert dict(row["flag_share"]) == {"reads_key": 2 / 6}
-    assert dict(row["flag_share_high"]) == {"reads_key": 1 / 3}
+    assert dict(row["flag_share"]) == {"reads_key": 2 / 6, "judge": 1 / 6}
+    assert dict(row["flag_share_high"]) == {"reads_key": 1 / 3, "judge": 0.0}
     rows = [r for r in table(out, "samples", "order by attempt_id") if r["step"] == step]
     kept = {r["attempt_id"]: sorted(r["kept"]) for r in rows}
     reasons = sorted(k for ks in kept.values() for k in ks)
     assert reasons == ["bottom", "flagged", "top"]  # K = 1 each, no probes
-    by_id = {r["attempt_id"]: r for r in rows}
-    # flagged: the flagged attempt of highest reward; its flags are the user scanner's
-    assert kept[ids[1]] == ["flagged"] and list(by_id[ids[1]]["flags"]) == ["reads_key"]
-    assert all(list(r["flags"]) in ([], ["reads_key"]) for r in rows)  # no default's
+    # flagged: the flagged attempt of highest reward (e1, reward 1)
+    assert kept[ids[1]] == ["flagged"]
+    want = {
+        ids[i]: [n for n, hit in (("reads_key", KEY in a), ("judge", "return 0" in a)) if hit]
+        for i, (_, a) in enumerate(ANSWERS)
+    }  # the user scanners' only: no default runs (early_exit would flag e2)
+    assert {r["attempt_id"]: list(r["flags"]) for r in rows} == {a: want[a] for a in kept}
     (top,) = [r for r in rows if "top" in r["kept"]]
     (bottom,) = [r for r in rows if "bottom" in r["kept"]]
     assert top["reward"] == 1.0 and bottom["reward"] == 0.0
@@ -160,6 +173,9 @@ def test_every_unit_that_reads_transcripts_carries_the_runs_settings(tmp_path, s
     readers = [u for u in units if isinstance(u, (FilesUnit, LinesUnit, TranscriptsUnit))]
     want = transcript_settings(cfg.samples, state.config, ["task-a", "task-b"])
     assert readers and {u.settings for u in readers} == {want}
+    # as sent to a worker: the user scanners travel as their config and still flag
+    back = pickle.loads(pickle.dumps(readers[0])).settings
+    assert back == want and back.samples.all_scanners()[1](SampleText((), ("return 0",)))
     assert want.samples.top == 1 and want.panel == ("task-a", "task-b")
     kinds = {type(u).__name__ for u in readers}
     assert kinds >= ({"TranscriptsUnit"} if fmt == "loops" else {"FilesUnit"})
