@@ -116,9 +116,9 @@ def plan_streams(
     """Units for what is new in one run (`NamedFiles` streams aside: `pipeline.names`).
     `settings`: the run's `TranscriptSettings` (`work.transcript_settings`), carried by
     every unit that may read transcripts. `stats`: the stats of `Tail` paths already
-    taken this poll. Per-step files are
-    remembered by name until their step is `window` steps below `final_through`, then
-    only through the stream's low step (`RunState.step_low`)."""
+    taken this poll. Per-step files are remembered by name until their step is
+    `window` steps below `final_through`, then only through the stream's low step
+    (`RunState.step_low`)."""
     units: list[Unit] = []
     stats = stats or {}
     settings = settings or TranscriptSettings()
