@@ -25,7 +25,7 @@ from rlstream.pipeline.runjson import apply_identity, read_run_file, rejected_re
 from rlstream.pipeline.snapshot import set_format
 from rlstream.pipeline.state import RunState
 from rlstream.pipeline.streams import identify, plan_streams
-from rlstream.pipeline.work import TranscriptsUnit, Unit, token_cap
+from rlstream.pipeline.work import TranscriptsUnit, Unit, transcript_settings
 
 log = logging.getLogger("rlstream")
 
@@ -126,7 +126,9 @@ def plan_run(group: Any, state: RunState) -> list[Unit]:
         got = storage.stat_files(state.run_url, (run_file, *top))
         refresh_identity(group, state, got[0])
         stats = dict(zip(top, got[1:], strict=True))
-    cap = token_cap(state.config, cfg.max_tokens_slack)
+    settings = transcript_settings(
+        cfg.samples, state.config, state.probe_panel, cfg.max_tokens_slack
+    )
     units = plan_streams(
         storage,
         state,
@@ -134,7 +136,7 @@ def plan_run(group: Any, state: RunState) -> list[Unit]:
         cfg.transcripts_per_unit,
         group._final,
         cfg.transcript_window,
-        cap,
+        settings,
         stats,
     )
     for s in streams:
@@ -143,18 +145,12 @@ def plan_run(group: Any, state: RunState) -> list[Unit]:
         names, below = new_names(storage, state, s, cfg)
         if below:
             group.dirty.add(state.run_url)
-        n, tail = cfg.transcripts_per_unit, (state.final_through, cfg.samples)
+        n = cfg.transcripts_per_unit
         for i in range(0, len(names), n):
             part = tuple(names[i : i + n])
             units.append(
                 TranscriptsUnit(
-                    state.run_id,
-                    state.run_url,
-                    part,
-                    *tail,
-                    tuple(state.probe_panel),
-                    cap,
-                    s.folder,
+                    state.run_id, state.run_url, part, state.final_through, settings, s.folder
                 )
             )
     state.polls += 1

@@ -32,7 +32,7 @@ from rlstream.io.tail import FileCursor
 from rlstream.metrics import RolloutAgg, StepAgg
 from rlstream.pipeline.partial import StepPartial
 from rlstream.pipeline.records import Records, plan_records, split_member
-from rlstream.pipeline.transcripts import TranscriptParser, cap_row
+from rlstream.pipeline.transcripts import TranscriptSettings
 from rlstream.pipeline.work import FilesUnit, LinesUnit, SnapshotUnit, Unit, UnitResult
 
 JSONL = (".jsonl", ".json")
@@ -110,15 +110,18 @@ def plan_streams(
     per_unit: int,
     final: bool,
     window: int,
-    cap: int | None = None,
+    settings: TranscriptSettings | None = None,
     stats: dict[str, FileStat | None] | None = None,
 ) -> list[Unit]:
     """Units for what is new in one run (`NamedFiles` streams aside: `pipeline.names`).
-    `stats`: the stats of `Tail` paths already taken this poll. Per-step files are
-    remembered by name until their step is `window` steps below `final_through`, then
-    only through the stream's low step (`RunState.step_low`)."""
+    `settings`: the run's `TranscriptSettings` (`work.transcript_settings`), carried by
+    every unit that may read transcripts. `stats`: the stats of `Tail` paths already
+    taken this poll. Per-step files are remembered by name until their step is
+    `window` steps below `final_through`, then only through the stream's low step
+    (`RunState.step_low`)."""
     units: list[Unit] = []
     stats = stats or {}
+    settings = settings or TranscriptSettings()
     for s in streams:
         if isinstance(s, Tail):
             if s.path in stats:
@@ -137,7 +140,7 @@ def plan_streams(
                         state.final_through,
                         state.format,
                         s.kind,
-                        cap,
+                        settings,
                     )
                 )
         elif isinstance(s, StepFiles):
@@ -155,7 +158,7 @@ def plan_streams(
                         tuple(p for _, p in chunk) + (done if last else ()),
                         state.final_through,
                         final,
-                        cap,
+                        settings,
                     )
                 )
         elif isinstance(s, Records):
@@ -301,7 +304,7 @@ def _snapshot_candidates(storage: Storage, state: Any, s: Snapshot) -> list[tupl
 def run_files(unit: FilesUnit, storage: Storage) -> UnitResult:
     fmt = get_format(unit.fmt)
     res = UnitResult(unit.run_id, unit.kind)
-    parser = TranscriptParser()
+    parser = unit.settings.parser()
     rollouts: dict[int, list[dict[str, Any]]] = defaultdict(list)
     skipped: set[str] = set()
     for step, path in unit.files:
@@ -341,7 +344,7 @@ def run_files(unit: FilesUnit, storage: Storage) -> UnitResult:
                     quarantine(unit.run_id, path, rec.offset, rec.reason, rec.data)
                 )
             elif isinstance(rec, Transcript):
-                row = cap_row(unit.run_id, path, None, rec, unit.cap)
+                row = parser.over_cap_row(unit.run_id, path, None, rec)
                 if row is None:
                     parser.add_transcript(rec)
                 else:

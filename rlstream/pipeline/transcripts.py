@@ -10,6 +10,12 @@ concatenation per array per step (no per-token Python), handing them to
 turns) are judged together for repetition and distinct answers. Readers in
 `rlstream.formats` give the transcripts; this module is where they meet the metric
 kernels, so `formats` never imports them.
+
+`TranscriptSettings` is how every unit that reads transcripts (a Loops transcript
+batch, a format's per-step files, a tailed JSONL of generations) parses, scans and
+keeps them: the run's `[samples]` settings (K, probes, scanners, user scanners
+included), its probe panel and its token cap. A parser is built from it and from
+nothing else (`TranscriptSettings.parser`), so every format gets the same settings.
 """
 
 from __future__ import annotations
@@ -59,6 +65,24 @@ def cap_row(run_id: str, file: str, offset: int | None, t: Transcript, cap: int 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TranscriptSettings:
+    """How a unit's transcripts are parsed, scanned and kept (built once per run and
+    poll by `rlstream.pipeline.work.transcript_settings`, carried by every unit that
+    reads transcripts)."""
+
+    samples: SamplesConfig = field(default_factory=SamplesConfig)
+    """Kept samples and scanners: the run's `[samples]` settings and `--samples-top`."""
+    panel: tuple[str, ...] = ()
+    """The run's probe tasks (`rlstream.pipeline.samples`)."""
+    cap: int | None = None
+    """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
+
+    def parser(self) -> TranscriptParser:
+        """A parser of these settings: the one way units build one."""
+        return TranscriptParser(self)
+
+
 @dataclass
 class _StepArrays:
     """Lists of per-generation arrays of one step, concatenated once at the end."""
@@ -91,32 +115,30 @@ class TranscriptParser:
 
     `add(data, name)` returns a quarantine reason or None. `aggregates()` builds the
     kernels' inputs with one concatenation per array per step. Files are decoded with
-    simdjson when it takes them (`_simd_transcript`), else with orjson.
+    simdjson when it takes them (`_simd_transcript`), else with orjson. What is
+    scanned and kept, and the token cap, come from `settings` alone.
     """
 
     def __init__(
-        self,
-        vocab_size: int | None = None,
-        samples: SamplesConfig | None = None,
-        panel: tuple[str, ...] = (),
+        self, settings: TranscriptSettings | None = None, vocab_size: int | None = None
     ) -> None:
         self._steps: dict[int, _StepArrays] = {}
+        self.settings = settings or TranscriptSettings()
         self.vocab_size = vocab_size
         self.tokens = 0
         self._simd = simd_parser()
-        self.samples = samples or SamplesConfig()
+        self.samples = self.settings.samples
         self._scanners = self.samples.all_scanners()
-        self.panel = panel
+        self.panel = self.settings.panel
         self.why: str | None = None
         """The detail of the last `EXCEEDS_MAX_TOKENS` answer of `add`."""
 
-    def add(
-        self, data: bytes, name: str, final_through: int = -1, cap: int | None = None
-    ) -> tuple[int | None, str | None]:
+    def add(self, data: bytes, name: str, final_through: int = -1) -> tuple[int | None, str | None]:
         """Parse one file; returns (step, None), or (step or None, quarantine reason).
 
         A transcript of a step at or below `final_through` is late, one with a
-        generation longer than `cap` tokens inconsistent (`over_cap`): not aggregated.
+        generation longer than the settings' `cap` inconsistent (`over_cap`): not
+        aggregated.
         """
         try:
             t = decode_transcript(self._simd, data, name)
@@ -127,11 +149,18 @@ class TranscriptParser:
                 self._simd = simd_parser()  # the old one's buffers go with it
         if t.step <= final_through:
             return t.step, "late"
-        self.why = over_cap(t, cap)
+        self.why = over_cap(t, self.settings.cap)
         if self.why is not None:
             return t.step, EXCEEDS_MAX_TOKENS
         self.add_transcript(t)
         return t.step, None
+
+    def over_cap_row(
+        self, run_id: str, file: str, offset: int | None, t: Transcript
+    ) -> QuarantineRow | None:
+        """The quarantine row of an already-decoded transcript longer than the
+        settings' cap (`cap_row`), or None: then fold it with `add_transcript`."""
+        return cap_row(run_id, file, offset, t, self.settings.cap)
 
     def add_transcript(self, t: Transcript) -> None:
         """Fold one validated transcript (of any format) into its step's arrays."""

@@ -16,6 +16,7 @@ Records for a step at or below `final_through` are late: quarantined with reason
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,7 +36,7 @@ from rlstream.io.tail import FileCursor, ReadPlan, advance, plan_read, verify_pr
 from rlstream.metrics import RolloutAgg, StepAgg
 from rlstream.metrics.scanners import SamplesConfig
 from rlstream.pipeline.partial import StepPartial
-from rlstream.pipeline.transcripts import EXCEEDS_MAX_TOKENS, TranscriptParser, cap_row
+from rlstream.pipeline.transcripts import EXCEEDS_MAX_TOKENS, TranscriptParser, TranscriptSettings
 
 STEPS_FILE = "steps.jsonl"
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -56,8 +57,8 @@ class LinesUnit:
     fmt: str
     kind: str
     """The `Tail`'s kind: "steps", "rollouts" or "generations"."""
-    cap: int | None = None
-    """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
+    settings: TranscriptSettings = field(default_factory=TranscriptSettings)
+    """How the transcripts its lines carry are scanned, kept and capped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +69,8 @@ class TranscriptsUnit:
     run_url: str
     names: tuple[str, ...]
     final_through: int
-    samples: SamplesConfig | None = None
-    """Kept samples and scanners (None: the defaults)."""
-    panel: tuple[str, ...] = ()
-    """The run's probe tasks (`rlstream.pipeline.samples`)."""
-    cap: int | None = None
-    """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
+    settings: TranscriptSettings = field(default_factory=TranscriptSettings)
+    """How its transcripts are scanned, kept and capped (`transcript_settings`)."""
     folder: str = TRANSCRIPTS_DIR
     """The run's folder holding them (the format's `NamedFiles` stream)."""
 
@@ -93,8 +90,8 @@ class FilesUnit:
     final_through: int
     final: bool = False
     """Batch end: take files without their last newline too (quarantining the rest)."""
-    cap: int | None = None
-    """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
+    settings: TranscriptSettings = field(default_factory=TranscriptSettings)
+    """How the transcripts its files carry are scanned, kept and capped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +155,16 @@ def token_cap(config: dict[str, Any], slack: int = 0) -> int | None:
     if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
         return None
     return cap + max(0, slack)
+
+
+def transcript_settings(
+    samples: SamplesConfig, config: dict[str, Any], panel: Sequence[str], slack: int = 0
+) -> TranscriptSettings:
+    """The one place a run's `TranscriptSettings` are made, for every unit of every
+    format that reads transcripts: `samples` (the pipeline config's `SamplesConfig`:
+    the rules file's `[samples]` and `--samples-top`), the run's probe `panel` and
+    its token cap (`token_cap` of its `config` plus `slack`)."""
+    return TranscriptSettings(samples, tuple(panel), token_cap(config, slack))
 
 
 def execute(unit: Unit, storage: Storage) -> UnitResult:
@@ -246,11 +253,11 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
         if isinstance(rec, StepRecord):
             res.steps.append(replace(rec, offset=offset))
         elif isinstance(rec, Transcript):
-            row = cap_row(unit.run_id, unit.file, offset, rec, unit.cap)
+            transcripts = transcripts or unit.settings.parser()
+            row = transcripts.over_cap_row(unit.run_id, unit.file, offset, rec)
             if row is not None:
                 res.quarantine.append(row)
                 continue
-            transcripts = transcripts or TranscriptParser()
             transcripts.add_transcript(rec)
         else:
             by_step[step].append(rec)
@@ -267,7 +274,7 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
 
 def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
     res = UnitResult(unit.run_id, unit.folder, names=unit.names)
-    parser = TranscriptParser(samples=unit.samples, panel=unit.panel)
+    parser = unit.settings.parser()
     folder = Storage.join(unit.run_url, unit.folder)
     urls = [Storage.join(folder, name) for name in unit.names]
     # Many reads in flight on object stores, folded in the unit's order.
@@ -284,9 +291,7 @@ def _transcripts(unit: TranscriptsUnit, storage: Storage) -> UnitResult:
         res.bytes += len(data)
         res.records += 1
         try:
-            step, reason = parser.add(
-                data, name.removesuffix(".json"), unit.final_through, unit.cap
-            )
+            step, reason = parser.add(data, name.removesuffix(".json"), unit.final_through)
         except Exception as e:  # a reader bug must cost one file, not the unit
             step, reason = None, f"internal_error:{type(e).__name__}"
         if reason is not None:
