@@ -84,7 +84,9 @@ class LatestMonitor:
         self._thread.join()
 
 
-def _watch(root: str, out: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def _watch(
+    root: str, out: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> subprocess.Popen:
     """`rlstream watch` as a subprocess; its log goes to OUT.log beside OUT (a pipe
     nobody reads would fill and block the watch's next log line)."""
     cmd = [
@@ -97,6 +99,7 @@ def _watch(root: str, out: Path, env: dict[str, str] | None = None) -> subproces
         str(POLL),
         "--commit-every",
         str(COMMIT),
+        *args,
     ]
     log = out.parent / f"{out.name}.log"
     with open(log, "w") as f:
@@ -144,11 +147,23 @@ def _run_ids(root: Path) -> dict[str, Path]:
     }
 
 
-def live_fleet(n: int, steps: int, work: Path, interval: float = 1.0) -> dict:
+def live_fleet(
+    n: int,
+    steps: int,
+    work: Path,
+    interval: float = 1.0,
+    args: tuple[str, ...] = (),
+    tag: str = "",
+    scenarios: tuple[str, ...] = ("healthy",),
+) -> dict:
+    """`n` runs written live and watched (`args`: more `watch` arguments; `tag` names
+    the folders, so one work dir holds several cases)."""
     from rlstream.simulate import SimConfig, simulate_live
 
-    root, out = work / f"live{n}", work / f"live{n}-out"
-    cfg = SimConfig(runs=n, steps=steps, groups=2, group_size=4, tokens=64, seed=n)
+    root, out = work / f"live{n}{tag}", work / f"live{n}{tag}-out"
+    cfg = SimConfig(
+        runs=n, steps=steps, groups=2, group_size=4, tokens=64, seed=n, scenarios=scenarios
+    )
     up = threading.Event()
     # The writers begin, then wait for the watch: the measured steps are written once
     # every run has its first latest row, however long Ray took to start.
@@ -158,7 +173,7 @@ def live_fleet(n: int, steps: int, work: Path, interval: float = 1.0) -> dict:
     )
     writer.start()
     _wait(lambda: root.exists() and len(list(root.glob("*/run.json"))) >= n, 60)
-    proc = _watch(str(root), out)
+    proc = _watch(str(root), out, args=args)
     sampler = TreeSampler(proc.pid, interval=0.5).start()
     mon = LatestMonitor(out).start()
     try:

@@ -1,6 +1,6 @@
 """Cost of kept samples and transcript scanners (issue 28), never a timed test.
 
-    python -m bench.samples [--work DIR] [--reps N] [--json FILE] [--steps N]
+    python -m bench.samples [--work DIR] [--reps N] [--json FILE] [--steps N] [--live N]
 
 1. Kept-sample bytes per step against the step's size: one run of 64 attempts a step
    (16 groups x 4) and one of 1,024 (64 x 16), full traces with text, analyzed in
@@ -10,6 +10,11 @@
    half of them hacking) analyzed in process with `[samples] enabled` true and false,
    `--reps` rounds alternating the two, wall and CPU seconds of each; the ratio of the
    medians (target at most 1.15).
+3. What they add to a live watch's CPU (`--live N`, default 20 runs; 0 skips it):
+   `bench.live`'s live fleet (runs written in real time, half of them hacking) watched
+   twice, with a rules file saying `[samples] enabled = false` and without; CPU of the
+   watch's process tree as % of one core over the same window, and their ratio
+   (target at most 1.15).
 """
 
 from __future__ import annotations
@@ -102,6 +107,24 @@ def overhead(work: Path, reps: int, steps: int) -> dict[str, Any]:
     }
 
 
+def live_overhead(work: Path, runs: int, steps: int) -> dict[str, Any]:
+    from bench.live import live_fleet
+
+    rules = work / "samples-off.toml"
+    rules.write_text("[samples]\nenabled = false\n")
+    scen = ("transcript_hack_flags", "healthy")
+    got = {}
+    for mode, args in (("off", ("--rules", str(rules))), ("on", ())):
+        res = live_fleet(runs, steps, work, 1.0, args=args, tag=f"-{mode}", scenarios=scen)
+        got[mode] = {k: res[k] for k in ("cpu_core_pct", "window_s", "p99", "keeps_up")}
+    return {
+        "runs": runs,
+        "steps": steps,
+        **got,
+        "ratio_cpu_on_vs_off": got["on"]["cpu_core_pct"] / got["off"]["cpu_core_pct"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.samples", description=__doc__.split("\n\n")[0]
@@ -110,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--live", type=int, default=20, help="runs of the live case (0: skip)")
     args = p.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="rlstream-bench-samples-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -118,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         "bytes": bytes_per_step(work, args.steps),
         "overhead": overhead(work, args.reps, args.steps),
     }
+    if args.live:
+        res["live"] = live_overhead(work, args.live, 40)
     text = json.dumps(res, indent=2)
     print(text)
     if args.json:
