@@ -76,7 +76,7 @@ def test_bench_live_quick_runs_and_prints(tmp_path: Path) -> None:
     assert "live runs: freshness" in proc.stdout and "idle runs watched" in proc.stdout
     res = json.loads(out.read_text())["live"]
     assert res["fleets"][0]["steps_measured"] > 0
-    assert res["s3"]["requests"]  # requests were counted
+    assert res["s3"]["first"]["requests"]  # requests were counted
 
 
 def test_bench_long_reads_the_watch_commit_log_lines(tmp_path: Path) -> None:
