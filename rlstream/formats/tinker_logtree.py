@@ -230,22 +230,8 @@ def _group(body: dict[str, Any], gi: int, step: int, name: str) -> list[Any]:
         returned = _returned(a["returned"])
         sent = render_messages(a.get("sent") or [])
         tx = TranscriptText((sent,), (returned,), r, gid, None, None, name)
-        toks = word_ids(returned)
-        out.append(
-            Transcript(
-                aid,
-                gid,
-                step,
-                trains,
-                "text",
-                [],
-                [],
-                [],
-                [],
-                [toks] if toks.size else [],
-                None,
-                None,
-                tx,
-            )  # fmt: skip
-        )
+        arr = word_ids(returned)
+        toks = [arr] if arr.size else []
+        t_ = Transcript(aid, gid, step, trains, "text", [], [], [], [], toks, None, None, tx)
+        out.append(t_)
     return bad + out
