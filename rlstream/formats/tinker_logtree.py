@@ -63,7 +63,8 @@ def logtree(data: bytes, name: str, step: int) -> list[Any]:
             reason = "malformed_json"
         except BadRecord as b:
             reason = str(b)
-        return [BadLine(e.pos, reason, data[max(0, e.pos - 100) : e.pos + 100])]
+        pos = len(data.decode("utf-8", "replace")[: e.pos].encode())  # e.pos counts chars
+        return [BadLine(pos, reason, data[max(0, pos - 100) : pos + 100])]
     root = doc.get("root") if isinstance(doc, dict) else None
     if not isinstance(root, dict):
         return [BadLine(None, "missing_field:root", data[:200])]
@@ -177,7 +178,9 @@ def _returned(msgs: list[Any]) -> str:
     for m in msgs:
         c = m.get("content")
         if isinstance(c, list):
-            c = "\n".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
+            c = "\n".join(
+                p["text"] for p in c if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
         calls = m.get("tool_calls")
         parts.append((c if isinstance(c, str) else "") + (f"\n{calls}" if calls else ""))
     return "\n".join(parts)
