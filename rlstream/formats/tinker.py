@@ -68,9 +68,13 @@ METRICS = "metrics.jsonl"
 CONFIG = "config.json"
 CAPTURE = "capture/sample.jsonl"
 ITERATION = re.compile(r"iteration_(\d+)")
+SUMMARY = "train_rollout_summaries.jsonl"
 SUMMARIES = re.compile(r"train_rollout_summaries\.jsonl|train_logtree\.json")
 """A step's files: the rollout summaries and, where groups were logged, the logtree
-(`rlstream.formats.tinker_logtree`)."""
+(`rlstream.formats.tinker_logtree`). `rl/train.py` writes the logtree when the
+iteration's sampling scope closes and the summaries after it, so the summaries mark
+the folder complete (a poll between the two would otherwise read the logtree alone
+and never come back for the summaries)."""
 
 KEYS = {
     "env/all/reward/total": "reward/mean_with_unusable",
@@ -128,7 +132,7 @@ class TinkerFormat:
     def streams(self, listing: frozenset[str]) -> tuple[Stream, ...]:
         return (
             Tail(METRICS, "steps"),
-            StepFiles("", ITERATION, SUMMARIES, "both"),
+            StepFiles("", ITERATION, SUMMARIES, "both", marker=SUMMARY),
             Tail(CAPTURE, "generations", optional=True),
         )
 
