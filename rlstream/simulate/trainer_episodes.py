@@ -1,9 +1,12 @@
 """Per-sample records of simulated trainer runs: tinker-cookbook's captured sampling
-calls and prime-rl's episodes (the `verifiers` library's records).
+calls and logtree, and prime-rl's episodes (the `verifiers` library's records).
 
 - `capture_samples(step, by_group)`: thinking-machines-lab/tinker-cookbook
   `tinker_cookbook/capture/instrument.py` (`sample` records) written by
   `capture/exporter.py` `JsonlFileSink` to `capture/sample.jsonl`;
+- `logtree(step, by_group)`: tinker-cookbook's `iteration_NNNNNN/train_logtree.json`
+  (`utils/logtree.py` `Trace.to_dict`, as `rl/problem_env.py` and `rl/rollouts.py`
+  log a group);
 - `episode(run, step, attempt)`: PrimeIntellect-ai/verifiers `verifiers/v1/episode.py`
   `Episode.to_record` as prime-rl's `src/prime_rl/monitors/file.py`
   `FileMonitor.log_episodes` appends it to `rollouts/step_N/train/{all,effective}/
