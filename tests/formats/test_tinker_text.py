@@ -165,8 +165,11 @@ def test_tinker_logtree_feeds_flags_and_kept_samples(tmp_path):
     assert dict(rows[0]["flag_share"]) == {"early_exit": 0.25}
     assert dict(rows[0]["flag_share_high"]) == {"early_exit": 0.5}
     assert rows[0]["flagged_attempts"] == ["0-0-1"]
-    # the rollout figures stay the summaries' (12 attempts, groups 1 and 2 ... )
+    # the rollout figures and lengths stay the summaries' (12 attempts, ac_len 9 each);
+    # distinct answers are of the logged attempts: group 0's 4 and group 1's one "42"
     assert rows[0]["attempts"] == 12
+    assert rows[0]["completion_len_mean"] == 9.0 and rows[0]["completion_len_max"] == 9
+    assert rows[0]["distinct_completions"] == 5 / 8
     # step 1: the malformed response costs its attempt only
     assert rows[1]["samples_scanned"] == 1
     samples = table(out, "samples", "order by step, attempt_id")
