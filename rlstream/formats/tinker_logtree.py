@@ -67,7 +67,8 @@ def logtree(data: bytes, name: str, step: int) -> list[Any]:
         return [BadLine(pos, reason, data[max(0, pos - 100) : pos + 100])]
     root = doc.get("root") if isinstance(doc, dict) else None
     if not isinstance(root, dict):
-        return [BadLine(None, "missing_field:root", data[:200])]
+        why = "missing_field:root" if root is None else "invalid_field:root"
+        return [BadLine(None, why, data[:200])]
     out: list[Any] = []
     for gi, body in enumerate(_find_sections(root, GROUP)):
         out.extend(_group(body, gi, step, name))
