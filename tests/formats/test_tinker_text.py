@@ -205,3 +205,18 @@ def test_tinker_logtree_over_max_file_bytes_is_quarantined(tmp_path):
     assert ("iteration_000000/train_logtree.json", "file_too_large") in q
     rows = {r["step"]: r for r in table(out, "steps", "order by step")}
     assert rows[0]["samples_scanned"] is None and rows[0]["attempts"] == 12
+
+
+def test_tinker_logtree_that_is_not_a_trace():
+    from rlstream.formats.tinker import TINKER
+
+    def reasons(data: bytes) -> list:
+        return [(b.offset, b.reason) for b in TINKER.parse_file("both", data, LOGTREE, 3)]
+
+    LOGTREE = "iteration_000003/train_logtree.json"
+    assert reasons(b"[]") == [(None, "missing_field:root")]
+    assert reasons(b'{"title": "t", "root": []}') == [(None, "invalid_field:root")]
+    assert reasons('{"title": "é", "root": {'.encode()) == [
+        (len('{"title": "é", "root": {'.encode()), "malformed_json")
+    ]
+    assert reasons(b'{"root": {"tag": "body", "children": []}}') == []  # nothing logged
