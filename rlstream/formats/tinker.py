@@ -22,6 +22,8 @@ by default, logged in the same line every `eval_every` iterations). Rollout summ
 rollout records (reward `total_reward`, lag from `sampling_client_step`, groups whose
 rewards are all equal discarded as `no_variance`) and sample-only transcripts (one
 generation per turn of `ac_len` tokens). Truncation is not written: null.
+`iteration_NNNNNN/train_logtree.json` gives the logged groups' text
+(`rlstream.formats.tinker_logtree`).
 
 With capture enabled (`tinker_cookbook/capture/exporter.py` `JsonlFileSink`: batches of
 `json.dumps(record)` lines appended to `capture/<kind>.jsonl`; `capture/instrument.py`
@@ -60,12 +62,19 @@ from rlstream.formats.records import (
     split_values,
     step_of,
 )
+from rlstream.formats.tinker_logtree import LOGTREE, logtree
 
 METRICS = "metrics.jsonl"
 CONFIG = "config.json"
 CAPTURE = "capture/sample.jsonl"
 ITERATION = re.compile(r"iteration_(\d+)")
-SUMMARIES = re.compile(r"train_rollout_summaries\.jsonl")
+SUMMARY = "train_rollout_summaries.jsonl"
+SUMMARIES = re.compile(r"train_rollout_summaries\.jsonl|train_logtree\.json")
+"""A step's files: the rollout summaries and, where groups were logged, the logtree
+(`rlstream.formats.tinker_logtree`). `rl/train.py` writes the logtree when the
+iteration's sampling scope closes and the summaries after it, so the summaries mark
+the folder complete (a poll between the two would otherwise read the logtree alone
+and never come back for the summaries)."""
 
 KEYS = {
     "env/all/reward/total": "reward/mean_with_unusable",
@@ -123,7 +132,7 @@ class TinkerFormat:
     def streams(self, listing: frozenset[str]) -> tuple[Stream, ...]:
         return (
             Tail(METRICS, "steps"),
-            StepFiles("", ITERATION, SUMMARIES, "both"),
+            StepFiles("", ITERATION, SUMMARIES, "both", marker=SUMMARY),
             Tail(CAPTURE, "generations", optional=True),
         )
 
@@ -142,6 +151,8 @@ class TinkerFormat:
         return StepRecord(step, None, out, text)
 
     def parse_file(self, kind: str, data: bytes, name: str, step: int) -> list[Any]:
+        if name.endswith(LOGTREE):
+            return logtree(data, name, step)
         recs = jsonl_records(data, lambda obj: _trajectory(obj, step))
         return group_discards(recs)
 

@@ -237,7 +237,7 @@ class TranscriptParser:
                     samples if agg.completions is None else agg.completions.merge(samples)
                 )
             if a.text_tokens:
-                text = _text_completions(a.text_tokens, a.text_tasks)
+                text = _text_completions(a.text_tokens, a.text_tasks, not a.samples_lens)
                 agg.completions = text if agg.completions is None else agg.completions.merge(text)
             if a.scanned:
                 c = self.samples
@@ -271,14 +271,18 @@ def _sampler_tokens(ls: list[np.ndarray]) -> TokenAgg:
     return TokenAgg.from_arrays(flat, nan, offsets, np.zeros(len(ls), dtype=bool))
 
 
-def _text_completions(tokens: list[np.ndarray], tasks: list[str]) -> CompletionAgg:
+def _text_completions(
+    tokens: list[np.ndarray], tasks: list[str], lengths: bool = True
+) -> CompletionAgg:
     """Repetition and distinct answers of text-only completions, from word ids (their
-    lengths count words, so formats giving only text null the length columns)."""
+    lengths count words, so formats giving only text null the length columns; without
+    `lengths`, where the step's lengths in tokens are known, they count none)."""
     lens = np.asarray([len(x) for x in tokens], np.int64)
     offsets = np.zeros(len(tokens) + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])
     toks = np.concatenate(tokens) if tokens else np.empty(0, np.int64)
-    return CompletionAgg.from_arrays(lens, np.zeros(len(lens), bool), toks, offsets, tasks)
+    shown = lens if lengths else np.empty(0, np.int64)
+    return CompletionAgg.from_arrays(shown, np.zeros(len(shown), bool), toks, offsets, tasks)
 
 
 def _stack_topk(rows: list[np.ndarray]) -> np.ndarray:

@@ -1,9 +1,12 @@
 """Per-sample records of simulated trainer runs: tinker-cookbook's captured sampling
-calls and prime-rl's episodes (the `verifiers` library's records).
+calls and logtree, and prime-rl's episodes (the `verifiers` library's records).
 
 - `capture_samples(step, by_group)`: thinking-machines-lab/tinker-cookbook
   `tinker_cookbook/capture/instrument.py` (`sample` records) written by
   `capture/exporter.py` `JsonlFileSink` to `capture/sample.jsonl`;
+- `logtree(step, by_group)`: tinker-cookbook's `iteration_NNNNNN/train_logtree.json`
+  (`utils/logtree.py` `Trace.to_dict`, as `rl/problem_env.py` and `rl/rollouts.py`
+  log a group);
 - `episode(run, step, attempt)`: PrimeIntellect-ai/verifiers `verifiers/v1/episode.py`
   `Episode.to_record` as prime-rl's `src/prime_rl/monitors/file.py`
   `FileMonitor.log_episodes` appends it to `rollouts/step_N/train/{all,effective}/
@@ -93,3 +96,85 @@ def episode(run: Any, step: int, a: Any) -> bytes:
         "traces": [trace] if ok else [],
     }  # fmt: skip
     return orjson.dumps(episode, option=orjson.OPT_APPEND_NEWLINE)
+
+
+NUM_GROUPS_TO_LOG = 4
+"""tinker-cookbook `rl/train.py` `Config.num_groups_to_log` default."""
+
+
+def _sec(level: int, title: str, body: list[Any]) -> dict[str, Any]:
+    """A `logtree.scope_header(title)` section as `Node.to_dict` writes it."""
+    h = {"tag": f"h{level}", "attrs": {"class": f"lt-h{level}"}, "children": [title]}
+    div = {"tag": "div", "attrs": {"class": "lt-section-body"}, "children": body}
+    return {"tag": "section", "attrs": {"class": "lt-section"}, "children": [h, div]}
+
+
+def _convo(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """`log_formatter(ConversationFormatter(messages))`: the HTML child is dropped
+    from the JSON because `data` is present."""
+    data = {"type": "conversation", "messages": messages}
+    return {"tag": "div", "attrs": {}, "children": [], "data": data}
+
+
+def _kv(rows: dict[str, Any], caption: str) -> list[dict[str, Any]]:
+    """`logtree.table_from_dict(rows, caption=...)`: a caption div and a table."""
+    cell = lambda tag, v: {"tag": tag, "attrs": {}, "children": [str(v)]}  # noqa: E731
+    head = {"tag": "tr", "attrs": {}, "children": [cell("th", "key"), cell("th", "value")]}
+    body = [{"tag": "tr", "attrs": {}, "children": [cell("td", k), cell("td", v)]}
+            for k, v in rows.items()]  # fmt: skip
+    table = {"tag": "table", "attrs": {"class": "lt-table"}, "children": [
+        {"tag": "thead", "attrs": {}, "children": [head]},
+        {"tag": "tbody", "attrs": {}, "children": body}]}  # fmt: skip
+    return [{"tag": "div", "attrs": {"class": "lt-table-caption"}, "children": [caption]}, table]
+
+
+def _prompt_messages(p: str) -> list[dict[str, Any]]:
+    """The simulated prompt (`[system]` and `[user]` blocks) as chat messages."""
+    if p.startswith("[system]\n") and "\n[user]\n" in p:
+        system, user = p[len("[system]\n") :].split("\n[user]\n", 1)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return [{"role": "user", "content": p}]
+
+
+def logtree(sd: Any, by_group: dict[str, list[Any]]) -> bytes:
+    """The step's `iteration_NNNNNN/train_logtree.json` as tinker-cookbook writes it
+    (`utils/logtree.py` `Trace.to_dict`, `json.dumps(indent=2)`): the first
+    `NUM_GROUPS_TO_LOG` groups, each a "Group Rollout" section in which
+    `rl/problem_env.py` logs per attempt its Prompt, Policy Response (the Loops
+    transcript's text, a shortcut or repeated answer included) and Reward, then
+    `rl/rollouts.py` its "Trajectory Details" in traj_idx order."""
+    groups = []
+    for members in list(by_group.values())[:NUM_GROUPS_TO_LOG]:
+        body: list[Any] = []
+        episodes = []
+        for ti, a in enumerate(members):
+            r = a.reward if a.reward is not None else 0.0
+            p = next((g.get("prompt") for g in a.gens if g.get("prompt")), None) or "q"
+            said = [{"role": "assistant", "content": g.get("text") or ""} for g in a.gens]
+            body += [
+                _sec(3, "Prompt", [_convo(_prompt_messages(p))]),
+                _sec(3, "Policy Response", [_convo(said)]),
+                _sec(3, "Reward", _kv({"format_valid": True, "correct": r > 0.5,
+                                       "format_coef": 0.1, "reward": f"{r:.3f}"},
+                                      "Reward components")),
+            ]  # fmt: skip
+            turns = [
+                _sec(5, f"Turn {i}", _kv({"ob_len": g["prompt_len"], "ac_len": g["length"],
+                                          "step_reward": f"{r if i == len(a.gens) else 0.0:.3f}"},
+                                         "Step stats"))
+                for i, g in enumerate(a.gens, start=1)
+            ]  # fmt: skip
+            final = {"num_turns": len(a.gens), "final_ob_len": 0,
+                     "sum_step_rewards": f"{r:.3f}", "final_group_reward": "0.000",
+                     "total_return": f"{r:.3f}"}  # fmt: skip
+            episodes.append(
+                _sec(4, f"Trajectory {ti} Episode",
+                     [_sec(5, "Episode Details", turns + _kv(final, "Episode totals"))])
+            )  # fmt: skip
+        body.append(_sec(3, "Trajectory Details", episodes))
+        groups.append(_sec(2, "Group Rollout", body))
+    title = f"RL Iteration {sd.step}"
+    root = {"tag": "body", "attrs": {"class": "lt-root"}, "children": [
+        {"tag": "h1", "attrs": {"class": "lt-title"}, "children": [title]}, *groups]}  # fmt: skip
+    doc = {"title": title, "started_at": "2026-01-01T00:00:00", "path": None, "root": root}
+    return json.dumps(doc, indent=2).encode()

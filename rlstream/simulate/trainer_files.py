@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from rlstream.simulate.trainer_episodes import capture_samples, episode
+from rlstream.simulate.trainer_episodes import capture_samples, episode, logtree
 
 SAVE_EVERY = 2
 """TRL's save_steps in simulated runs: trainer_state.json snapshots every 2 steps."""
@@ -113,7 +113,6 @@ def tinker(run: Any, Write: Any) -> list[list[Any]]:
             "groups_per_batch": training.get("groups_per_step", 1),
         }
     out = [[Write("config.json", json.dumps(cfg, indent=2).encode())]]
-    n = len(run.steps)
     for sd in run.steps:
         f = _figures(sd)
         gens = sum(len(a.gens) for a in sd.attempts) or 1
@@ -121,7 +120,7 @@ def tinker(run: Any, Write: Any) -> list[list[Any]]:
             "step": sd.step,
             "progress/batch": sd.step,
             "optim/lr": cfg["learning_rate"],
-            "progress/done_frac": (sd.step + 1) / n,
+            "progress/done_frac": (sd.step + 1) / len(run.steps),
             "env/all/ac_tokens_per_turn": f["len_mean"],
             "env/all/turns_per_episode": f["turns"],
             "env/all/total_episodes": len(sd.attempts),
@@ -163,10 +162,11 @@ def tinker(run: Any, Write: Any) -> list[list[Any]]:
                     }
                 )  # fmt: skip
         summaries = ("\n".join(json.dumps(r) for r in recs) + "\n").encode() if recs else b""
-        capture = capture_samples(sd, by_group)
+        capture, tree = capture_samples(sd, by_group), logtree(sd, by_group)
         out.append(
             [
                 *([Write("capture/sample.jsonl", capture, append=True)] if capture else []),
+                Write(f"iteration_{sd.step:06d}/train_logtree.json", tree),
                 Write(f"iteration_{sd.step:06d}/train_rollout_summaries.jsonl", summaries),
                 Write("metrics.jsonl", _line(m), append=True),
             ]

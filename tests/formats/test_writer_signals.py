@@ -1,7 +1,7 @@
 """Signals the simulated trainers' files must carry for the rules to see them, read
 back by the readers: tinker-cookbook's async staleness bound (`rl/train.py`
-`Config.async_config`) and a prime-rl episode that ran out of turns (verifiers'
-`stop_condition`)."""
+`Config.async_config`), the logged groups' text in tinker's `train_logtree.json`,
+and a prime-rl episode that ran out of turns (verifiers' `stop_condition`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import orjson
 
 from rlstream.formats.prime_rl import PRIME_RL
 from rlstream.formats.tinker import TINKER
-from rlstream.simulate.trainer_episodes import episode
+from rlstream.simulate.text import SHORTCUTS, prompt
+from rlstream.simulate.trainer_episodes import episode, logtree
 from rlstream.simulate.trainers import Attempt
 
 
@@ -55,3 +56,31 @@ def test_prime_rl_episode_that_ran_out_of_turns():
     assert out["max_turns"]["termination_reason"] == "max_turns"
     assert out["max_turns"]["truncated"] is True  # a framework limit (Trace.is_truncated)
     assert out["stop"]["termination_reason"] == "completed" and out["stop"]["truncated"] is False
+
+
+def test_tinker_logtree_carries_the_logged_groups_text():
+    """5 groups of 2: the first 4 are logged (`num_groups_to_log`'s default); group 0's
+    second attempt ends with a shortcut; group 1 has equal rewards (not trained)."""
+    gen = {"tokens": np.array([4, 5]), "ls": np.array([-0.5, -0.1]), "lt": np.array([-0.4, -0.2]),
+           "length": 2, "truncated": False, "prompt_len": 3}  # fmt: skip
+    by_group = {}
+    for g in range(5):
+        members = []
+        for t in range(2):
+            text = "def solve(x): return x" + ("\n" + SHORTCUTS[0] if (g, t) == (0, 1) else "")
+            r = 1.0 if g == 1 else float(t)
+            gens = [{**gen, "text": text, "prompt": prompt(f"t{g}")}]
+            members.append(Attempt(f"a{g}{t}", f"g{g}", f"t{g}", r, True, 2, 1, gens))
+        by_group[f"g{g}"] = members
+
+    class _Step:
+        step = 2
+
+    data = logtree(_Step(), by_group)
+    recs = TINKER.parse_file("both", data, "iteration_000002/train_logtree.json", 2)
+    assert [r.attempt_id for r in recs] == [f"2-{g}-{t}" for g in range(4) for t in range(2)]
+    hack = recs[1]
+    assert hack.text.returned == ("def solve(x): return x\n" + SHORTCUTS[0],)
+    assert hack.text.sent == (prompt("t0"),)  # system and user messages, rendered back
+    assert hack.text.reward == 1.0 and hack.trains
+    assert [r.trains for r in recs[2:4]] == [False, False]
