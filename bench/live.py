@@ -12,7 +12,7 @@ Measured from outside the pipeline (no hook in the driver):
   every step written was seen, and the last one within the freshness bound
   (2 P + C) after the writer stopped. CPU: process-tree CPU seconds of the watch
   command over the measured window, as % of one core.
-- **Idle cost**: 100 runs written once and left unfinished (no `finished_at`,
+- **Idle cost**: 100 runs (and 1,000, not in `--quick`) written once and left unfinished (no `finished_at`,
   max_steps far away), watched; once every run has its latest row and the runs have
   been quiet for longer than `idle_backoff_seconds` (steady state), CPU of the watch
   process tree over a window, as % of one core, split into rlstream's processes
@@ -391,6 +391,8 @@ def main(quick: bool, work: Path) -> dict:
     ]
     print("live: idle cost", flush=True)
     res["idle"] = idle_cost(20 if quick else 100, 5 if quick else 30, work)
+    if not quick:
+        res["idle_1000"] = idle_cost(1000, 30, work)
     print("live: S3 requests per idle run per poll (moto server)", flush=True)
     res["s3"] = s3_requests(5 if quick else 20, 5 if quick else 20, work, steady=not quick)
     res["p99_median"] = median([f["p99"] for f in res["fleets"]])
