@@ -33,12 +33,18 @@ def _episode(step: int, eid: str, gid: str, reward: float, answer: str, toks: li
         _node("tool", "FAILED test_solve", False, [4, 5]),
         _node("assistant", answer, True, toks),
     ]
+    calls = [{"node": 1, "finish_reason": "stop", "usage": {"completion_tokens": 2}},
+             {"node": 3, "finish_reason": "stop", "usage": {"completion_tokens": len(toks)}}]  # fmt: skip
+    return episode_record(step, eid, gid, reward, nodes, calls)
+
+
+def episode_record(
+    step: int, eid: str, gid: str, reward: float, nodes: list[dict], calls: list[dict]
+) -> dict:
+    """One episode of one trainable trace, as `Episode.to_record()` writes it."""
     trace = {
         "agent": {"config": {}, "name": "default", "trainable": True}, "nodes": nodes,
-        "calls": [{"node": 1, "finish_reason": "stop", "usage": {"completion_tokens": 2}},
-                  {"node": 3, "finish_reason": "stop",
-                   "usage": {"completion_tokens": len(toks)}}],
-        "rewards": {"correct": {"score": reward, "weight": 1.0}}, "ok": True,
+        "calls": calls, "rewards": {"correct": {"score": reward, "weight": 1.0}}, "ok": True,
         "stop_condition": "completed", "errors": [],
     }  # fmt: skip
     return {

@@ -23,6 +23,7 @@ from rlstream.config import PipelineConfig
 from rlstream.metrics.scanners import SampleText, samples_config
 from rlstream.pipeline.local import analyze_local, build_group
 from rlstream.pipeline.work import FilesUnit, LinesUnit, TranscriptsUnit, transcript_settings
+from tests.formats.test_prime_rl_text import episode_record
 from tests.formats.trainer_runs import FORMATS, sim_runs, table, trainer_run
 
 KEY = "cat answer_key.json"
@@ -56,18 +57,9 @@ def _episode(step: int, eid: str, gid: str, reward: float, answer: str) -> dict:
             "token_ids": toks, "mask": [sampled] * 2, "logprobs": [-0.5, -0.5],
         }  # fmt: skip
 
-    trace = {
-        "agent": {"config": {}, "name": "default", "trainable": True},
-        "nodes": [node("user", f"Solve task {gid}.", False), node("assistant", answer, True)],
-        "calls": [{"node": 1, "finish_reason": "stop", "usage": {"completion_tokens": 2}}],
-        "rewards": {"correct": {"score": reward, "weight": 1.0}}, "ok": True,
-        "stop_condition": "completed", "errors": [],
-    }  # fmt: skip
-    return {
-        "id": eid, "group": {"id": gid}, "ok": True, "errors": [], "traces": [trace],
-        "run": {"type": "train", "id": "r", "work": {"type": "train", "step": step,
-                "policy": {"start": step, "end": step}}},
-    }  # fmt: skip
+    nodes = [node("user", f"Solve task {gid}.", False), node("assistant", answer, True)]
+    calls = [{"node": 1, "finish_reason": "stop", "usage": {"completion_tokens": 2}}]
+    return episode_record(step, eid, gid, reward, nodes, calls)
 
 
 def _prime_step(run: Path, step: int, eps: list[dict]) -> None:
