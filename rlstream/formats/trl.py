@@ -169,12 +169,12 @@ class TrlFormat:
             ):
                 recs.append(BadLine(None, f"row[{i}]:invalid_field:reward", repr(r)[:480].encode()))
                 continue
-            gid = f"{step}-{hashlib.blake2b(repr(r['prompt']).encode(), digest_size=8).hexdigest()}"
+            task = hashlib.blake2b(repr(r["prompt"]).encode(), digest_size=8).hexdigest()
             recs.append(
                 {
                     "attempt_id": f"{step}-{i}",
-                    "group_id": gid,
-                    "task_id": gid,
+                    "group_id": f"{step}-{task}",  # a step's completions of one prompt
+                    "task_id": task,  # the prompt, at every step it comes back
                     "step": step,
                     "policy_version": None,
                     "reward": float(sum(vals)) if vals else None,
@@ -202,7 +202,7 @@ class TrlFormat:
             recs += [
                 text_completion(
                     r["attempt_id"],
-                    r["group_id"],
+                    r["task_id"],
                     step,
                     _text(by_id[r["attempt_id"]]),
                     _prompt(by_id[r["attempt_id"]]),

@@ -137,8 +137,8 @@ class VerlFormat:
                 out.append(roll)
                 n += 1
             elif isinstance(r, tuple):  # (input, output)
-                aid, gid = roll["attempt_id"], roll["group_id"]
-                out.append(text_completion(aid, gid, step, r[1], r[0], roll, name))
+                aid, task = roll["attempt_id"], roll["task_id"]
+                out.append(text_completion(aid, task, step, r[1], r[0], roll, name))
             else:
                 out.append(r)
         return out
@@ -158,11 +158,11 @@ def _sample(obj: Any, step: int) -> tuple[dict[str, Any], str]:
     if "score" not in obj:
         raise BadRecord("missing_field:score")
     score = finite_number(obj["score"], "score")
-    gid = f"{step}-{hashlib.blake2b(obj['input'].encode(), digest_size=8).hexdigest()}"
+    task = hashlib.blake2b(obj["input"].encode(), digest_size=8).hexdigest()
     return {
         "attempt_id": "",
-        "group_id": gid,
-        "task_id": gid,
+        "group_id": f"{step}-{task}",  # a step's samples of one prompt
+        "task_id": task,  # the prompt, at every step it comes back
         "step": step,
         "policy_version": None,
         "reward": score,
