@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import math
 from collections import Counter, deque
 from typing import Any
@@ -98,7 +99,52 @@ before a rename still resumes; a state is always written with the new names."""
 
 
 def _enc(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, str)):
+    t = type(v)
+    if t is float:
+        return v if math.isfinite(v) else {"$f": repr(v)}
+    if t is str or t is bool or v is None:
+        return v
+    if t is int:
+        return v if -_SAFE < v < _SAFE else {"$int": str(v)}
+    if t is dict:
+        if _plain_keys(v):
+            return {k: x if type(x) is float and _finite(x) else _leaf(x) for k, x in v.items()}
+        return {"$d": [[_enc(k), _enc(x)] for k, x in v.items()]}
+    if t is list:
+        return [x if type(x) is float and _finite(x) else _leaf(x) for x in v]
+    if t is tuple:
+        return {"$t": [_leaf(x) for x in v]}
+    return _enc_other(v)
+
+
+_finite = math.isfinite
+_PLAIN_KEYS: set[str] = set()
+"""Dict keys already found plain (str, no `$`): most dicts of a state (health rows,
+figures) have the same few dozen keys, checked as one set operation."""
+_PLAIN_KEYS_MAX = 1 << 16
+
+
+def _plain_keys(d: dict[Any, Any]) -> bool:
+    if _PLAIN_KEYS.issuperset(d):
+        return True
+    if not all(isinstance(k, str) and not k.startswith("$") for k in d):
+        return False
+    if len(_PLAIN_KEYS) + len(d) <= _PLAIN_KEYS_MAX:
+        _PLAIN_KEYS.update(d)
+    return True
+
+
+def _leaf(v: Any) -> Any:
+    """`_enc` with the commonest values (finite floats, strings, None) answered
+    without a call: a health row is dozens of floats."""
+    t = type(v)
+    if (t is float and math.isfinite(v)) or t is str or v is None:
+        return v
+    return _enc(v)
+
+
+def _enc_other(v: Any) -> Any:
+    if isinstance(v, (bool, str)):
         return v
     if isinstance(v, (int, np.integer)):
         v = int(v)
@@ -126,14 +172,18 @@ def _enc(v: Any) -> Any:
     if isinstance(v, (set, frozenset)):
         return {"$set": [_enc(x) for x in sorted(v, key=repr)]}
     if isinstance(v, deque):
-        return {"$dq": [_enc(x) for x in v], "maxlen": v.maxlen}
+        return {"$dq": [_leaf(x) for x in v], "maxlen": v.maxlen}
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         name = type(v).__name__
         if _kinds_map().get(name) is not type(v):
             raise TypeError(f"resume state cannot hold a {type(v).__qualname__}")
-        fields = {f.name: _enc(getattr(v, f.name)) for f in dataclasses.fields(v)}
-        return {"$dc": name, "f": fields}
+        return {"$dc": name, "f": {f: _leaf(getattr(v, f)) for f in _field_names(type(v))}}
     raise TypeError(f"resume state cannot hold a {type(v).__qualname__}")
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _kinds_map() -> dict[str, type]:
@@ -195,6 +245,7 @@ def _dec_tagged(v: dict[str, Any]) -> Any:
     raise ValueError(f"unknown tag {tag!r}")
 
 
+@functools.cache
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -20,24 +20,18 @@ from rlstream.io.storage import Storage
 from rlstream.pipeline.commit import open_sink
 from rlstream.pipeline.runner import RunGroup
 from rlstream.pipeline.state import state_summary
-from rlstream.pipeline.work import Unit, UnitResult, execute
-from rlstream.runtime.executors import WorkerPool
+from rlstream.pipeline.work import Unit, UnitFailure, UnitResult
+from rlstream.runtime.executors import WorkerPool, run_unit
 from rlstream.runtime.malloc import keep_heap
 
 log = logging.getLogger("rlstream")
-
-
-OBJECT_STORE_UNITS_PER_WORKER = 4
-"""Units a Worker runs at once (threads) when it reads an object store: a unit waits
-on round trips (a range GET, a window of transcript GETs) that the others' parsing
-overlaps. Local disk: one at a time. Worker memory is this many units' peak."""
 
 
 @ray.remote(max_restarts=-1, max_task_retries=3)
 class Worker:
     """Reads the bytes of a unit itself, parses and aggregates them. Placed one per
     CPU across the nodes (`_RoundRobinNodes` below). Runs several units at once on
-    object stores (`OBJECT_STORE_UNITS_PER_WORKER`, a threaded actor): `execute` keeps
+    object stores (`OBJECT_STORE_UNITS_PER_WORKER`, a threaded actor): `execute_many` keeps
     no state but a counter."""
 
     def __init__(self, storage: Storage) -> None:
@@ -46,15 +40,18 @@ class Worker:
         self.storage = storage
         self.done = 0
 
-    def execute(self, unit: Unit) -> UnitResult:
+    def execute_many(self, units: list[Unit]) -> list[UnitResult | UnitFailure]:
+        """`execute` of each unit in turn, in one call (a live poll's many small
+        units would cost a round trip each). A unit that raises becomes its own
+        `UnitFailure`; the others' results still count."""
         if self.done == 0:
             # One line per worker process, in its node's log folder and (forwarded by
             # Ray) in the driver's output: shows where the pool actually ran.
             i = self.info()
             log.info("worker pid %d on node %s (%s): first unit", i["pid"], i["node_id"], i["ip"])
-        res = execute(unit, self.storage)
-        self.done += 1
-        return res
+        out = [run_unit(u, self.storage, f"worker pid {os.getpid()}") for u in units]
+        self.done += len(units)
+        return out
 
     def info(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()

@@ -10,7 +10,8 @@ units in, results out as they complete, each once).
   worker handles it was given.
 
 `WorkerPool` is the one least-loaded dispatch: at most `max_inflight` units in
-flight, each to the worker with the fewest. Every unit is taken from one queue by the
+flight, each call to the worker with the fewest; when many units wait, several go in
+one call (`WorkerPool._batch`). Every unit is taken from one queue by the
 calling thread exactly once and its result is yielded once: running units here
 before the workers are ready never counts anything twice. A unit that failed (here
 or on Ray) is retried by `RunGroup.poll` like any other.
@@ -32,6 +33,11 @@ from rlstream.runtime.cluster import RayConfig, starts_private
 
 log = logging.getLogger("rlstream")
 
+
+OBJECT_STORE_UNITS_PER_WORKER = 4
+"""Calls a Worker runs at once (threads) when it reads an object store: a unit waits
+on round trips (a range GET, a window of transcript GETs) that the others' parsing
+overlaps. Local disk: one at a time. Worker memory is this many calls' peak."""
 
 START_NOW_TRANSCRIPTS = 2000
 """A plan with more transcripts than this in its first chunk (or more than one
@@ -123,7 +129,7 @@ class RayStart:
                 return
             import ray
 
-            from rlstream.runtime.actors import OBJECT_STORE_UNITS_PER_WORKER, Worker
+            from rlstream.runtime.actors import Worker
 
             env = {"runtime_env": {"env_vars": forwarded_env()}} if forwarded_env() else {}
             at_once = 1 if self.storage.is_local else OBJECT_STORE_UNITS_PER_WORKER
@@ -180,6 +186,20 @@ class RayStart:
         self._starter.join()
 
 
+def run_unit(unit: Unit, storage: Storage | None, where: str) -> UnitResult | UnitFailure:
+    """`execute`, with an error of the unit (storage, most often) its `UnitFailure`:
+    `RunGroup.poll` retries it, and the units run with it still count."""
+    try:
+        return execute(unit, storage)
+    except Exception as e:
+        log.error("unit for run %s failed in %s: %r", unit.run_id, where, e)
+        return UnitFailure(unit, repr(e))
+
+
+MAX_BATCH = 8
+"""At most this many units are sent to a worker in one call (`WorkerPool._batch`)."""
+
+
 class WorkerPool:
     """An executor (`pipeline.runner.Executor`) that runs units in this process
     while `workers()` returns none, else on the workers (at most `max_inflight`
@@ -213,17 +233,18 @@ class WorkerPool:
         if first is not None:
             first(units)
         todo = deque(units)
-        inflight: dict[Any, tuple[Unit, int]] = {}
+        inflight: dict[Any, tuple[list[Unit], int]] = {}
         load: list[int] = []
         while todo or inflight:
             pool = self.workers()
             if pool and len(load) != len(pool):
                 load = [0] * len(pool)
-            while pool and todo and len(inflight) < self.max_inflight:
-                unit = todo.popleft()
+            while pool and todo and sum(load) < self.max_inflight:
+                n = min(self._batch(len(todo), len(pool)), self.max_inflight - sum(load))
+                batch = [todo.popleft() for _ in range(n)]
                 w = min(range(len(pool)), key=load.__getitem__)
-                load[w] += 1
-                inflight[pool[w].execute.remote(unit)] = (unit, w)
+                load[w] += n
+                inflight[pool[w].execute_many.remote(batch)] = (batch, w)
             here = bool(todo) and (not pool or self.here_too)
             if inflight:
                 yield from self._collect(inflight, load, block=not here)
@@ -239,23 +260,29 @@ class WorkerPool:
 
         ready, _ = ray.wait(list(inflight), num_returns=1, timeout=None if block else 0)
         for ref in ready:
-            unit, w = inflight.pop(ref)
-            load[w] -= 1
+            batch, w = inflight.pop(ref)
+            load[w] -= len(batch)
             try:
-                res: UnitResult | UnitFailure = ray.get(ref)
+                got: list[UnitResult | UnitFailure] = ray.get(ref)
             except ray.exceptions.RayError as e:
-                log.error("unit for run %s failed after retries: %s", unit.run_id, e)
-                res = UnitFailure(unit, repr(e))
-            self.counts["ray"] += 1
-            self._tick()
-            yield res
+                runs = sorted({u.run_id for u in batch})
+                log.error("%d units of runs %s failed after retries: %s", len(batch), runs, e)
+                got = [UnitFailure(u, repr(e)) for u in batch]
+            for res in got:
+                self.counts["ray"] += 1
+                self._tick()
+                yield res
+
+    def _batch(self, waiting: int, workers: int) -> int:
+        """Units per call: one while the queue is short; when many wait (a live poll
+        of many runs, each a small unit) up to `MAX_BATCH`, still leaving each of a
+        worker's threads two calls in flight so none waits for the next."""
+        local = self.storage is None or self.storage.is_local
+        calls = 2 * workers * (1 if local else OBJECT_STORE_UNITS_PER_WORKER)
+        return max(1, min(MAX_BATCH, self.max_inflight // calls, waiting // calls))
 
     def _here(self, unit: Unit) -> UnitResult | UnitFailure:
-        try:
-            res: UnitResult | UnitFailure = execute(unit, self.storage)
-        except Exception as e:  # storage errors: RunGroup.poll retries the unit
-            log.error("unit for run %s failed in the driver: %r", unit.run_id, e)
-            res = UnitFailure(unit, repr(e))
+        res = run_unit(unit, self.storage, "the driver")
         self.counts["here"] += 1
         self._tick()
         return res

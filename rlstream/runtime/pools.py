@@ -27,8 +27,9 @@ from rlstream.pipeline.discover import find_runs, normalize_root
 from rlstream.pipeline.local import input_storage
 from rlstream.pipeline.outcome import Outcome
 from rlstream.pipeline.shards import Sharder
-from rlstream.runtime.actors import OBJECT_STORE_UNITS_PER_WORKER, Tailer, Worker
+from rlstream.runtime.actors import Tailer, Worker
 from rlstream.runtime.cluster import cluster_cpus, forwarded_env
+from rlstream.runtime.executors import OBJECT_STORE_UNITS_PER_WORKER
 from rlstream.runtime.progress import Progress
 from rlstream.runtime.sizes import RuntimeConfig, default_tailers
 
