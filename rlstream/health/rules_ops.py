@@ -112,17 +112,35 @@ def mismatch_kl_rising(
     )
 
 
+def pooled_ess(sw: list[float], n: list[float], sw2: list[float]) -> float | None:
+    """ESS of the tokens of several steps together, from each step's sums
+    (``figures._ess_sums``): (Σ Σw)² / (Σ n × Σ Σw²); None without steps."""
+    if not sw or len(sw) != len(n) or len(sw) != len(sw2):
+        return None
+    den = sum(n) * sum(sw2)
+    return min(1.0, sum(sw) ** 2 / den) if den > 0 else None
+
+
 def low_ess(v: View, c: C.LowEss, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
-    ess, base = v.recent("ess"), v.base("ess")
-    if any_none(ess, base):
+    k = c.steps
+    ess = pooled_ess(v.values("ess_sw", k), v.values("ess_n", k), v.values("ess_sw2", k))
+    base = pooled_ess(v.base_values("ess_sw"), v.base_values("ess_n"), v.base_values("ess_sw2"))
+    typical = v.recent("ess", k)
+    if any_none(ess, base, typical) or len(v.base_values("ess")) < v.baseline_min:
         return None
     short, base_short = 1.0 - ess, max(1.0 - base, 0.01)
-    holds = le(ess, c.ess_max, active, ctx) and ge(short, c.ratio * base_short, active, ctx)
-    sev = "critical" if ess <= c.critical_ess else None
+    low = sum(x <= c.ess_max for x in v.values("ess", k))
+    holds = (
+        le(ess, c.ess_max, active, ctx)
+        and ge(short, c.ratio * base_short, active, ctx)
+        and low >= c.low_steps_min
+    )
+    sev = "critical" if typical <= c.critical_ess else None
     return Verdict(
         holds,
-        f"importance-weight ESS {ess:.2f} over the last {v.recent_steps} steps "
-        f"(baseline {base:.2f}): a few tokens dominate the off-policy correction; check "
+        f"importance-weight ESS {ess:.2f} over the tokens of the last {k} steps "
+        f"(baseline {base:.2f}; {low} of those steps at or below {c.ess_max:.2f}, median "
+        f"step {typical:.2f}): a few tokens dominate the off-policy correction; check "
         "sampler/trainer mismatch and staleness",
         sev,
     )
