@@ -129,7 +129,7 @@ def low_ess(v: View, c: C.LowEss, ctx: Ctx, active: bool, row: dict) -> Verdict 
     if any_none(ess, base, typical) or len(v.base_values("ess")) < v.baseline_min:
         return None
     short, base_short = 1.0 - ess, max(1.0 - base, 0.01)
-    low = sum(x <= c.ess_max for x in v.values("ess", k))
+    low = sum(le(x, c.ess_max, active, ctx) for x in v.values("ess", k))
     holds = (
         le(ess, c.ess_max, active, ctx)
         and ge(short, c.ratio * base_short, active, ctx)

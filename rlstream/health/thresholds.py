@@ -165,16 +165,17 @@ class MismatchKlRising(RuleConfig):
 class LowEss(RuleConfig):
     """Importance-weight effective sample size falling."""
 
-    steps: int = 5
-    """Steps whose trained tokens are pooled into one ESS, (ΣΣw)² / (Σn ΣΣw²) (a few
-    steps far below 1 among steps near 1 show, where their median would not)."""
+    steps: int = 10
+    """Steps whose trained tokens are pooled into one ESS, (ΣΣw)² / (Σn ΣΣw²): a few
+    steps far below 1 among steps near 1 show, where their median would not."""
     ess_max: float = 0.8
     """That ESS at or below this..."""
     ratio: float = 3.0
     """...its shortfall 1 - ESS at least this many times the baseline's (the early
     baseline's tokens pooled the same way)..."""
-    low_steps_min: int = 1
-    """...and at least this many of those steps at or below ``ess_max`` on their own."""
+    low_steps_min: int = 2
+    """...and at least this many of those steps at or below ``ess_max`` on their own
+    (one step dominates the pooled figure: a lone bad step is not a trend)."""
     critical_ess: float = 0.3
     """With the median step's ESS at or below this the finding is critical."""
 
