@@ -121,9 +121,15 @@ def pooled_ess(sw: list[float], n: list[float], sw2: list[float]) -> float | Non
     return min(1.0, sum(sw) ** 2 / den) if den > 0 else None
 
 
+def recent_ess(v: View, c: C.LowEss) -> float | None:
+    """The ESS low_ess judges: the last ``c.steps`` rows' tokens pooled."""
+    k = c.steps
+    return pooled_ess(v.values("ess_sw", k), v.values("ess_n", k), v.values("ess_sw2", k))
+
+
 def low_ess(v: View, c: C.LowEss, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
     k = c.steps
-    ess = pooled_ess(v.values("ess_sw", k), v.values("ess_n", k), v.values("ess_sw2", k))
+    ess = recent_ess(v, c)
     base = pooled_ess(v.base_values("ess_sw"), v.base_values("ess_n"), v.base_values("ess_sw2"))
     typical = v.recent("ess", k)
     if any_none(ess, base, typical) or len(v.base_values("ess")) < v.baseline_min:

@@ -122,3 +122,13 @@ def test_critical_when_the_median_step_is_low():
     state, _ = fold_all(_run(130, lambda i: 12 if i >= ONSET else 0))
     fired = [f for f in findings(state) if f.code == "low_ess" and f.state == FIRING]
     assert fired and fired[0].severity == "critical", findings(state)
+
+
+def test_run_health_shows_the_ess_the_finding_cites():
+    from rlstream.health import recent_figures
+
+    state, _ = fold_all(_run(130, _every_fourth))
+    fired = [f for f in findings(state) if f.code == "low_ess" and f.state == FIRING]
+    shown = recent_figures(state)["mismatch_ess_recent"]
+    assert fired and f"ESS {shown:.2f} over the tokens" in fired[0].message
+    assert shown < 0.5  # the last 10 steps pooled, not their median (about 1)
