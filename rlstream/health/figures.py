@@ -113,29 +113,6 @@ def _rollout_metric(other: dict[str, Any], words: tuple[str, ...]) -> float | No
     return None
 
 
-def _ess_sums(row: dict[str, Any], ess: float | None) -> dict[str, float]:
-    """The step's importance-weight sums behind its ESS, so that ESS pools over steps.
-
-    ESS = (Σw)² / (n Σw²) over the step's n trained tokens, so Σw = n m (m the mean
-    weight) and Σw² = n m² / ESS. Recomputed, n is ``trained_tokens`` and
-    m = 1 + ``mismatch_kl`` − ``mismatch_k1`` (k3 = w − 1 − d and k1 = −d, averaged
-    over the same tokens; exact but where d was clamped at ±20). A trainer's reported
-    ESS comes without them: the step counts as one unit of weight with m = 1 (the
-    importance weight's expectation under the sampler). Pooled over rows i, ESS =
-    (Σ ess_sw_i)² / (Σ ess_n_i × Σ ess_sw2_i).
-    """
-    if ess is None or ess <= 0:
-        return {}
-    n, m = 1.0, 1.0
-    if num(row.get("mismatch_ess")) is not None:
-        tokens = num(row.get("trained_tokens"))
-        kl, k1 = num(row.get("mismatch_kl")), num(row.get("mismatch_k1"))
-        n = tokens if tokens is not None and tokens > 0 else 1.0
-        if kl is not None and k1 is not None and 1.0 + kl - k1 > 0:
-            m = 1.0 + kl - k1
-    return {"ess_n": n, "ess_sw": n * m, "ess_sw2": n * m * m / ess}
-
-
 def extract(row: dict[str, Any]) -> dict[str, float]:
     """The row's figures; see the module docstring."""
     g = row.get
@@ -199,7 +176,6 @@ def extract(row: dict[str, Any]) -> dict[str, float]:
     f["flagged_n"] = _first(g("flagged_high_n"))
     f["kl"] = _first(g("mismatch_kl"), g("reported_mismatch_kl"))
     f["ess"] = _first(g("mismatch_ess"), g("reported_mismatch_ess"))
-    f.update(_ess_sums(row, f["ess"]))
     f["entropy"] = _first(g("entropy_estimate"), g("reported_entropy_estimate"))
     f["len_mean"] = _first(
         g("completion_len_mean"),

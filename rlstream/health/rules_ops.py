@@ -112,25 +112,26 @@ def mismatch_kl_rising(
     )
 
 
-def pooled_ess(sw: list[float], n: list[float], sw2: list[float]) -> float | None:
-    """ESS of the tokens of several steps together, from each step's sums
-    (``figures._ess_sums``): (Σ Σw)² / (Σ n × Σ Σw²); None without steps."""
-    if not sw or len(sw) != len(n) or len(sw) != len(sw2):
+def pooled_ess(ess: list[float]) -> float | None:
+    """The ESS of several steps' tokens together, (ΣΣw)² / (N ΣΣw²), each step's
+    weights normalised to mean 1 (a batch's correction is self-normalised) and each
+    step counted as n tokens alike (one update each; a reported ESS comes without token
+    counts): step i then holds Σw = n and Σw² = n / ESS_i, so the pool of k steps is
+    k / Σ 1/ESS_i, their harmonic mean. None without steps."""
+    if not ess or min(ess) <= 0:
         return None
-    den = sum(n) * sum(sw2)
-    return min(1.0, sum(sw) ** 2 / den) if den > 0 else None
+    return min(1.0, len(ess) / sum(1.0 / e for e in ess))
 
 
 def recent_ess(v: View, c: C.LowEss) -> float | None:
     """The ESS low_ess judges: the last ``c.steps`` rows' tokens pooled."""
-    k = c.steps
-    return pooled_ess(v.values("ess_sw", k), v.values("ess_n", k), v.values("ess_sw2", k))
+    return pooled_ess(v.values("ess", c.steps))
 
 
 def low_ess(v: View, c: C.LowEss, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
     k = c.steps
     ess = recent_ess(v, c)
-    base = pooled_ess(v.base_values("ess_sw"), v.base_values("ess_n"), v.base_values("ess_sw2"))
+    base = pooled_ess(v.base_values("ess"))
     typical = v.recent("ess", k)
     if any_none(ess, base, typical) or len(v.base_values("ess")) < v.baseline_min:
         return None

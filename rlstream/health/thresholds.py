@@ -166,7 +166,8 @@ class LowEss(RuleConfig):
     """Importance-weight effective sample size falling."""
 
     steps: int = 10
-    """Steps whose trained tokens are pooled into one ESS, (ΣΣw)² / (Σn ΣΣw²): a few
+    """Steps whose trained tokens are pooled into one ESS (each step's weights
+    normalised to mean 1, steps counted alike: the harmonic mean of their ESS): a few
     steps far below 1 among steps near 1 show, where their median would not."""
     ess_max: float = 0.8
     """That ESS at or below this..."""

@@ -2,10 +2,11 @@
 
 Rows are built from token weights with docs/schema.md's definitions (d = lt - ls,
 w = exp(d); mismatch_kl = mean(w - 1 - d), mismatch_k1 = mean(-d), mismatch_ess =
-(Σw)² / (|T| Σw²)), so the pooled figure is checked against the ESS of all the steps'
-tokens together, and the rule against runs whose ESS is near 1 on most steps and far
-below it on a few: the shape of the scripted simulator's low_ess runs, where a token
-the trainer finds about 4 nats likelier than the sampler did appears on some steps only.
+(Σw)² / (|T| Σw²)). The pooled figure is checked against the ESS of all the steps'
+tokens together, each step's weights normalised to mean 1 (docs/health.md), and the
+rule against runs whose ESS is near 1 on most steps and far below it on a few: the
+shape of the scripted simulator's low_ess runs, where a token the trainer finds about
+4 nats likelier than the sampler did appears on some steps only.
 """
 
 from __future__ import annotations
@@ -63,21 +64,19 @@ def _episodes(transitions, code="low_ess"):
     ]
 
 
-def test_pooled_ess_is_the_ess_of_every_token_of_the_steps():
-    from rlstream.health.figures import extract
+def test_pooled_ess_is_the_ess_of_every_token_of_the_steps_normalised():
     from rlstream.health.rules_ops import pooled_ess
 
     rng = np.random.default_rng(3)
     steps = [_weights(rng, h) for h in (0, 2, 0, 5, 1)]
-    steps[2] = rng.normal(0.1, 0.3, 180)  # a step of another size and mean weight
-    figs = [extract(_token_columns(d)) for d in steps]
-    got = pooled_ess(*([f[k] for f in figs] for k in ("ess_sw", "ess_n", "ess_sw2")))
-    w = np.exp(np.concatenate(steps))
+    steps[2] = rng.normal(0.1, 0.3, TOKENS)  # another mean weight: normalised away
+    got = pooled_ess([_token_columns(d)["mismatch_ess"] for d in steps])
+    # docs/health.md: each step's weights normalised to mean 1, steps of equal size,
+    # then (Σw)² / (N Σw²) over every token of the steps.
+    w = np.concatenate([np.exp(d) / np.exp(d).mean() for d in steps])
     want = w.sum() ** 2 / (w.size * (w * w).sum())
     assert math.isclose(got, want, rel_tol=1e-9), (got, want)
-    # One step alone is its own ESS.
-    one = pooled_ess([figs[1]["ess_sw"]], [figs[1]["ess_n"]], [figs[1]["ess_sw2"]])
-    assert math.isclose(one, _token_columns(steps[1])["mismatch_ess"], rel_tol=1e-9)
+    assert math.isclose(pooled_ess([0.5]), 0.5) and pooled_ess([]) is None
 
 
 def test_fires_when_a_quarter_of_the_steps_fall_far_below_one():
