@@ -11,6 +11,7 @@ from rlstream.health.engine import (
     findings,
     fold_step,
     new_state,
+    recent_figures,
     run_status,
     typical_interval,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "fold_step",
     "load_rules",
     "new_state",
+    "recent_figures",
     "rules_from_dict",
     "run_status",
     "typical_interval",

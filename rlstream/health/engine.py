@@ -29,8 +29,9 @@ from typing import Any
 
 from rlstream.health import stats
 from rlstream.health.config import CODES, DEFAULT_RULES, RuleConfig, RulesConfig
-from rlstream.health.figures import as_dict, extract, num
+from rlstream.health.figures import RECENT_FIGURES, as_dict, extract, num
 from rlstream.health.rules import EXPLAINED_BY, RULES, Ctx, Verdict
+from rlstream.health.rules_ops import recent_ess
 from rlstream.health.state import (
     FIRING,
     INACTIVE,
@@ -63,6 +64,16 @@ def new_state(cfg: RulesConfig = DEFAULT_RULES, run_id: str | None = None) -> He
 
 def _view(state: HealthState, cfg: RulesConfig) -> View:
     return View(state, cfg.history.recent_steps, cfg.history.baseline_steps)
+
+
+def recent_figures(state: HealthState, cfg: RulesConfig = DEFAULT_RULES) -> dict[str, float | None]:
+    """run_health's ``RECENT_FIGURES`` columns: the figures the rules judge now, the
+    median over ``[history] recent_steps`` rows, but for ESS the tokens of the last
+    ``[low_ess] steps`` rows pooled (what low_ess judges and its message cites)."""
+    view = _view(state, cfg)
+    out = {key: view.recent(figure) for key, figure in RECENT_FIGURES.items()}
+    out["mismatch_ess_recent"] = recent_ess(view, cfg.low_ess)
+    return out
 
 
 def _update_levels(state: HealthState, skip: int, n: int) -> None:

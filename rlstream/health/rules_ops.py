@@ -112,17 +112,42 @@ def mismatch_kl_rising(
     )
 
 
+def pooled_ess(ess: list[float]) -> float | None:
+    """The ESS of several steps' tokens together, (ΣΣw)² / (N ΣΣw²), each step's
+    weights normalised to mean 1 (a batch's correction is self-normalised) and each
+    step counted as n tokens alike (one update each; a reported ESS comes without token
+    counts): step i then holds Σw = n and Σw² = n / ESS_i, so the pool of k steps is
+    k / Σ 1/ESS_i, their harmonic mean. None without steps."""
+    if not ess or min(ess) <= 0:
+        return None
+    return min(1.0, len(ess) / sum(1.0 / e for e in ess))
+
+
+def recent_ess(v: View, c: C.LowEss) -> float | None:
+    """The ESS low_ess judges: the last ``c.steps`` rows' tokens pooled."""
+    return pooled_ess(v.values("ess", c.steps))
+
+
 def low_ess(v: View, c: C.LowEss, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
-    ess, base = v.recent("ess"), v.base("ess")
-    if any_none(ess, base):
+    k = c.steps
+    ess = recent_ess(v, c)
+    base = pooled_ess(v.base_values("ess"))
+    typical = v.recent("ess", k)
+    if any_none(ess, base, typical) or len(v.base_values("ess")) < v.baseline_min:
         return None
     short, base_short = 1.0 - ess, max(1.0 - base, 0.01)
-    holds = le(ess, c.ess_max, active, ctx) and ge(short, c.ratio * base_short, active, ctx)
-    sev = "critical" if ess <= c.critical_ess else None
+    low = sum(le(x, c.ess_max, active, ctx) for x in v.values("ess", k))
+    holds = (
+        le(ess, c.ess_max, active, ctx)
+        and ge(short, c.ratio * base_short, active, ctx)
+        and low >= c.low_steps_min
+    )
+    sev = "critical" if typical <= c.critical_ess else None
     return Verdict(
         holds,
-        f"importance-weight ESS {ess:.2f} over the last {v.recent_steps} steps "
-        f"(baseline {base:.2f}): a few tokens dominate the off-policy correction; check "
+        f"importance-weight ESS {ess:.2f} over the tokens of the last {k} steps "
+        f"(baseline {base:.2f}; {low} of those steps at or below {c.ess_max:.2f}, median "
+        f"step {typical:.2f}): a few tokens dominate the off-policy correction; check "
         "sampler/trainer mismatch and staleness",
         sev,
     )

@@ -165,12 +165,20 @@ class MismatchKlRising(RuleConfig):
 class LowEss(RuleConfig):
     """Importance-weight effective sample size falling."""
 
+    steps: int = 10
+    """Steps whose trained tokens are pooled into one ESS (each step's weights
+    normalised to mean 1, steps counted alike: the harmonic mean of their ESS): a few
+    steps far below 1 among steps near 1 show, where their median would not."""
     ess_max: float = 0.8
-    """Recent token ESS at or below this..."""
+    """That ESS at or below this..."""
     ratio: float = 3.0
-    """...and its shortfall 1 - ESS at least this many times the baseline shortfall."""
+    """...its shortfall 1 - ESS at least this many times the baseline's (the early
+    baseline's tokens pooled the same way)..."""
+    low_steps_min: int = 2
+    """...and at least this many of those steps at or below ``ess_max`` on their own
+    (one step dominates the pooled figure: a lone bad step is not a trend)."""
     critical_ess: float = 0.3
-    """At or below this ESS the finding is critical."""
+    """With the median step's ESS at or below this the finding is critical."""
 
 
 @dataclass(frozen=True)

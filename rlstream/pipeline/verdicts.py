@@ -29,6 +29,7 @@ from rlstream.health import (
     findings,
     fold_step,
     new_state,
+    recent_figures,
     run_status,
 )
 from rlstream.health.evaluable import (
@@ -38,8 +39,6 @@ from rlstream.health.evaluable import (
     not_evaluable,
     row_figures,
 )
-from rlstream.health.figures import RECENT_FIGURES
-from rlstream.health.state import View
 from rlstream.pipeline.state import RunState, is_finished
 
 
@@ -70,11 +69,8 @@ class HealthFold:
             return []  # nothing folded, nothing changed: status and findings stand
         apply_health(state, hs, ctx, self.rules, transitions)
         # The figures the rules judged, beside the findings in the fleet views.
-        h = self.rules.history
-        view = View(hs, h.recent_steps, h.baseline_steps)
-        for key, figure in RECENT_FIGURES.items():
-            state.headline[key] = view.recent(figure)
-        state.headline["recent_steps"] = float(h.recent_steps)
+        state.headline.update(recent_figures(hs, self.rules))
+        state.headline["recent_steps"] = float(self.rules.history.recent_steps)
         return [{"run_id": state.run_id, **asdict(t)} for t in transitions]
 
 

@@ -101,3 +101,42 @@ def test_onsets_are_seeded_and_near_forty_percent() -> None:
     assert all(32 <= o <= 48 for o in onsets) and len(set(onsets)) > 5
     again = plan_run(SimConfig(runs=1, steps=100, scenarios=("low_ess",), seed=3), 0).onset
     assert again == onsets[3]
+
+
+def _easy_rows(plan, steps: int) -> list[dict]:
+    """The step rows the health rules read for a tasks_too_easy run's first steps, from
+    the simulated trainer's own metrics (`step_metrics`)."""
+    engine, out = RunEngine(plan), []
+    for t in range(steps):
+        m = step_metrics(engine.step(t))
+        nv, small = m["discard/groups/no_variance"], m.get("discard/groups/group_too_small", 0)
+        out.append({
+            "step": t, "groups": plan.groups, "groups_no_variance": nv,
+            "groups_trained": plan.groups - nv - small,
+            "reward_mean_with_unusable": m["reward/mean_with_unusable"],
+        })  # fmt: skip
+    return out
+
+
+def test_tasks_too_easy_runs_are_too_easy_by_the_rules_definition() -> None:
+    # Seed 1302's second tasks_too_easy run (index 26 of the full suite: partial
+    # credit, grader flips, 4 turns) had most groups keeping a spread from the start,
+    # so tasks_too_easy (most groups all-success, reward >= 0.9, at the start and now)
+    # could not fire and tasks_mastered did once it learned. Its twin and runs of other
+    # seeds must be too easy by that definition as well.
+    from rlstream.health import DEFAULT_RULES, RunContext, findings, fold_step, new_state
+
+    full = dict(
+        runs=len(SCENARIOS) * 2, steps=120, scenarios=SCENARIOS, tokens=24.0, groups=4, group_size=4
+    )
+    index = SCENARIOS.index("tasks_too_easy")
+    plans = [plan_run(SimConfig(seed=1302, **full), index + len(SCENARIOS))]
+    plans += [plan_run(SimConfig(seed=s, **full), index) for s in (5, 6, 7)]
+    assert plans[0].params["partial"] == 1.0 and plans[0].max_turns == 4
+    for plan in plans:
+        state = new_state(DEFAULT_RULES)
+        ctx = RunContext(plan.run_id, {}, False)
+        for row in _easy_rows(plan, 30):
+            state, _ = fold_step(state, row, ctx, DEFAULT_RULES)
+        codes = {f.code for f in findings(state) if f.state == "firing"}
+        assert "tasks_too_easy" in codes, (plan.run_id, findings(state))
