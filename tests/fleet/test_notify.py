@@ -109,9 +109,13 @@ def test_a_burst_is_one_message_sent_once_across_restarts(out, receiver):
     assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0
     assert len(receiver.bodies) == 1
     sent = read_table(str(out), "notify_sent").to_pylist()
-    assert sorted(r["key"] for r in sent if r["key"] != "start") == sorted(
-        transition_key(t) for t in want
-    )
+    want_keys = sorted(transition_key(t) for t in want)
+    assert sorted(r["key"] for r in sent if r["key"] not in ("start",) and "/" not in r["key"]) \
+        == want_keys  # fmt: skip
+    # claimed before the first post (the 503s), in the same message
+    claims = [r for r in sent if r["key"].startswith("claim/")]
+    assert sorted(r["key"][6:] for r in claims) == want_keys
+    assert {r["message_id"] for r in claims} == {msg["id"]}
 
 
 def test_backoff_doubles_and_caps(out, receiver):
@@ -164,10 +168,10 @@ def test_a_crash_after_the_2xx_resends_the_same_message_id_once(out, receiver, m
     want = _transitions(out)
     real = Notifier._record
 
-    def die_before_recording(self, sink, ep, keys, message_id):
-        if keys != ["start"]:
+    def die_before_recording(self, sink, ep, keys, message_id, *version):
+        if keys != ["start"] and not keys[0].startswith("claim/"):
             raise SystemExit("killed between the 2xx and the notify_sent commit")
-        real(self, sink, ep, keys, message_id)
+        return real(self, sink, ep, keys, message_id, *version)
 
     monkeypatch.setattr(Notifier, "_record", die_before_recording)
     with pytest.raises(SystemExit):
@@ -180,3 +184,61 @@ def test_a_crash_after_the_2xx_resends_the_same_message_id_once(out, receiver, m
     assert first["id"] == again["id"] == receiver.headers[0]["Idempotency-Key"]
     assert receiver.headers[1]["Idempotency-Key"] == first["id"]
     assert first["transitions"] == again["transitions"] and len(first["transitions"]) == len(want)
+
+
+def _add_transition(out, run_id: str = "run-new", step: int = 7) -> dict:
+    """Commit one more firing transition to OUT's alerts, as a watch would."""
+    from rlstream.fleet.read import out_sink
+    from rlstream.sinks.health import alerts_table
+
+    row = {"run_id": run_id, "code": "low_ess", "severity": "critical", "from_state": "pending",
+           "to_state": "firing", "step": step, "time": 4.0e9, "message": "ESS 0.1",
+           "commit_seq": 1}  # fmt: skip
+    out_sink(str(out)).append("alerts", alerts_table([row]), {})
+    return row
+
+
+def test_the_resend_is_the_same_message_although_new_transitions_came_meanwhile(
+    out, receiver, monkeypatch
+):
+    """A kill -9 between the 2xx and the record, then a transition committed before the
+    restarted notifier's first round (the restarted watch catches up on its runs): the
+    resend is still the first message, with its id and its transitions only, so a
+    deduplicating receiver can drop it; the new transition goes in a message of its own."""
+    want = _transitions(out)
+    real = Notifier._record
+
+    def die_before_recording(self, sink, ep, keys, message_id, *version):
+        if keys != ["start"] and not keys[0].startswith("claim/"):
+            raise SystemExit("killed between the 2xx and the notify_sent commit")
+        return real(self, sink, ep, keys, message_id, *version)
+
+    monkeypatch.setattr(Notifier, "_record", die_before_recording)
+    with pytest.raises(SystemExit):
+        Notifier(str(out), _cfg(receiver.url)).deliver(force=True)
+    monkeypatch.setattr(Notifier, "_record", real)
+    _add_transition(out)
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 2
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0
+    first, again, new = receiver.bodies
+    assert again == first and len(first["transitions"]) == len(want)
+    assert [h["Idempotency-Key"] for h in receiver.headers] == [first["id"], first["id"], new["id"]]
+    assert new["id"] != first["id"]
+    assert [(t["run_id"], t["code"]) for t in new["transitions"]] == [("run-new", "low_ess")]
+
+
+def test_a_post_whose_answer_was_lost_is_retried_as_the_same_message(out, receiver):
+    """The receiver took the message but its answer was a 503 (or never came): the
+    retry carries the same id and transitions, though a transition arrived meanwhile,
+    which then goes in the next message."""
+    n = Notifier(str(out), _cfg(receiver.url))
+    receiver.fail = 1
+    assert n.deliver(force=True) == 0 and receiver.attempts == 1
+    _add_transition(out)
+    assert n.deliver(force=True) == 2
+    retried, new = receiver.bodies
+    assert "run-new" not in {t["run_id"] for t in retried["transitions"]}
+    assert [t["run_id"] for t in new["transitions"]] == ["run-new"]
+    sent = read_table(str(out), "notify_sent").to_pylist()
+    claim_ids = {r["message_id"] for r in sent if r["key"].startswith("claim/")}
+    assert claim_ids == {retried["id"], new["id"]}
