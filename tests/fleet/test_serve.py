@@ -99,6 +99,14 @@ def test_compare_page_and_unknown_run(server, fleet_out):
     assert status == 200
     assert body.count("<tr><td>") == 8  # one row per figure of `compare`
     assert "mismatch_kl" in body
+    # what `rlstream compare` prints: its verdict line and each row's source and why
+    from rlstream.fleet.compare import compare_runs, verdict_line
+
+    found = compare_runs(str(fleet_out.out), [a, b])
+    assert f"<p class='verdict'>{escape(verdict_line(found))}</p>" in body
+    never = [d for d in found if d.step is None and d.why]
+    assert never and all(f"<td class='why'>{escape(d.why)}</td>" in body for d in never)
+    assert body.count("<td>recomputed</td>") == sum(d.source == "recomputed" for d in found)
     assert _get(srv, "/run?id=nope")[0] == 404
     assert _get(srv, "/nothing")[0] == 404
 
