@@ -22,7 +22,7 @@ driver as the metrics exporter is) or every `poll_seconds`, it reads the alerts 
 `to_state` firing or resolved, subtracts what was sent or claimed, and posts what is
 pending to each endpoint as one message (a burst: many runs firing in one commit is
 one message; at most `max_per_message` transitions, the rest in further messages). A failed post (an error, a non-2xx
-answer, a timeout) is retried with exponential backoff up to `max_backoff`; the
+answer, a redirect, a timeout) is retried with exponential backoff up to `max_backoff`; the
 driver never waits on it. Transitions whose time is more than `history_seconds`
 before the endpoint's first start (kept in `notify_sent` as a `start` row) are not
 sent: a watch started on old runs does not page for their history.
@@ -40,6 +40,7 @@ import logging
 import random
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -182,6 +183,17 @@ def render(
     return orjson.dumps({"text": "\n".join(lines)})
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib turns a POST answered 301/302/303 into a GET of the new address without
+    the body, whose 200 would count as delivered: a redirect is an error answer here."""
+
+    def redirect_request(self, *_: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 class Notifier:
     """Delivers OUT's finding transitions to the endpoints (see the module docstring)."""
 
@@ -306,8 +318,12 @@ class Notifier:
             headers={"Content-Type": "application/json", "Idempotency-Key": message_id},
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.cfg.timeout_seconds) as r:
+            with _OPENER.open(req, timeout=self.cfg.timeout_seconds) as r:
                 ok = 200 <= r.status < 300
+        except urllib.error.HTTPError as e:
+            moved = " (a redirect is not followed: give the URL it names)" if e.code < 400 else ""
+            log.warning("notify: endpoint %s answered %s%s", endpoint_id(url), e.code, moved)
+            ok = False
         except Exception as e:
             log.warning("notify: cannot post to endpoint %s: %s", endpoint_id(url), e)
             ok = False

@@ -242,3 +242,37 @@ def test_a_post_whose_answer_was_lost_is_retried_as_the_same_message(out, receiv
     sent = read_table(str(out), "notify_sent").to_pylist()
     claim_ids = {r["message_id"] for r in sent if r["key"].startswith("claim/")}
     assert claim_ids == {retried["id"], new["id"]}
+
+
+def test_a_redirect_is_not_followed_as_a_get_that_would_count_as_sent(out):
+    """urllib follows a 302 to a POST with a GET without the body; a 200 to that GET
+    is not a delivery. The post fails (retried later) and nothing is recorded as sent."""
+    gets = []
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(302)
+            self.send_header("Location", "/moved")
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            gets.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        n = Notifier(str(out), _cfg(url))
+        assert n.deliver(force=True) == 0 and n.failed_posts == 1
+        assert gets == []
+        sent = read_table(str(out), "notify_sent").to_pylist()
+        assert [r for r in sent if r["key"] != "start" and "/" not in r["key"]] == []
+    finally:
+        server.shutdown()
+        server.server_close()
