@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rlstream.fleet.notify import Notifier, NotifyConfig, transition_key
+from rlstream.fleet.notify import Notifier, NotifyConfig, render, transition_key
 from rlstream.fleet.read import read_table
 from tests.fleet.conftest import HOSTILE_ID
 
@@ -276,3 +276,36 @@ def test_a_redirect_is_not_followed_as_a_get_that_would_count_as_sent(out):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _live_args(out, **kw):
+    import argparse
+
+    base = dict(out=str(out), ui_port=None, ui_host="127.0.0.1", ui_url=None,
+                metrics_port=None, metrics_host="127.0.0.1", notify=["http://127.0.0.1:9/h"],
+                notify_format="json")  # fmt: skip
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.mark.parametrize("ui_port", [0, None])
+def test_links_go_to_ui_url_when_given(out, ui_port):
+    """`--ui-url`: where people open the pages (a proxy, a port-forward, a serve
+    elsewhere), with or without `--ui-port`; not the address the watch is bound to."""
+    from rlstream.cli_live import start_live
+
+    fan, close = start_live(_live_args(out, ui_port=ui_port, ui_url="https://rl.example/p/"), {})
+    try:
+        notifier = fan.listeners[-1]
+        assert notifier.cfg.base_url == "https://rl.example/p/"
+        doc = json.loads(render([_transitions(out)[0]], notifier.cfg, str(out), "m"))
+        assert doc["transitions"][0]["url"].startswith("https://rl.example/p/run?id=")
+    finally:
+        close()
+
+
+def test_ui_url_must_be_http(out):
+    from rlstream.cli_live import start_live
+    from rlstream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--ui-url 'rl\.example' is not an http"):
+        start_live(_live_args(out, ui_url="rl.example"), {})
