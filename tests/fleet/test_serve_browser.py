@@ -48,6 +48,7 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
     host, port = srv.address
     b = Browser(tmp_path / "profile")
     try:
+        b.call("Network.enable")  # every request the pages make is an event
         b.navigate(f"http://{host}:{port}/")
         assert b.evaluate("document.querySelectorAll('#fleet tbody tr').length") == 4
         names = b.evaluate("Array.from(document.querySelectorAll('#fleet tr[data-run]'))"
@@ -108,6 +109,12 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
         shot = _artifacts(tmp_path) / "serve-run-hostile.png"
         b.screenshot(shot)
         assert b.errors() == []
+        # no request leaves the machine: the pages fetch only from this server
+        urls = [e["params"]["request"]["url"] for e in b.events
+                if e.get("method") == "Network.requestWillBeSent"]  # fmt: skip
+        assert any(u.endswith("/static/live.js") for u in urls)
+        origin = f"http://{host}:{port}/"
+        assert [u for u in urls if not (u.startswith(origin) or u.startswith("data:"))] == []
     finally:
         b.close()
         srv.close()
