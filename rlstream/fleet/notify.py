@@ -127,9 +127,10 @@ class _Outbox:
         for mid in done:
             self.claims.pop(mid, None)
 
-    def open_claim(self) -> tuple[str, list[str]] | None:
-        """The oldest claimed message not recorded as sent (claims keep their order)."""
-        return next(iter(self.claims.items()), None)
+    def open_claim(self, skip: set[str]) -> tuple[str, list[str]] | None:
+        """The oldest claimed message not recorded as sent (claims keep their order)
+        whose id is not in `skip`."""
+        return next(((m, k) for m, k in self.claims.items() if m not in skip), None)
 
     def claim(self, mid: str, keys: list[str]) -> None:
         self.claims[mid] = list(keys)
@@ -215,6 +216,8 @@ class Notifier:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rlstream-notify", daemon=True)
         self._backoff = {u: 0.0 for u in cfg.urls}
+        self._outboxes: dict[str, _Outbox] = {}
+        """Each endpoint's notify_sent rows, read at the first round, then kept."""
         self._retry_at = {u: 0.0 for u in cfg.urls}
         self.sent_messages = 0
         self.failed_posts = 0
@@ -260,24 +263,32 @@ class Notifier:
         alerts = read_table(self.out, "alerts", self.opts).to_pylist()
         alerts = [a for a in alerts if a.get("to_state") in NOTIFIED_STATES]
         alerts.sort(key=_order)
-        sent_rows = (
-            read_table(self.out, SENT_TABLE, self.opts).to_pylist()
-            if sink.exists(SENT_TABLE)
-            else []
-        )
+        by_key = {transition_key(a): a for a in alerts}
+        if len(self._outboxes) < len(self.cfg.urls):
+            # Read once: this notifier is notify_sent's only writer, so what it holds
+            # after that is the table (a round's cost does not grow with messages sent).
+            sent_rows = (
+                read_table(self.out, SENT_TABLE, self.opts).to_pylist()
+                if sink.exists(SENT_TABLE)
+                else []
+            )
+            for url in self.cfg.urls:
+                ep = endpoint_id(url)
+                self._outboxes[url] = _Outbox([r for r in sent_rows if r["endpoint"] == ep])
         delivered = 0
         now = time.monotonic()
         for url in self.cfg.urls:
             if not force and now < self._retry_at[url]:
                 continue
             ep = endpoint_id(url)
-            outbox = _Outbox([r for r in sent_rows if r["endpoint"] == ep])
+            outbox = self._outboxes[url]
             if outbox.start is None:
                 self._record(sink, ep, [START_KEY], START_KEY)
                 outbox.start = time.time() * 1000
             floor = outbox.start - self.cfg.history_seconds * 1000
+            gone: set[str] = set()
             while True:
-                claim = outbox.open_claim()
+                claim = outbox.open_claim(gone)
                 if claim is None:
                     pending = [
                         a
@@ -295,10 +306,9 @@ class Notifier:
                     outbox.claim(mid, keys)
                 else:
                     mid, keys = claim
-                    by_key = {transition_key(a): a for a in alerts}
                     pending = sorted((by_key[k] for k in keys if k in by_key), key=_order)
-                    if not pending:  # its rows are gone from alerts (a reset run)
-                        outbox.sent(mid, keys)
+                    if not pending:  # its rows are gone from alerts (a reset run): later
+                        gone.add(mid)
                         continue
                     version = self._next_version(sink, ep)  # read before the post
                 # Between the endpoint's 2xx and the record below is the one window in

@@ -309,3 +309,29 @@ def test_ui_url_must_be_http(out):
 
     with pytest.raises(ConfigError, match=r"--ui-url 'rl\.example' is not an http"):
         start_live(_live_args(out, ui_url="rl.example"), {})
+
+
+def test_notify_sent_is_read_once_not_every_round(out, receiver, monkeypatch):
+    """A round's cost does not grow with the messages sent: the notifier reads
+    notify_sent at its first round and then keeps it (it is the table's only writer);
+    a restart reads it again and still sends nothing twice."""
+    import rlstream.fleet.read as read
+
+    reads = []
+    real = read.read_table
+
+    def counting(out_, table, *a, **kw):
+        reads.append(table)
+        return real(out_, table, *a, **kw)
+
+    monkeypatch.setattr(read, "read_table", counting)
+    n = Notifier(str(out), _cfg(receiver.url))
+    assert n.deliver(force=True) == 1
+    first = reads.count("notify_sent")  # 0: the first round wrote the table
+    _add_transition(out)
+    assert n.deliver(force=True) == 1  # the new transition, from the kept outbox
+    for _ in range(3):
+        assert n.deliver(force=True) == 0
+    assert reads.count("notify_sent") == first and reads.count("alerts") == 5
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0  # a restart
+    assert reads.count("notify_sent") == first + 1 and len(receiver.bodies) == 2
