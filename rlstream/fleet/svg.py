@@ -185,11 +185,9 @@ def _band_points(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The band's (steps, low, high) over the run's steps `lo_s`-`hi_s`, NaN where an
     edge has no value (or, on a log axis, the high edge is not > 0), thinned as a
-    series is: the lowest low and the highest high of each pixel column are kept.
-    A median ± 2 robust sd can reach past what the quantity can be (a truncated share
-    below 0): the edges are clipped to `chart.y_min`/`y_max`, so the band never widens
-    the axis past them. On a log axis a low edge at or below 0 is kept as 0: it is
-    drawn along the axis' bottom, not dropped with its step."""
+    series is (each pixel column's lowest low and highest high). Edges are clipped to
+    `chart.y_min`/`y_max` (a median - 2 robust sd below 0 does not widen the axis); on
+    a log axis a low edge <= 0 is 0, drawn along the axis' bottom."""
     steps = np.asarray(band.steps, dtype=np.int64)
     low, high = as_floats(band.low), as_floats(band.high)
     inside = (steps >= lo_s) & (steps <= hi_s)
