@@ -1,5 +1,5 @@
 """The command line of the live pages and messages: `rlstream serve OUT` and the
-`watch` options `--ui-port`, `--ui-host`, `--notify`, `--notify-format`.
+`watch` options `--ui-port`, `--ui-host`, `--ui-url`, `--notify`, `--notify-format`.
 
 `add_serve(sub)` adds the `serve` subcommand; `add_watch_options(w)` the watch
 options; `start_live(args, opts)` starts what they ask for beside a watch (one HTTP
@@ -72,6 +72,12 @@ def add_watch_options(w: argparse.ArgumentParser) -> None:
         "--ui-host", default="127.0.0.1", help="address to bind the pages to (default 127.0.0.1)"
     )
     w.add_argument(
+        "--ui-url",
+        metavar="URL",
+        help="where people open the pages (a proxy, a port-forward, a `rlstream serve` "
+        "elsewhere), for the links in --notify messages (default: --ui-host:--ui-port)",
+    )
+    w.add_argument(
         "--notify",
         action="append",
         metavar="URL",
@@ -110,9 +116,12 @@ def start_live(args: argparse.Namespace, opts: dict) -> tuple[Any, Callable[[], 
     ui, mp = getattr(args, "ui_port", None), args.metrics_port
     if ui is not None and mp is not None and ui != mp:
         raise ConfigError("--ui-port serves /metrics too: give one of --ui-port, --metrics-port")
-    for url in args.notify or []:
+    ui_url = getattr(args, "ui_url", None)
+    for opt, url in [*(("--notify", u) for u in args.notify or []), ("--ui-url", ui_url)]:
+        if url is None:
+            continue
         if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
-            raise ConfigError(f"--notify {url!r} is not an http(s) URL")
+            raise ConfigError(f"{opt} {url!r} is not an http(s) URL")
     if ui is not None or mp is not None:
         from rlstream.fleet.prometheus import MetricsExporter
 
@@ -141,8 +150,8 @@ def start_live(args: argparse.Namespace, opts: dict) -> tuple[Any, Callable[[], 
     if args.notify:
         from rlstream.fleet.notify import Notifier, NotifyConfig
 
-        base = None
-        if ui is not None:
+        base = ui_url
+        if base is None and ui is not None:
             import socket
 
             h, p = listeners[0].address

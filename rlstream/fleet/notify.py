@@ -2,23 +2,27 @@
 
 The outbox is OUT itself: every finding transition the watch commits is an `alerts`
 row (written exactly once by the commit protocol, rlstream.pipeline.commit). What was
-delivered is the small `notify_sent` table beside it: one row per (endpoint,
-transition), appended in one Delta commit per message that also records the
-endpoint's app transaction (`notify-<endpoint hash>`, version = messages sent), the
-same mechanism the tables use. So what is pending after any crash is exactly the
-transitions with no `notify_sent` row: a kill -9 before a message is delivered loses
-nothing (it is sent after the restart), and a transition recorded as sent is never
-sent again. The one window left is between the endpoint's answer and the
-`notify_sent` commit; a message re-sent after a crash in that window carries the same
-`Idempotency-Key` header (and JSON `id`): a hash of its transitions, for a receiver
-that deduplicates.
+delivered is the small `notify_sent` table beside it, one row per (endpoint,
+transition), in Delta commits that also record the endpoint's app transaction
+(`notify-<endpoint hash>`), the same mechanism the tables use. A message is claimed
+before its first post: its transitions' `claim/<key>` rows, with its id, in one
+commit; after the endpoint's 2xx, their `<key>` rows in a second. So what is pending
+after any crash is exactly the transitions with no row: a kill -9 before a message
+is delivered loses nothing (it is sent after the restart), and a transition recorded
+as sent is never sent again. A claimed message not recorded as sent is posted again
+as it was (the same transitions, the same `Idempotency-Key` header and JSON `id`),
+before anything new: after a restart, and after a failed post (a timeout or an
+error answer may hide that the receiver took it), however many transitions came
+meanwhile; they go in the next message. The one window in which a message is
+delivered twice is between the endpoint's 2xx and the second commit (a kill -9, or
+OUT unwritable then); a receiver that deduplicates on the key drops the second.
 
 A `Notifier` runs on its own thread: woken by each commit (`on_commit`, fed by the
 driver as the metrics exporter is) or every `poll_seconds`, it reads the alerts with
-`to_state` firing or resolved, subtracts what was sent, and posts everything pending
-to each endpoint as one message (a burst: many runs firing in one commit is one
-message; at most `max_per_message` transitions). A failed post (an error, a non-2xx
-answer, a timeout) is retried with exponential backoff up to `max_backoff`; the
+`to_state` firing or resolved, subtracts what was sent or claimed, and posts what is
+pending to each endpoint as one message (a burst: many runs firing in one commit is
+one message; at most `max_per_message` transitions, the rest in further messages). A failed post (an error, a non-2xx
+answer, a redirect, a timeout) is retried with exponential backoff up to `max_backoff`; the
 driver never waits on it. Transitions whose time is more than `history_seconds`
 before the endpoint's first start (kept in `notify_sent` as a `start` row) are not
 sent: a watch started on old runs does not page for their history.
@@ -36,6 +40,7 @@ import logging
 import random
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +64,8 @@ SENT_SCHEMA = pa.schema(
     metadata={"rlstream.schema_version": "1", "rlstream.table": SENT_TABLE},
 )
 START_KEY = "start"
+CLAIM = "claim/"
+"""Prefix of the `notify_sent` keys of a message about to be posted (its claim)."""
 NOTIFIED_STATES = ("firing", "resolved")
 
 
@@ -92,6 +99,46 @@ def _ms(v: Any) -> int | None:
     if v is None:
         return None
     return int(v.timestamp() * 1000) if hasattr(v, "timestamp") else int(v)
+
+
+def _order(a: dict[str, Any]) -> tuple:
+    return (_ms(a.get("time")) or 0, a["run_id"], a["code"], transition_key(a))
+
+
+class _Outbox:
+    """One endpoint's `notify_sent` rows: its first start, the transitions sent or
+    claimed, and the claims (messages posted, or about to be) not yet recorded as sent."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        rows = sorted(rows, key=lambda r: _ms(r["sent_at"]) or 0)
+        start = next((r for r in rows if r["key"] == START_KEY), None)
+        self.start: float | None = None if start is None else float(_ms(start["sent_at"]) or 0)
+        self.taken: set[str] = set()
+        self.claims: dict[str, list[str]] = {}
+        done = set()
+        for r in rows:
+            key = r["key"]
+            if key.startswith(CLAIM):
+                self.claims.setdefault(r["message_id"], []).append(key[len(CLAIM) :])
+                self.taken.add(key[len(CLAIM) :])
+            elif key != START_KEY:
+                self.taken.add(key)
+                done.add(r["message_id"])
+        for mid in done:
+            self.claims.pop(mid, None)
+
+    def open_claim(self, skip: set[str]) -> tuple[str, list[str]] | None:
+        """The oldest claimed message not recorded as sent (claims keep their order)
+        whose id is not in `skip`."""
+        return next(((m, k) for m, k in self.claims.items() if m not in skip), None)
+
+    def claim(self, mid: str, keys: list[str]) -> None:
+        self.claims[mid] = list(keys)
+        self.taken.update(keys)
+
+    def sent(self, mid: str, keys: list[str]) -> None:
+        self.claims.pop(mid, None)
+        self.taken.update(keys)
 
 
 def _slack_escape(s: Any) -> str:
@@ -137,6 +184,17 @@ def render(
     return orjson.dumps({"text": "\n".join(lines)})
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib turns a POST answered 301/302/303 into a GET of the new address without
+    the body, whose 200 would count as delivered: a redirect is an error answer here."""
+
+    def redirect_request(self, *_: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 class Notifier:
     """Delivers OUT's finding transitions to the endpoints (see the module docstring)."""
 
@@ -158,6 +216,8 @@ class Notifier:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rlstream-notify", daemon=True)
         self._backoff = {u: 0.0 for u in cfg.urls}
+        self._outboxes: dict[str, _Outbox] = {}
+        """Each endpoint's notify_sent rows, read at the first round, then kept."""
         self._retry_at = {u: 0.0 for u in cfg.urls}
         self.sent_messages = 0
         self.failed_posts = 0
@@ -202,38 +262,61 @@ class Notifier:
 
         alerts = read_table(self.out, "alerts", self.opts).to_pylist()
         alerts = [a for a in alerts if a.get("to_state") in NOTIFIED_STATES]
-        alerts.sort(key=lambda a: (_ms(a.get("time")) or 0, a["run_id"], a["code"]))
-        sent_rows = (
-            read_table(self.out, SENT_TABLE, self.opts).to_pylist()
-            if sink.exists(SENT_TABLE)
-            else []
-        )
+        alerts.sort(key=_order)
+        by_key = {transition_key(a): a for a in alerts}
+        if len(self._outboxes) < len(self.cfg.urls):
+            # Read once: this notifier is notify_sent's only writer, so what it holds
+            # after that is the table (a round's cost does not grow with messages sent).
+            sent_rows = (
+                read_table(self.out, SENT_TABLE, self.opts).to_pylist()
+                if sink.exists(SENT_TABLE)
+                else []
+            )
+            for url in self.cfg.urls:
+                ep = endpoint_id(url)
+                self._outboxes[url] = _Outbox([r for r in sent_rows if r["endpoint"] == ep])
         delivered = 0
         now = time.monotonic()
         for url in self.cfg.urls:
             if not force and now < self._retry_at[url]:
                 continue
             ep = endpoint_id(url)
-            mine = [r for r in sent_rows if r["endpoint"] == ep]
-            start = next((r for r in mine if r["key"] == START_KEY), None)
-            if start is None:
+            outbox = self._outboxes[url]
+            if outbox.start is None:
                 self._record(sink, ep, [START_KEY], START_KEY)
-                mark = time.time() * 1000
-            else:
-                mark = _ms(start["sent_at"]) or 0
-            done = {r["key"] for r in mine}
-            floor = mark - self.cfg.history_seconds * 1000
-            pending = [
-                a
-                for a in alerts
-                if (_ms(a.get("time")) or floor) >= floor and transition_key(a) not in done
-            ][: self.cfg.max_per_message]
-            if not pending:
-                continue
-            keys = [transition_key(a) for a in pending]
-            mid = hashlib.sha256("".join(keys).encode()).hexdigest()[:24]
-            if self._post(url, render(pending, self.cfg, self.out, mid), mid):
-                self._record(sink, ep, keys, mid)
+                outbox.start = time.time() * 1000
+            floor = outbox.start - self.cfg.history_seconds * 1000
+            gone: set[str] = set()
+            while True:
+                claim = outbox.open_claim(gone)
+                if claim is None:
+                    pending = [
+                        a
+                        for a in alerts
+                        if (_ms(a.get("time")) or floor) >= floor
+                        and transition_key(a) not in outbox.taken
+                    ][: self.cfg.max_per_message]
+                    if not pending:
+                        break
+                    keys = [transition_key(a) for a in pending]
+                    mid = hashlib.sha256("".join(keys).encode()).hexdigest()[:24]
+                    # Claimed before the first post: a retry, in this process or after
+                    # a restart, is this same message with this same id.
+                    version = self._record(sink, ep, [CLAIM + k for k in keys], mid) + 1
+                    outbox.claim(mid, keys)
+                else:
+                    mid, keys = claim
+                    pending = sorted((by_key[k] for k in keys if k in by_key), key=_order)
+                    if not pending:  # its rows are gone from alerts (a reset run): later
+                        gone.add(mid)
+                        continue
+                    version = self._next_version(sink, ep)  # read before the post
+                # Between the endpoint's 2xx and the record below is the one window in
+                # which a kill -9 makes the message go twice (with the same id).
+                if not self._post(url, render(pending, self.cfg, self.out, mid), mid):
+                    break
+                self._record(sink, ep, keys, mid, version)
+                outbox.sent(mid, keys)
                 delivered += 1
         return delivered
 
@@ -245,8 +328,12 @@ class Notifier:
             headers={"Content-Type": "application/json", "Idempotency-Key": message_id},
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.cfg.timeout_seconds) as r:
+            with _OPENER.open(req, timeout=self.cfg.timeout_seconds) as r:
                 ok = 200 <= r.status < 300
+        except urllib.error.HTTPError as e:
+            moved = " (a redirect is not followed: give the URL it names)" if e.code < 400 else ""
+            log.warning("notify: endpoint %s answered %s%s", endpoint_id(url), e.code, moved)
+            ok = False
         except Exception as e:
             log.warning("notify: cannot post to endpoint %s: %s", endpoint_id(url), e)
             ok = False
@@ -261,9 +348,17 @@ class Notifier:
         self._retry_at[url] = time.monotonic() + b * random.uniform(0.8, 1.2)
         return False
 
-    def _record(self, sink: Any, ep: str, keys: list[str], message_id: str) -> None:
+    def _next_version(self, sink: Any, ep: str) -> int:
         app = f"notify-{ep}"
-        version = (sink.txn_versions(SENT_TABLE, [app])[app] or 0) + 1
+        return (sink.txn_versions(SENT_TABLE, [app])[app] or 0) + 1
+
+    def _record(
+        self, sink: Any, ep: str, keys: list[str], message_id: str, version: int | None = None
+    ) -> int:
+        """Append `keys` for this message in one commit; returns the version recorded."""
+        app = f"notify-{ep}"
+        if version is None:
+            version = self._next_version(sink, ep)
         now = int(time.time() * 1000)
         rows = pa.table(
             {
@@ -275,3 +370,4 @@ class Notifier:
             schema=SENT_SCHEMA,
         )
         sink.append(SENT_TABLE, rows, {app: version})
+        return version

@@ -310,8 +310,11 @@ def run_main(
     )
 
 
-def compare_main(ids: list[str], names: dict[str, str], divergences: list[dict[str, Any]]) -> str:
-    """The compare page's content: one row per (run, figure), the reference first."""
+def compare_main(
+    ids: list[str], names: dict[str, str], divergences: list[dict[str, Any]], verdict: str = ""
+) -> str:
+    """The compare page's content: the verdict of `rlstream compare`, then one row per
+    (run, figure) with its source and, for a figure that never parts, why not."""
     if len(ids) < 2:
         return '<p class="sub">Select at least two runs on the fleet page to compare.</p>'
     ref = ids[0]
@@ -320,17 +323,21 @@ def compare_main(ids: list[str], names: dict[str, str], divergences: list[dict[s
         f"<td class='n'>{_e('never' if d['step'] is None else d['step'])}</td>"
         f"<td class='n'>{_e(fmt_num(d.get('value'), '.4g'))}</td>"
         f"<td class='n'>{_e(fmt_num(d.get('reference_value'), '.4g'))}</td>"
-        f"<td class='n'>{_e(d.get('common_steps'))}</td></tr>"
+        f"<td class='n'>{_e(d.get('common_steps'))}</td><td>{_e(d.get('source') or '-')}</td>"
+        f"<td class='why'>{_e(d.get('why') or '-')}</td></tr>"
         for d in divergences
     )
     links = " · ".join(f'<a href="{_e(run_href(i))}">{_e(names.get(i, i))}</a>' for i in ids)
     return (
         f"<h2>Compare with {_e(names.get(ref, ref))}</h2><div class='sub'>{links}</div>"
-        "<table class='sortable' id='compare'><thead><tr><th>run</th><th>figure</th>"
+        + (f"<p class='verdict'>{_e(verdict)}</p>" if verdict else "")
+        + "<table class='sortable' id='compare'><thead><tr><th>run</th><th>figure</th>"
         "<th>first divergent step</th><th>value</th><th>reference value</th>"
-        f"<th>common steps</th></tr></thead><tbody>{rows}</tbody></table>"
+        "<th>common steps</th><th>source</th><th>why not</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
         "<p class='sub'>The first of a sustained stretch of steps where the window means "
-        "differ by more than k pooled deviations (docs/fleet.md, compare).</p>"
+        "differ by more than k pooled deviations (docs/fleet.md, compare); value and "
+        "reference value are the two runs' window means there.</p>"
     )
 
 

@@ -112,7 +112,7 @@ class Chart:
 
 @dataclass(frozen=True)
 class Band:
-    """A shaded band (the p10-p90 of a cohort's runs per step) and its legend label."""
+    """A shaded band (a cohort's median ± 2 robust sd per step) and its legend label."""
 
     label: str
     steps: list[int]
@@ -181,18 +181,25 @@ BAND_COLOR = "#d6e4f0"
 
 
 def _band_points(
-    band: Band, lo_s: int, hi_s: int, columns: int, log_y: bool, x_range: tuple[int, int]
+    band: Band, lo_s: int, hi_s: int, columns: int, chart: Chart, x_range: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The band's (steps, low, high) over the run's steps `lo_s`-`hi_s`, NaN where an
-    edge has no value (or none > 0 on a log axis), thinned as a series is: the
-    lowest low and the highest high of each pixel column are kept."""
+    edge has no value (or, on a log axis, the high edge is not > 0), thinned as a
+    series is (each pixel column's lowest low and highest high). Edges are clipped to
+    `chart.y_min`/`y_max` (a median - 2 robust sd below 0 does not widen the axis); on
+    a log axis a low edge <= 0 is 0, drawn along the axis' bottom."""
     steps = np.asarray(band.steps, dtype=np.int64)
     low, high = as_floats(band.low), as_floats(band.high)
     inside = (steps >= lo_s) & (steps <= hi_s)
     steps, low, high = steps[inside], low[inside], high[inside]
     bad = np.isnan(low) | np.isnan(high)
-    if log_y:
-        bad |= ~(np.where(bad, 1.0, low) > 0) | ~(np.where(bad, 1.0, high) > 0)
+    if chart.log_y:
+        bad |= ~(np.where(bad, 1.0, high) > 0)
+        low = np.maximum(low, 0.0)
+    else:
+        for bound, clip in ((chart.y_min, np.maximum), (chart.y_max, np.minimum)):
+            if bound is not None:
+                low, high = clip(low, bound), clip(high, bound)
     low, high = np.where(bad, np.nan, low), np.where(bad, np.nan, high)
     if len(steps) > 2 * columns:
         keep = np.union1d(
@@ -259,9 +266,10 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
     band, band_label = None, chart.band.label if chart.band is not None else ""
     if chart.band is not None and xs:
         # The band is drawn over the run's own steps only, and widens the axis to fit.
-        band = _band_points(chart.band, lo_s, hi_s, columns, chart.log_y, (x0, x1))
+        band = _band_points(chart.band, lo_s, hi_s, columns, chart, (x0, x1))
         edges = np.concatenate([band[1], band[2]])
-        ys = np.concatenate([ys, edges[~np.isnan(edges)]])
+        edges = edges[~np.isnan(edges)]
+        ys = np.concatenate([ys, edges[edges > 0] if chart.log_y else edges])
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" class="chart">',
@@ -296,7 +304,11 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
         bx = left + (band[0] - x0) / (x1 - x0) * pw
 
         def band_y(v: np.ndarray) -> np.ndarray:
-            tv = np.log10(np.where(np.isnan(v), 1.0, v)) if chart.log_y else v
+            if chart.log_y:  # an edge at 0 runs along the axis' bottom
+                tv = np.log10(np.where(np.isnan(v) | (v <= 0), 1.0, v))
+                tv = np.where(v <= 0, y0, tv)
+            else:
+                tv = v
             return np.where(np.isnan(v), np.nan, top + ph - (tv - y0) / (y1 - y0) * ph)
 
         parts.extend(_band_svg(band_label, bx, band_y(band[1]), band_y(band[2])))

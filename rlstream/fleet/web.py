@@ -235,16 +235,16 @@ class FleetPages:
         return sink.dataset(DeltaTable(sink.uri("samples"), storage_options=sink.options))
 
     def _compare(self, ids: list[str], rows: list[dict[str, Any]]) -> str:
-        from rlstream.fleet.compare import CompareConfig, as_json, compare_runs
+        from rlstream.fleet.compare import CompareConfig, as_json, compare_runs, verdict_line
 
         names = {r["run_id"]: pages.run_name(r) for r in rows}
         missing = [i for i in ids if i not in names]
         if missing:
             raise LookupError(f"no run {missing[0]!r} in {self.out}")
-        found = (
-            as_json(compare_runs(self.out, ids, CompareConfig(), self.opts)) if len(ids) > 1 else []
-        )
-        return pages.compare_main(ids, names, found)
+        if len(ids) < 2:
+            return pages.compare_main(ids, names, [])
+        found = compare_runs(self.out, ids, CompareConfig(), self.opts)
+        return pages.compare_main(ids, names, as_json(found), verdict_line(found))
 
 
 def _html(status: int, message: str) -> Response:

@@ -10,7 +10,7 @@ import numpy as np
 
 from rlstream.fleet.charts import cohort_overlay, run_charts
 from rlstream.fleet.points import axis_range
-from rlstream.fleet.svg import Chart, Series, line_chart
+from rlstream.fleet.svg import Band, Chart, Series, line_chart
 from rlstream.metrics.downsample import RunPoints
 
 
@@ -82,3 +82,37 @@ def test_heldout_curve_on_the_reward_chart():
     got = next(s for s in reward.series if s.label == "held-out gsm8k")
     assert list(got.steps) == [0, 3] and list(got.values) == [0.05, 0.1]
     assert "all attempts (incl. rejected groups)" in [s.label for s in reward.series]
+
+
+def _band_polygons(svg: str) -> list[list[tuple[float, float]]]:
+    return [
+        [tuple(map(float, p.split(","))) for p in pts.split()]
+        for pts in re.findall(r'<polygon points="([^"]+)"[^>]*class="band"', svg)
+    ]
+
+
+def test_a_band_past_the_quantitys_bounds_is_clipped_not_the_axis():
+    # A truncated share near 0 whose cohort spread puts median - 2 robust sd below 0
+    # (median 0.02, MAD 0.03: low = 0.02 - 2 * 1.4826 * 0.03 = -0.069). A share is never
+    # below 0: the axis starts at 0 and the band's low edge runs along it.
+    steps = [0, 1, 2, 3]
+    band = Band("cohort", steps, [0.02 - 2 * 1.4826 * 0.03] * 4, [0.02 + 2 * 1.4826 * 0.03] * 4)
+    svg = line_chart(Chart("truncated", [Series("t", steps, [0.0, 0.04, 0.0, 0.02])],
+                           y_min=0.0, y_max=1.0, band=band))  # fmt: skip
+    assert min(_yticks(svg)) == 0.0
+    bottom = 26 + 220 - 26 - 58  # the plot's lower edge (line_chart's top + plot height)
+    (poly,) = _band_polygons(svg)
+    assert max(y for _, y in poly) == bottom  # the low edge sits on the axis at 0
+
+
+def test_a_log_band_reaching_zero_is_drawn_down_to_the_axis_not_dropped():
+    # KL of a spread cohort: median 3e-4, MAD 2e-4, so the low edge is below 0 at every
+    # step; the band is still drawn (high edge 8.9e-4), its low edge along the bottom.
+    steps = [0, 1, 2, 3]
+    band = Band("cohort", steps, [3e-4 - 2 * 1.4826 * 2e-4] * 4, [3e-4 + 2 * 1.4826 * 2e-4] * 4)
+    svg = line_chart(Chart("kl", [Series("k", steps, [2e-4, 2.5e-4, 2.2e-4, 2.4e-4])],
+                           log_y=True, min_span=2.0, band=band))  # fmt: skip
+    (poly,) = _band_polygons(svg)
+    bottom = 26 + 220 - 26 - 58
+    assert max(y for _, y in poly) == bottom
+    assert min(y for _, y in poly) > 26  # the high edge is inside the plot

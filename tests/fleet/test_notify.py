@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rlstream.fleet.notify import Notifier, NotifyConfig, transition_key
+from rlstream.fleet.notify import Notifier, NotifyConfig, render, transition_key
 from rlstream.fleet.read import read_table
 from tests.fleet.conftest import HOSTILE_ID
 
@@ -109,9 +109,13 @@ def test_a_burst_is_one_message_sent_once_across_restarts(out, receiver):
     assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0
     assert len(receiver.bodies) == 1
     sent = read_table(str(out), "notify_sent").to_pylist()
-    assert sorted(r["key"] for r in sent if r["key"] != "start") == sorted(
-        transition_key(t) for t in want
-    )
+    want_keys = sorted(transition_key(t) for t in want)
+    assert sorted(r["key"] for r in sent if r["key"] not in ("start",) and "/" not in r["key"]) \
+        == want_keys  # fmt: skip
+    # claimed before the first post (the 503s), in the same message
+    claims = [r for r in sent if r["key"].startswith("claim/")]
+    assert sorted(r["key"][6:] for r in claims) == want_keys
+    assert {r["message_id"] for r in claims} == {msg["id"]}
 
 
 def test_backoff_doubles_and_caps(out, receiver):
@@ -164,10 +168,10 @@ def test_a_crash_after_the_2xx_resends_the_same_message_id_once(out, receiver, m
     want = _transitions(out)
     real = Notifier._record
 
-    def die_before_recording(self, sink, ep, keys, message_id):
-        if keys != ["start"]:
+    def die_before_recording(self, sink, ep, keys, message_id, *version):
+        if keys != ["start"] and not keys[0].startswith("claim/"):
             raise SystemExit("killed between the 2xx and the notify_sent commit")
-        real(self, sink, ep, keys, message_id)
+        return real(self, sink, ep, keys, message_id, *version)
 
     monkeypatch.setattr(Notifier, "_record", die_before_recording)
     with pytest.raises(SystemExit):
@@ -180,3 +184,154 @@ def test_a_crash_after_the_2xx_resends_the_same_message_id_once(out, receiver, m
     assert first["id"] == again["id"] == receiver.headers[0]["Idempotency-Key"]
     assert receiver.headers[1]["Idempotency-Key"] == first["id"]
     assert first["transitions"] == again["transitions"] and len(first["transitions"]) == len(want)
+
+
+def _add_transition(out, run_id: str = "run-new", step: int = 7) -> dict:
+    """Commit one more firing transition to OUT's alerts, as a watch would."""
+    from rlstream.fleet.read import out_sink
+    from rlstream.sinks.health import alerts_table
+
+    row = {"run_id": run_id, "code": "low_ess", "severity": "critical", "from_state": "pending",
+           "to_state": "firing", "step": step, "time": 4.0e9, "message": "ESS 0.1",
+           "commit_seq": 1}  # fmt: skip
+    out_sink(str(out)).append("alerts", alerts_table([row]), {})
+    return row
+
+
+def test_the_resend_is_the_same_message_although_new_transitions_came_meanwhile(
+    out, receiver, monkeypatch
+):
+    """A kill -9 between the 2xx and the record, then a transition committed before the
+    restarted notifier's first round (the restarted watch catches up on its runs): the
+    resend is still the first message, with its id and its transitions only, so a
+    deduplicating receiver can drop it; the new transition goes in a message of its own."""
+    want = _transitions(out)
+    real = Notifier._record
+
+    def die_before_recording(self, sink, ep, keys, message_id, *version):
+        if keys != ["start"] and not keys[0].startswith("claim/"):
+            raise SystemExit("killed between the 2xx and the notify_sent commit")
+        return real(self, sink, ep, keys, message_id, *version)
+
+    monkeypatch.setattr(Notifier, "_record", die_before_recording)
+    with pytest.raises(SystemExit):
+        Notifier(str(out), _cfg(receiver.url)).deliver(force=True)
+    monkeypatch.setattr(Notifier, "_record", real)
+    _add_transition(out)
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 2
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0
+    first, again, new = receiver.bodies
+    assert again == first and len(first["transitions"]) == len(want)
+    assert [h["Idempotency-Key"] for h in receiver.headers] == [first["id"], first["id"], new["id"]]
+    assert new["id"] != first["id"]
+    assert [(t["run_id"], t["code"]) for t in new["transitions"]] == [("run-new", "low_ess")]
+
+
+def test_a_post_whose_answer_was_lost_is_retried_as_the_same_message(out, receiver):
+    """The receiver took the message but its answer was a 503 (or never came): the
+    retry carries the same id and transitions, though a transition arrived meanwhile,
+    which then goes in the next message."""
+    n = Notifier(str(out), _cfg(receiver.url))
+    receiver.fail = 1
+    assert n.deliver(force=True) == 0 and receiver.attempts == 1
+    _add_transition(out)
+    assert n.deliver(force=True) == 2
+    retried, new = receiver.bodies
+    assert "run-new" not in {t["run_id"] for t in retried["transitions"]}
+    assert [t["run_id"] for t in new["transitions"]] == ["run-new"]
+    sent = read_table(str(out), "notify_sent").to_pylist()
+    claim_ids = {r["message_id"] for r in sent if r["key"].startswith("claim/")}
+    assert claim_ids == {retried["id"], new["id"]}
+
+
+def test_a_redirect_is_not_followed_as_a_get_that_would_count_as_sent(out):
+    """urllib follows a 302 to a POST with a GET without the body; a 200 to that GET
+    is not a delivery. The post fails (retried later) and nothing is recorded as sent."""
+    gets = []
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(302)
+            self.send_header("Location", "/moved")
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            gets.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        n = Notifier(str(out), _cfg(url))
+        assert n.deliver(force=True) == 0 and n.failed_posts == 1
+        assert gets == []
+        sent = read_table(str(out), "notify_sent").to_pylist()
+        assert [r for r in sent if r["key"] != "start" and "/" not in r["key"]] == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _live_args(out, **kw):
+    import argparse
+
+    base = dict(out=str(out), ui_port=None, ui_host="127.0.0.1", ui_url=None,
+                metrics_port=None, metrics_host="127.0.0.1", notify=["http://127.0.0.1:9/h"],
+                notify_format="json")  # fmt: skip
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.mark.parametrize("ui_port", [0, None])
+def test_links_go_to_ui_url_when_given(out, ui_port):
+    """`--ui-url`: where people open the pages (a proxy, a port-forward, a serve
+    elsewhere), with or without `--ui-port`; not the address the watch is bound to."""
+    from rlstream.cli_live import start_live
+
+    fan, close = start_live(_live_args(out, ui_port=ui_port, ui_url="https://rl.example/p/"), {})
+    try:
+        notifier = fan.listeners[-1]
+        assert notifier.cfg.base_url == "https://rl.example/p/"
+        doc = json.loads(render([_transitions(out)[0]], notifier.cfg, str(out), "m"))
+        assert doc["transitions"][0]["url"].startswith("https://rl.example/p/run?id=")
+    finally:
+        close()
+
+
+def test_ui_url_must_be_http(out):
+    from rlstream.cli_live import start_live
+    from rlstream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--ui-url 'rl\.example' is not an http"):
+        start_live(_live_args(out, ui_url="rl.example"), {})
+
+
+def test_notify_sent_is_read_once_not_every_round(out, receiver, monkeypatch):
+    """A round's cost does not grow with the messages sent: the notifier reads
+    notify_sent at its first round and then keeps it (it is the table's only writer);
+    a restart reads it again and still sends nothing twice."""
+    import rlstream.fleet.read as read
+
+    reads = []
+    real = read.read_table
+
+    def counting(out_, table, *a, **kw):
+        reads.append(table)
+        return real(out_, table, *a, **kw)
+
+    monkeypatch.setattr(read, "read_table", counting)
+    n = Notifier(str(out), _cfg(receiver.url))
+    assert n.deliver(force=True) == 1
+    first = reads.count("notify_sent")  # 0: the first round wrote the table
+    _add_transition(out)
+    assert n.deliver(force=True) == 1  # the new transition, from the kept outbox
+    for _ in range(3):
+        assert n.deliver(force=True) == 0
+    assert reads.count("notify_sent") == first and reads.count("alerts") == 5
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0  # a restart
+    assert reads.count("notify_sent") == first + 1 and len(receiver.bodies) == 2

@@ -99,6 +99,14 @@ def test_compare_page_and_unknown_run(server, fleet_out):
     assert status == 200
     assert body.count("<tr><td>") == 8  # one row per figure of `compare`
     assert "mismatch_kl" in body
+    # what `rlstream compare` prints: its verdict line and each row's source and why
+    from rlstream.fleet.compare import compare_runs, verdict_line
+
+    found = compare_runs(str(fleet_out.out), [a, b])
+    assert f"<p class='verdict'>{escape(verdict_line(found))}</p>" in body
+    never = [d for d in found if d.step is None and d.why]
+    assert never and all(f"<td class='why'>{escape(d.why)}</td>" in body for d in never)
+    assert body.count("<td>recomputed</td>") == sum(d.source == "recomputed" for d in found)
     assert _get(srv, "/run?id=nope")[0] == 404
     assert _get(srv, "/nothing")[0] == 404
 
@@ -315,3 +323,33 @@ def test_every_status_badge_has_a_colour_on_the_page_and_in_the_report():
     for s in STATUS_ORDER:
         assert re.search(rf"\.s-{s}\{{background:#[0-9a-f]{{3,6}}\}}", css), s
         assert re.search(rf"\.s-{s}\{{background:#[0-9a-f]{{3,6}}\}}", STYLE), s
+
+
+def test_run_page_band_heldout_quarantine_and_fleet_rejected(tmp_path):
+    """A cohort of 4 runs (3 peers: a band, not sibling curves), held-out evaluations
+    every 10 steps, two bad lines in one run's rollouts and one unreadable run folder:
+    the run page shows the band, the held-out curve and the quarantine by reason; the
+    fleet page the rejected folder, its reason, and a count for it."""
+    from rlstream.pipeline.local import analyze_local
+    from rlstream.simulate import SimConfig, simulate
+
+    root, out = tmp_path / "runs", tmp_path / "out"
+    labels = simulate(root, SimConfig(runs=4, steps=30, seed=6, cohort_size=4, eval_every=10))
+    path = root / labels[0].run / "rollouts.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines[:20], b'{"attempt_id": oops\n', b"[1, 2]\n", *lines[20:]]))
+    bad = root / "broken"
+    bad.mkdir()
+    (bad / "run.json").write_text("{not json")
+    analyze_local([str(root)], str(out))
+    pages = FleetPages(str(out), refresh=0)
+    status, _, body = pages.handle("/run?id=" + quote(labels[0].run_id))
+    body = body.decode()
+    assert status == 200
+    assert "cohort median ± 2 robust sd (4 runs)" in body and "sibling " not in body
+    assert "held-out " in body
+    assert "2 quarantined lines (malformed_json: 1, not_an_object: 1)" in body
+    status, _, body = pages.handle("/")
+    body = body.decode()
+    assert '<span class="s-rejected">1 rejected</span>' in body
+    assert escape(str(bad)) in body and "bad_run_json" in body

@@ -8,6 +8,7 @@ chromium cannot be found."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -47,6 +48,7 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
     host, port = srv.address
     b = Browser(tmp_path / "profile")
     try:
+        b.call("Network.enable")  # every request the pages make is an event
         b.navigate(f"http://{host}:{port}/")
         assert b.evaluate("document.querySelectorAll('#fleet tbody tr').length") == 4
         names = b.evaluate("Array.from(document.querySelectorAll('#fleet tr[data-run]'))"
@@ -71,6 +73,24 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
         assert statuses and set(statuses) == {"critical"}
         b.evaluate("var s = document.getElementById('f-status'); s.value = '';"
                    "s.dispatchEvent(new Event('input'))")  # fmt: skip
+        # filter by cohort, then by cohort and format: the runs OUT gives that cohort
+        latest = read_latest(str(fleet_out.out))
+        cohort = next(r["cohort"] for r in latest if r["run_id"] == HOSTILE_ID)
+        want = sorted(r["run_id"] for r in latest if r["cohort"] == cohort)
+        assert 0 < len(want) < len(latest)  # the filter has something to hide
+        visible = ("Array.from(document.querySelectorAll('#fleet tbody tr'))"
+                   ".filter(r => !r.hidden).map(r => r.getAttribute('data-run')).sort()")  # fmt: skip
+        b.evaluate(f"var c = document.getElementById('f-cohort'); c.value = {json.dumps(cohort)};"
+                   "c.dispatchEvent(new Event('input'))")  # fmt: skip
+        assert b.evaluate(visible) == want
+        b.evaluate("var f = document.getElementById('f-format'); f.value = 'loops';"
+                   "f.dispatchEvent(new Event('input'))")  # fmt: skip
+        assert b.evaluate(visible) == want
+        assert b.evaluate("document.getElementById('f-format').options.length") == 2  # any, loops
+        b.evaluate("['f-cohort', 'f-format'].forEach(function (i) {"
+                   "var e = document.getElementById(i); e.value = '';"
+                   "e.dispatchEvent(new Event('input')); })")  # fmt: skip
+        assert len(b.evaluate(visible)) == len(latest)
         # sort by step (column 5), twice: ascending then descending
         b.evaluate("document.querySelectorAll('#fleet th')[4].click()")
         steps = b.evaluate("Array.from(document.querySelectorAll('#fleet tbody tr'))"
@@ -89,6 +109,12 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
         shot = _artifacts(tmp_path) / "serve-run-hostile.png"
         b.screenshot(shot)
         assert b.errors() == []
+        # no request leaves the machine: the pages fetch only from this server
+        urls = [e["params"]["request"]["url"] for e in b.events
+                if e.get("method") == "Network.requestWillBeSent"]  # fmt: skip
+        assert any(u.endswith("/static/live.js") for u in urls)
+        origin = f"http://{host}:{port}/"
+        assert [u for u in urls if not (u.startswith(origin) or u.startswith("data:"))] == []
     finally:
         b.close()
         srv.close()
