@@ -14,11 +14,10 @@ import pytest
 
 from rlstream.cli import main
 from rlstream.fleet.web import FleetPages
-from tests.runtime.conftest import s3_requests, s3_server  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="module")
-def s3_out(fleet_out, s3_server):  # noqa: F811
+def s3_out(fleet_out, s3_server):
     client = boto3.client("s3", endpoint_url=s3_server)
     bucket = f"serve-{os.getpid()}"
     client.create_bucket(Bucket=bucket)
@@ -45,7 +44,7 @@ def test_pages_from_s3_are_the_pages_from_local_disk(fleet_out, s3_out):
     assert got.count("<tr><td>") == 8 and "<svg" in _body(remote, f"/run?id={quote(b)}")
 
 
-def test_a_fleet_refresh_costs_what_status_costs(s3_out, s3_requests, capsys):  # noqa: F811
+def test_a_fleet_refresh_costs_what_status_costs(s3_out, s3_requests, capsys):
     pages = FleetPages(s3_out, refresh=0)  # every poll reads OUT again
     pages.handle("/api/version")
     before = len(s3_requests())
