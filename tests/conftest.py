@@ -50,6 +50,7 @@ def ray_session():
     shutil.rmtree(tmp, ignore_errors=True)
     assert not os.path.exists(tmp), f"Ray temp folder {tmp} left behind"
 
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
