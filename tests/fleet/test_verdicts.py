@@ -80,10 +80,11 @@ def test_a_clean_finished_run_is_finished_and_names_the_rule_its_length_did_not_
     ok = rows[labels[0].run_id]
     assert ok["status"] == "finished" and ok["worst_finding"] is None
     assert ok["judged"] == "judged" and ok["verdict"] == "finished"
-    # 50 steps: reward_too_fast (60 rows) has not judged it, and the run says so.
-    assert ok["missing"] == "not yet judged at 50 final steps: reward_too_fast (needs 60)"
+    # 50 steps: reward_too_fast (60 rows, then 3 evaluations) has not judged it, and
+    # the run says so.
+    assert ok["missing"] == "not yet judged at 50 final steps: reward_too_fast (needs 62)"
     table = render_table(list(rows.values()))
-    assert "partly judged: not yet judged at 50 final steps: reward_too_fast (needs 60)" in table
+    assert "partly judged: not yet judged at 50 final steps: reward_too_fast (needs 62)" in table
 
 
 def test_a_run_shorter_than_the_rules_baseline_is_not_judged(sim_fleet, capsys):
@@ -120,9 +121,25 @@ def test_a_learning_trainers_finished_runs_say_what_they_had_and_what_was_not_ju
     assert s["verdict"] == f"finished: warning mismatch_kl_rising, steps {w['since_step']}-79"
     assert s["missing"] is None  # 80 steps: every evaluable rule had its window
     assert lo["status"] == "finished" and lo["judged"] == "judged"
-    assert lo["missing"] == "not yet judged at 40 final steps: reward_too_fast (needs 60)"
+    assert lo["missing"] == "not yet judged at 40 final steps: reward_too_fast (needs 62)"
     head = render_table(list(rows.values())).splitlines()[0]
     assert head == "2 runs: 1 warning (1 finished), 1 finished healthy"
+
+
+@pytest.mark.parametrize("fmt", ["loops", "trl"])
+def test_a_hack_run_of_60_steps_says_its_climb_was_never_judged(tmp_path, fmt):
+    # The issue's `simulate --steps 60 --scenario reward_too_fast --seed 5`: 60 rows
+    # meet reward_too_fast's min_rows only at the last step, so it could never fire;
+    # the run must not read as fully judged.
+    src = tmp_path / "src"
+    simulate(src, SimConfig(runs=1, steps=60, seed=5, scenarios=("reward_too_fast",)))
+    root = src if fmt == "loops" else trainer_run(src, tmp_path / "runs" / fmt, fmt)
+    rows = _analyze(root, tmp_path / "out")
+    (r,) = rows.values()
+    assert r["judged"] == "judged"  # TRL counts steps from 1, Loops from 0
+    assert "reward_too_fast" not in {f["code"] for f in r["firing"]}
+    assert r["missing"] == "not yet judged at 60 final steps: reward_too_fast (needs 62)"
+    assert "partly judged: not yet judged at 60 final steps" in render_table([r])
 
 
 def test_a_finding_that_resolved_before_the_end_keeps_the_finished_run_from_healthy(tmp_path):
@@ -194,4 +211,4 @@ def test_other_formats_without_step_times_are_not_counted_as_healthy_running(tmp
     head = render_table([r]).splitlines()[0]
     assert head == "1 run: 1 healthy, not known to be running (no step times)"
     assert "mismatch_kl" in r["reported_figures"]  # no logprobs in these files
-    assert r["missing"] == "not yet judged at 30 final steps: reward_too_fast (needs 60)"
+    assert r["missing"] == "not yet judged at 30 final steps: reward_too_fast (needs 62)"
