@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from rlstream.fleet.status import fmt_num
+from rlstream.fleet.status import fmt_num, unjudged
 from rlstream.pipeline.outcome import plural
 
 
@@ -31,7 +31,7 @@ def judged_line(row: dict[str, Any]) -> str:
     """The run's line saying what its judgement lacks, if anything."""
     if not row.get("missing"):
         return ""
-    word = "not judged" if row.get("status") == "insufficient" else "partly judged"
+    word = "not judged" if unjudged(row) else "partly judged"
     return f'<div class="sub judged">{word}: {_e(row["missing"])}</div>'
 
 

@@ -137,6 +137,12 @@ def verdict(r: dict[str, Any]) -> str:
     return "finished, not judged" if status == "insufficient" else "finished"
 
 
+def unjudged(r: dict[str, Any]) -> bool:
+    """The rules could not judge the run (`judged` insufficient), whatever its status:
+    a finding may fire on a run they cannot judge as a whole."""
+    return r.get("judged") == "insufficient" or r.get("status") == "insufficient"
+
+
 def _int(v: Any) -> int | None:
     return None if v is None else int(v)
 
@@ -223,13 +229,13 @@ def missing_lines(rows: list[dict[str, Any]]) -> list[str]:
     groups: dict[tuple[bool, str], list[str]] = {}
     for r in rows:
         if r.get("missing"):
-            key = (r.get("status") == "insufficient", r["missing"])
+            key = (unjudged(r), r["missing"])
             groups.setdefault(key, []).append(r["run_id"])
     out = []
-    for (unjudged, text), ids in sorted(groups.items(), key=lambda kv: not kv[0][0]):
+    for (none, text), ids in sorted(groups.items(), key=lambda kv: not kv[0][0]):
         shown = ", ".join(ids[:MISSING_SHOWN])
         more = f" and {len(ids) - MISSING_SHOWN} more" if len(ids) > MISSING_SHOWN else ""
-        out.append(f"{'not judged' if unjudged else 'partly judged'}: {text}: {shown}{more}")
+        out.append(f"{'not judged' if none else 'partly judged'}: {text}: {shown}{more}")
     return out
 
 

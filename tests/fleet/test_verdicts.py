@@ -76,7 +76,7 @@ def test_a_finished_run_with_a_critical_finding_names_it_and_its_steps(sim_fleet
 def test_a_clean_finished_run_is_finished_and_names_the_rule_its_length_did_not_reach(
     sim_fleet,
 ):
-    _, rows, labels, _ = sim_fleet
+    base, rows, labels, _ = sim_fleet
     ok = rows[labels[0].run_id]
     assert ok["status"] == "finished" and ok["worst_finding"] is None
     assert ok["judged"] == "judged" and ok["verdict"] == "finished"
@@ -85,6 +85,7 @@ def test_a_clean_finished_run_is_finished_and_names_the_rule_its_length_did_not_
     assert ok["missing"] == "not yet judged at 50 final steps: reward_too_fast (needs 62)"
     table = render_table(list(rows.values()))
     assert "partly judged: not yet judged at 50 final steps: reward_too_fast (needs 62)" in table
+    assert f'rlstream_run_judged{{run_id="{ok["run_id"]}"}} 1' in _prom(base / "out")
 
 
 def test_a_run_shorter_than_the_rules_baseline_is_not_judged(sim_fleet, capsys):
@@ -199,6 +200,35 @@ def test_a_steps_only_run_shows_its_reported_reward_and_is_not_judged(tmp_path, 
     got = {d["figure"]: d for d in json.loads(capsys.readouterr().out)["divergences"]}
     assert got["reward_mean"]["source"] == "reported"
     assert got["reward_mean"]["common_steps"] == 30
+
+
+@pytest.mark.parametrize("fmt", ["steps-only", "tensorboard"])
+def test_a_run_the_rules_cannot_judge_says_so_even_when_a_finding_fires(tmp_path, capsys, fmt):
+    # The seed-5 hack with only steps.jsonl left, and as verl logs it to TensorBoard:
+    # too few rules evaluable, yet a finding fires; the line under the table, the
+    # report, Prometheus and --json say the run was not judged, never "partly judged".
+    src = tmp_path / "src"
+    simulate(src, SimConfig(runs=1, steps=120, seed=5, scenarios=("reward_too_fast",)))
+    if fmt == "steps-only":
+        _steps_only(src)
+        root = src
+    else:
+        root = trainer_run(src, tmp_path / "runs" / fmt, fmt)
+    out = tmp_path / "out"
+    (r,) = _analyze(root, out).values()
+    assert r["judged"] == "insufficient" and r["status"] in ("warning", "stalled")
+    assert "reward_too_fast" in {f["code"] for f in r["firing"]}
+    assert r["missing"].endswith("rules evaluable on its files, at least 13 needed "
+                                 "(not_evaluable names the others)")  # fmt: skip
+    table = render_table([r])
+    assert f"not judged: {r['missing']}: {r['run_id']}" in table
+    assert "partly judged" not in table
+    html = render_report(str(out), now=2e9)
+    assert f'<div class="sub judged">not judged: {r["missing"]}</div>' in html
+    assert f'rlstream_run_judged{{run_id="{r["run_id"]}"}} 0' in _prom(out)
+    assert main(["status", str(out), "--json"]) == 0
+    (got,) = json.loads(capsys.readouterr().out)["runs"]
+    assert got["judged"] == "insufficient" and got["missing"] == r["missing"]
 
 
 @pytest.mark.parametrize("fmt", ["tinker", "verl"])
