@@ -188,11 +188,16 @@ def test_a_steps_only_run_shows_its_reported_reward_and_is_not_judged(tmp_path, 
         # cannot speak, so the run is not called healthy.
         assert r["status"] == "insufficient" and r["firing"] == []
         assert r["missing"].startswith("9 of 21 rules evaluable on its files, at least 13")
+    # The headline reward is over every attempt: steps.jsonl's reward/mean_with_unusable.
+    first = rows[labels[0].run_id]
+    want = _steps_lines(root / labels[0].run)[-1]["reward/mean_with_unusable"]
+    assert first["reward_mean_with_unusable"] == pytest.approx(want)
+    assert "reward_mean_with_unusable" in first["reported_figures"]
     table = render_table(list(rows.values()))
-    assert f"{rows[labels[0].run_id]['reward_mean']:.3f}r" in table
-    assert "r: the figure steps.jsonl reports" in table
+    assert f"{want:.3f}r" in table
+    assert "r: the figure the trainer's log reports" in table
     html = render_report(str(out), now=2e9)
-    assert f"{rows[labels[0].run_id]['reward_mean']:.3f} (reported)" in html
+    assert f"{want:.3f} (reported)" in html
     assert "<title>reward: reported only</title>" in html
     assert "no data for this figure</text></svg></div>" in html  # discards: truly none
     a, b = (lb.run_id for lb in labels)
@@ -200,6 +205,59 @@ def test_a_steps_only_run_shows_its_reported_reward_and_is_not_judged(tmp_path, 
     got = {d["figure"]: d for d in json.loads(capsys.readouterr().out)["divergences"]}
     assert got["reward_mean"]["source"] == "reported"
     assert got["reward_mean"]["common_steps"] == 30
+    assert got["reward_mean_with_unusable"]["source"] == "reported"
+
+
+def _reward_all(rollouts: Path, step: int) -> float:
+    """docs/run-format.md, reward/mean_with_unusable: the trained attempts' rewards and
+    those of every attempt of a group with no trained attempt, non-null only."""
+    recs = [orjson.loads(x) for x in rollouts.read_bytes().splitlines()]
+    recs = [x for x in recs if x["step"] == step]
+    trained_groups = {x["group_id"] for x in recs if x["trained"]}
+    got = [
+        x["reward"]
+        for x in recs
+        if x["reward"] is not None and (x["trained"] or x["group_id"] not in trained_groups)
+    ]
+    return sum(got) / len(got)
+
+
+def test_the_headline_reward_is_over_every_attempt_not_the_trained_ones(tmp_path):
+    # The issue's seed-5 hack: its trained groups' reward sits at 0.75 (groups that
+    # all pass are not trained on) while every attempt's is near 1.
+    root = tmp_path / "runs"
+    (label,) = simulate(root, SimConfig(runs=1, steps=120, seed=5, scenarios=("reward_too_fast",)))
+    out = tmp_path / "out"
+    (r,) = _analyze(root, out).values()
+    want = _reward_all(root / label.run / "rollouts.jsonl", r["last_step"])
+    assert want > 0.85 and r["reward_mean"] == pytest.approx(0.75)
+    assert r["reward_mean_with_unusable"] == pytest.approx(want)
+    line = render_table([r]).splitlines()[2]
+    assert f" {want:.3f} " in line and " 0.750 " not in line
+    html = render_report(str(out), now=2e9)
+    assert f">{want:.3f}</td>" in html
+    rid = r["run_id"]
+    assert f'rlstream_run_reward_mean_with_unusable{{run_id="{rid}"}} {want!r}' in _prom(out)
+
+
+def test_a_tensorboard_run_shows_the_reward_its_trainer_logs(tmp_path, capsys):
+    # verl logging to TensorBoard: only critic/score/mean, the all-groups reward.
+    src = tmp_path / "src"
+    simulate(src, SimConfig(runs=2, steps=30, seed=3))
+    for i, run in enumerate(sorted(p for p in src.iterdir() if p.is_dir())):
+        one = tmp_path / f"one{i}"
+        shutil.copytree(run, one / run.name)
+        trainer_run(one, tmp_path / "runs" / f"r{i}", "tensorboard")
+    out = tmp_path / "out"
+    rows = _analyze(tmp_path / "runs", out)
+    for r in rows.values():
+        assert r["reward_mean"] is None and "reward_mean_with_unusable" in r["reported_figures"]
+        assert f"{r['reward_mean_with_unusable']:.3f}r" in render_table([r])
+    a, b = rows
+    assert main(["compare", str(out), a, b, "--json"]) == 0
+    got = {d["figure"]: d for d in json.loads(capsys.readouterr().out)["divergences"]}
+    assert got["reward_mean_with_unusable"]["source"] == "reported"
+    assert got["reward_mean_with_unusable"]["common_steps"] == 30
 
 
 @pytest.mark.parametrize("fmt", ["steps-only", "tensorboard"])
