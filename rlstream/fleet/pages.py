@@ -13,7 +13,7 @@ the server's version changes, so the two must be the same markup.
 - run: header (folder, id, format, cohort, quarantined lines by reason), the charts of
   `fleet.charts` (a cohort band with at least 3 peers, otherwise the siblings' own
   curves), the findings as a timeline with evidence (the message) and advice, the
-  cohort's siblings, the transcripts of `OUT/samples` when that table exists.
+  cohort's siblings, and the samples panel of `fleet.sample_view`.
 - compare: the first step each run parts from the reference, figure by figure (the
   figures of `rlstream compare`).
 
@@ -42,8 +42,6 @@ from rlstream.fleet.status import (
 from rlstream.fleet.svg import line_chart
 from rlstream.metrics.downsample import RunPoints
 from rlstream.pipeline.outcome import plural
-
-SAMPLES_SHOWN = 20
 
 
 def _e(v: Any) -> str:
@@ -149,7 +147,7 @@ def fleet_main(rows: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> st
         rej = (
             f'<h2 id="rejected">{plural(len(rejected), "rejected run")}</h2>'
             '<p class="sub">Not analysed: their run.json could not be read.</p>'
-            f"<table><tr><th>run folder</th><th>reason</th><th>detail</th></tr>{items}</table>"
+            f"<table class='rejected'><tr><th>run folder</th><th>reason</th><th>detail</th></tr>{items}</table>"
         )
     return count_badges(rows, len(rejected)) + table + legend + rej
 
@@ -244,34 +242,6 @@ def _siblings(siblings: list[dict[str, Any]]) -> str:
     return f"<table><tr><th>run</th><th>status</th><th>step</th><th>reward</th></tr>{rows}</table>"
 
 
-SAMPLE_COLUMNS = ("step", "kept", "reward", "flags", "task_id", "returned")
-"""What the run page shows of a kept sample (docs/schema.md, `samples`)."""
-
-
-def _cell(v: Any) -> str:
-    text = ", ".join(map(str, v)) if isinstance(v, list) else "" if v is None else str(v)
-    return f"<td class='sample'>{_e(text[:300])}</td>"
-
-
-def samples_panel(samples: list[dict[str, Any]] | None) -> str:
-    """The run's kept transcripts of its newest steps from OUT/samples, flagged ones
-    first, then by step and reward; None: no such table in OUT."""
-    if samples is None:
-        return '<p class="sub samples-none">no samples table in OUT</p>'
-    if not samples:
-        return '<p class="sub">no kept transcript for this run yet</p>'
-    cols = [c for c in SAMPLE_COLUMNS if c in samples[0]]
-    order = sorted(
-        samples,
-        key=lambda s: (not s.get("flags"), -(s.get("step") or 0), -(s.get("reward") or 0)),
-    )
-    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
-    body = "".join(
-        "<tr>" + "".join(_cell(s.get(c)) for c in cols) + "</tr>" for s in order[:SAMPLES_SHOWN]
-    )
-    return f'<table class="samples"><tr>{head}</tr>{body}</table>'
-
-
 def run_main(
     row: dict[str, Any],
     latest: dict[str, Any],
@@ -280,12 +250,10 @@ def run_main(
     siblings: list[dict[str, Any]],
     sibling_points: dict[str, RunPoints],
     quarantine: dict[str, int],
-    samples: list[dict[str, Any]] | None,
-    heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
-    samples_html: str | None = None,
+    heldout: dict[str, tuple[list[int], list[float | None]]] | None,
+    samples_html: str,
 ) -> str:
-    """The run page's content (`samples_html`: the samples panel with its controls,
-    `fleet.sample_view`, in place of `samples_panel(samples)`)."""
+    """The run page's content (`samples_html`: the samples panel, `fleet.sample_view`)."""
     findings = list(latest.get("findings") or [])
     names = {s["run_id"]: run_name(s) for s in siblings}
     others = {names[k]: d for k, d in sibling_points.items() if k in names}
@@ -306,7 +274,7 @@ def run_main(
         + f"<h3>Cohort {_e(row.get('cohort') or '-')}: siblings</h3>"
         + _siblings(siblings)
         + "<h3>Samples</h3>"
-        + (samples_panel(samples) if samples_html is None else samples_html)
+        + samples_html
     )
 
 

@@ -208,7 +208,6 @@ class FleetPages:
             siblings,
             sib,
             self._quarantine(rid),
-            None,
             read_heldout(self.out, rid, self.opts),
             sample_view.samples_html(rid, self._samples(), sample_view.SampleQuery.parse(query)),
         )

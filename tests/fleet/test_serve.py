@@ -17,7 +17,7 @@ import pytest
 from rlstream.fleet.read import read_latest
 from rlstream.fleet.status import STATUS_ORDER
 from rlstream.fleet.web import CSP, FleetPages, PageServer
-from tests.fleet.conftest import HOSTILE_ID
+from tests.fleet.conftest import HOSTILE_ID, LONG_RETURNED
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +185,7 @@ def test_samples_panel_shows_the_newest_kept_samples_flagged_first(fleet_out, tm
     assert status == 200 and "no samples table" not in html
     panel = html[html.index('<table class="samples">') :]
     panel = panel[: panel.index("</table>")]
-    cells = re.findall(r"<tr>((?:<td class='sample'>.*?</td>)+)</tr>", panel)
+    cells = re.findall(r"<tr>((?:<td class='sample[^']*'>.*?</td>)+)</tr>", panel, re.S)
     assert cells and "early_exit" in cells[0]  # flagged first
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel and "<script>alert" not in html
     shown = [int(re.match(r"<td class='sample'>(\d+)</td>", c).group(1)) for c in cells]
@@ -193,52 +193,17 @@ def test_samples_panel_shows_the_newest_kept_samples_flagged_first(fleet_out, tm
     assert len(cells) == min(len([r for r in mine if r["step"] >= min(shown)]) + 1, 20)
 
 
-@pytest.fixture(scope="module")
-def kept_out(fleet_out, tmp_path_factory):
-    """A copy of the fleet's OUT with rows added to the healthy run's samples: a hostile
-    flagged one at the newest step, a searchable one at the newest step, one with the
-    same needle 9 steps below (past the search bound), and two probe tasks."""
-    import shutil
-
-    import pyarrow as pa
-    from deltalake import DeltaTable, write_deltalake
-
-    out = tmp_path_factory.mktemp("kept") / "out"
-    shutil.copytree(fleet_out.out, out)
-    rid = fleet_out.run_ids["healthy"]
-    table = DeltaTable(str(out / "samples")).to_pyarrow_table()
-    mine = [r for r in table.to_pylist() if r["run_id"] == rid]
-    newest = max(r["step"] for r in mine)
-    base = dict(mine[0], kept=["top"], flags=[])
-    extra = [
-        dict(
-            base,
-            step=newest,
-            attempt_id="hostile",
-            flags=["early_exit"],
-            returned="<script>alert(1)</script>sys.exit(0)",
-        ),
-        dict(base, step=newest, attempt_id="needle-new", returned="a ZEBRA-Needle <b>here</b>"),
-        dict(base, step=newest - 9, attempt_id="needle-old", returned="zebra-needle too old"),
-    ]
-    # two probe tasks followed across steps (the simulator's tasks rarely repeat)
-    for task, texts in {
-        "tp-b": {1: "x y z", 7: "x <y> w z"},
-        "tp-a": {2: "one two", 5: "one three <img src=x>", 11: "four"},
-    }.items():
-        extra += [dict(base, step=st, attempt_id=f"p{st}", task_id=task, kept=["probe"],
-                       returned=t) for st, t in texts.items()]  # fmt: skip  # fmt: skip
-    write_deltalake(str(out / "samples"), pa.Table.from_pylist(extra, schema=table.schema),
-                    mode="append")  # fmt: skip
-    rows = DeltaTable(str(out / "samples")).to_pyarrow_table().to_pylist()
-    return out, rid, [r for r in rows if r["run_id"] == rid]
-
-
 def _panel_rows(html):
+    """The samples table's rows: step, kept, reward, flags, task, then the returned
+    excerpt as shown (escaped, the search marked)."""
     panel = html[html.index('<table class="samples">') :]
     panel = panel[: panel.index("</table>")]
-    cells = re.findall(r"<tr>((?:<td class='sample'>.*?</td>)+)</tr>", panel)
-    return [re.findall(r"<td class='sample'>(.*?)</td>", c) for c in cells]
+    cells = re.findall(r"<tr>((?:<td class='sample[^']*'>.*?</td>)+)</tr>", panel, re.S)
+    rows = [re.findall(r"<td class='sample[^']*'>(.*?)</td>", c, re.S) for c in cells]
+    for r in rows:
+        m = re.search(r'<div class="excerpt" data-keep="r/[^"]*">(.*?)</div>', r[5], re.S)
+        r[5] = m.group(1) if m else r[5]
+    return rows
 
 
 def test_samples_controls_step_kept_and_search_from_the_query(kept_out):
@@ -277,15 +242,34 @@ def test_samples_controls_step_kept_and_search_from_the_query(kept_out):
     # search: case-insensitive, in the newest 8 steps only; the hit escaped
     html = page(q="zebra-NEEDLE")
     got = _panel_rows(html)
-    assert len(got) == 1 and got[0][5] == "a ZEBRA-Needle &lt;b&gt;here&lt;/b&gt;"
+    assert len(got) == 1 and got[0][5] == "a <mark>ZEBRA-Needle</mark> &lt;b&gt;here&lt;/b&gt;"
     assert f"steps read: {', '.join(map(str, steps[:8]))}; at most 8" in html
     got = _panel_rows(page(q="zebra-needle", step=steps[0] - 9))
-    assert [c[5] for c in got] == ["zebra-needle too old"]  # found when its step is picked
+    assert [c[5] for c in got] == ["<mark>zebra-needle</mark> too old"]  # found at its step
     assert "no kept sample matches" in page(q="no such text anywhere")
     # hostile query text is escaped back into the form, never markup
     html = page(q='"><script>x()</script>', kept="<b>", step="1; drop")
     assert "<script>x()" not in html and 'value="&quot;&gt;&lt;script&gt;x()' in html
     assert '<option value="" selected>all kept</option>' in html  # unknown kept: all
+
+
+def test_a_sample_shows_its_whole_excerpt_what_it_was_sent_and_its_file(kept_out):
+    """What a scanner flagged is often far into the text: the row shows the whole
+    stored excerpt (escaped), not its head, and what the attempt was sent; a search
+    marks where the text matched."""
+    out, rid, mine = kept_out
+    step = max(r["step"] for r in mine) - 1
+    assert LONG_RETURNED.index("rm -f") > 800
+    pages_ = FleetPages(str(out))
+    html = pages_.handle(f"/run?id={quote(rid)}&step={step}&kept=flagged")[2].decode()
+    rows = _panel_rows(html)
+    assert [r[3] for r in rows] == ["test_tampering"]
+    assert rows[0][5] == escape(LONG_RETURNED, quote=True)
+    assert "Fix &lt;the&gt; bug in solution.py" in html and "sent (29 bytes)" in html
+    assert "attempt long-flagged" in html and "transcripts/long-flagged.json" in html
+    html = pages_.handle(f"/run?id={quote(rid)}&q={quote('RM -F tests/')}")[2].decode()
+    rows = _panel_rows(html)
+    assert len(rows) == 1 and "<mark>rm -f tests/</mark>test_solution.py" in rows[0][5]
 
 
 def test_run_page_probe_diff_defaults_to_the_first_probe_task(kept_out):
