@@ -8,6 +8,7 @@ chromium cannot be found."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -155,6 +156,77 @@ def test_run_page_samples_controls_in_chromium(fleet_out, tmp_path):
         assert rows and all(s == pick and "bottom" in k.split(", ") for s, k in rows)
         assert b.evaluate("document.getElementById('s-step').value") == pick
         shot = _artifacts(tmp_path) / "serve-run-samples.png"
+        b.screenshot(shot)
+        assert _nonblank(shot) > 0.03
+        assert b.errors() == []
+    finally:
+        b.close()
+        srv.close()
+
+
+class VersionedPages(FleetPages):
+    """The pages of an OUT whose version the test moves on (`bump`), as a commit would."""
+
+    bump = 0
+
+    def snapshot(self):
+        snap = super().snapshot()
+        return dataclasses.replace(snap, etag=f'{snap.etag[:-1]}-{self.bump}"')
+
+
+def test_a_refresh_keeps_what_the_reader_was_doing_on_the_run_page(kept_out, tmp_path):
+    """A commit lands while someone types a search into the samples panel, has picked
+    a filter, opened what a sample was sent, or is reading a scrolled excerpt: the page
+    takes the new content and keeps all of that. The probe diff's two sides are the
+    same width, with the changed words coloured; the whole flagged excerpt is shown."""
+    out, rid, _ = kept_out
+    pages_ = VersionedPages(str(out), refresh=0.3)
+    srv = PageServer(pages_, port=0).start()
+    host, port = srv.address
+    b = Browser(tmp_path / "profile")
+    try:
+        b.navigate(f"http://{host}:{port}/run?id={quote(rid, safe='')}")
+        # the probe diff: side by side, equal halves, changes coloured (the CSP allows
+        # no inline style, so this is the stylesheet's doing)
+        widths = b.evaluate("['probe-a', 'probe-b'].map(c => "
+                            "document.querySelector('td.' + c).getBoundingClientRect().width)")  # fmt: skip
+        assert widths[0] > 300 and abs(widths[0] - widths[1]) <= 2, widths
+        colours = b.evaluate("['del', 'ins'].map(t => getComputedStyle("
+                             "document.querySelector('table.probe ' + t)).backgroundColor)")  # fmt: skip
+        assert colours == ["rgb(253, 224, 220)", "rgb(220, 245, 220)"], colours
+        # what the reader does, not submitted
+        b.evaluate("var q = document.getElementById('s-q'); q.focus(); q.value = 'rm -f';"
+                   "q.setSelectionRange(2, 4);"
+                   "document.getElementById('s-kept').value = 'flagged';"
+                   "var d = document.querySelector('details.sent'); d.open = true;"
+                   "window.__opened = d.getAttribute('data-keep');"
+                   "var x = document.querySelector('.excerpt[data-keep$=\"/long-flagged\"]');"
+                   "x.scrollTop = 40; window.__scrolled = x.scrollTop;"
+                   "document.querySelector('main').firstElementChild.setAttribute('data-old', '1')")  # fmt: skip
+        assert b.evaluate("window.__scrolled") == 40  # the long excerpt is a scroll box
+        pages_.bump = 1
+        assert b.wait_for("document.body.getAttribute('data-updates') === '1'", 30)
+        assert b.evaluate("document.querySelector('[data-old]')") is None  # new content
+        assert b.evaluate("document.getElementById('s-q').value") == "rm -f"
+        assert b.evaluate("document.activeElement.id") == "s-q"
+        assert b.evaluate("[document.getElementById('s-q').selectionStart,"
+                          "document.getElementById('s-q').selectionEnd]") == [2, 4]  # fmt: skip
+        assert b.evaluate("document.getElementById('s-kept').value") == "flagged"
+        assert b.evaluate("document.querySelector('details.sent[data-keep=\"' + "
+                          "window.__opened + '\"]').open") is True  # fmt: skip
+        assert b.evaluate("document.querySelector('.excerpt[data-keep$=\"/long-flagged\"]')"
+                          ".scrollTop") == 40  # fmt: skip
+        # and the form still submits what was typed
+        b.evaluate("document.getElementById('s-go').click()")
+        assert b.wait_for("location.search.indexOf('q=rm+-f') >= 0 && document.body && "
+                          "document.body.getAttribute('data-ready') === '1'", 60)  # fmt: skip
+        assert b.evaluate("document.querySelectorAll('.excerpt mark').length") >= 1
+        # the hit, 40 lines into the excerpt, is in view in its scroll box
+        box, hit = b.evaluate("var m = document.querySelector('.excerpt mark');"
+                              "[m.closest('.excerpt').getBoundingClientRect().toJSON(),"
+                              " m.getBoundingClientRect().toJSON()]")  # fmt: skip
+        assert box["top"] <= hit["top"] and hit["bottom"] <= box["bottom"], (box, hit)
+        shot = _artifacts(tmp_path) / "serve-run-refresh-kept.png"
         b.screenshot(shot)
         assert _nonblank(shot) > 0.03
         assert b.errors() == []
