@@ -12,7 +12,8 @@ the server's version changes, so the two must be the same markup.
   for the filters, and the rejected run folders; fits 1,400 px.
 - run: header (folder, id, format, cohort, quarantined lines by reason), the charts of
   `fleet.charts` (a cohort band with at least 3 peers, otherwise the siblings' own
-  curves), the findings as a timeline with evidence (the message) and advice, the
+  curves), the findings as a timeline of the run's transitions (`fleet.timeline`)
+  with evidence (the message) and advice, the
   cohort's siblings, and the samples panel of `fleet.sample_view`.
 - compare: the first step each run parts from the reference, figure by figure (the
   figures of `rlstream compare`).
@@ -27,7 +28,6 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from rlstream.fleet.advice import advice
 from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.report import run_name
 from rlstream.fleet.run_lines import judged_line, not_evaluable_line, replaced_note
@@ -40,6 +40,7 @@ from rlstream.fleet.status import (
     trend_arrow,
 )
 from rlstream.fleet.svg import line_chart
+from rlstream.fleet.timeline import episodes, timeline_html
 from rlstream.metrics.downsample import RunPoints
 from rlstream.pipeline.outcome import plural
 
@@ -171,58 +172,6 @@ def fleet_controls(rows: list[dict[str, Any]]) -> str:
     )
 
 
-SEVERITY_COLOR = {"critical": "#c0392b", "warning": "#d68910", "info": "#2e86c1"}
-
-
-def timeline_svg(items: list[dict[str, Any]], last_step: int | None, width: int = 900) -> str:
-    """One bar per finding from its `since_step` to the run's last step (solid while
-    pending or firing, faint once resolved), on the run's step axis."""
-    placed = [f for f in items if f.get("since_step") is not None]
-    if not placed:
-        return ""
-    end = max([int(last_step or 0), *(int(f["since_step"]) for f in placed)]) or 1
-    left, right, row = 150, 10, 16
-    pw = width - left - right
-
-    def x(step: int) -> float:
-        return left + step / end * pw
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline-chart" width="{width}" '
-        f'height="{row * len(placed) + 18}" role="img">'
-    ]
-    for i, f in enumerate(placed):
-        y = i * row + 4
-        color = SEVERITY_COLOR.get(str(f.get("severity")), "#888")
-        faint = ' opacity="0.35"' if f.get("state") == "resolved" else ""
-        x0 = x(int(f["since_step"]))
-        parts.append(
-            f'<text x="{left - 6}" y="{y + 10}" class="yt">{_e(f.get("code"))}</text>'
-            f'<rect x="{x0:.1f}" y="{y}" width="{max(x(end) - x0, 2):.1f}" height="11" '
-            f'fill="{color}"{faint}><title>{_e(f.get("code"))} ({_e(f.get("state"))}) since '
-            f"step {_e(f['since_step'])}: {_e(f.get('message'))}</title></rect>"
-        )
-    y = row * len(placed) + 14
-    parts.append(f'<text x="{left}" y="{y}" class="xt">step 0</text>')
-    parts.append(f'<text x="{left + pw}" y="{y}" class="xt">{end}</text></svg>')
-    return "".join(parts)
-
-
-def _timeline(findings: list[dict[str, Any]], last_step: int | None = None) -> str:
-    items = sorted(findings, key=lambda f: (f.get("since_step") is None, f.get("since_step") or 0))
-    if not items:
-        return '<p class="sub">No finding.</p>'
-    li = "".join(
-        f'<li class="finding sev-{_e(f.get("severity"))}"><span class="step">step '
-        f"{_e(f.get('since_step') if f.get('since_step') is not None else '?')}</span> "
-        f"<b>{_e(f.get('code'))}</b> [{_e(f.get('severity'))}, {_e(f.get('state'))}]"
-        f'<div class="evidence">{_e(f.get("message"))}</div>'
-        f'<div class="advice">{_e(advice(f.get("code")))}</div></li>'
-        for f in items
-    )
-    return timeline_svg(items, last_step) + f'<ol class="timeline">{li}</ol>'
-
-
 def _quarantine(by_reason: dict[str, int]) -> str:
     if not by_reason:
         return "no quarantined line"
@@ -252,8 +201,10 @@ def run_main(
     quarantine: dict[str, int],
     heldout: dict[str, tuple[list[int], list[float | None]]] | None,
     samples_html: str,
+    transitions: list[dict[str, Any]],
 ) -> str:
-    """The run page's content (`samples_html`: the samples panel, `fleet.sample_view`)."""
+    """The run page's content (`samples_html`: the samples panel, `fleet.sample_view`;
+    `transitions`: the run's `alerts` rows, for the findings timeline)."""
     findings = list(latest.get("findings") or [])
     names = {s["run_id"]: run_name(s) for s in siblings}
     others = {names[k]: d for k, d in sibling_points.items() if k in names}
@@ -270,7 +221,7 @@ def run_main(
         + f'<div class="charts">{"".join(f"<div class=fig>{line_chart(c)}</div>" for c in charts)}</div>'
         + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + "<h3>Findings</h3>"
-        + _timeline(findings, row.get("last_step"))
+        + timeline_html(episodes(transitions, findings), row.get("last_step"))
         + f"<h3>Cohort {_e(row.get('cohort') or '-')}: siblings</h3>"
         + _siblings(siblings)
         + "<h3>Samples</h3>"

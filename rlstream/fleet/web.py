@@ -210,7 +210,15 @@ class FleetPages:
             self._quarantine(rid),
             read_heldout(self.out, rid, self.opts),
             sample_view.samples_html(rid, self._samples(), sample_view.SampleQuery.parse(query)),
+            self._transitions(rid),
         )
+
+    def _transitions(self, rid: str) -> list[dict[str, Any]]:
+        """The run's `alerts` rows (every finding transition it had)."""
+        from rlstream.fleet.read import read_table
+
+        cols = ["code", "severity", "from_state", "to_state", "step", "time", "message"]
+        return read_table(self.out, "alerts", self.opts, cols, ("run_id", rid)).to_pylist()
 
     def _quarantine(self, rid: str) -> dict[str, int]:
         from rlstream.fleet.read import read_table

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
-from rlstream.fleet.read import read_latest
+from rlstream.fleet.read import read_latest, read_table
 from rlstream.fleet.status import STATUS_ORDER
 from rlstream.fleet.web import CSP, FleetPages, PageServer
 from tests.fleet.conftest import HOSTILE_ID, LONG_RETURNED
@@ -65,20 +65,28 @@ def test_run_page_has_charts_timeline_advice_quarantine_and_samples_panel(server
     assert status == 200
     assert body.count('role="img" class="chart"') == 8
     assert "<b>entropy_collapse</b>" in body
-    # the timeline: one bar per placed finding, from its since_step to the last step
+    # the timeline, from the run's alerts rows: a faint bar from the step it went
+    # pending to the step it fired, a solid one from there to the last step (firing)
     latest = {r["run_id"]: r for r in read_latest(str(fleet_out.out))}
-    placed = sorted(
-        (f for f in latest[rid]["findings"] if f["since_step"] is not None),
-        key=lambda f: f["since_step"],
+    alerts = read_table(str(fleet_out.out), "alerts", where=("run_id", rid)).to_pylist()
+    step_of = {(a["code"], a["to_state"]): a["step"] for a in alerts}
+    pending, fired = (
+        step_of[("entropy_collapse", "pending")],
+        step_of[("entropy_collapse", "firing")],
     )
-    bars = re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="11"', body)
-    assert len(bars) == len(placed) >= 1
-    f = placed[0]
-    x0 = 150 + f["since_step"] / latest[rid]["last_step"] * 740
-    assert (
-        abs(float(bars[0][0]) - x0) < 0.06
-        and abs(float(bars[0][0]) + float(bars[0][1]) - 890) < 0.1
-    )
+    last = latest[rid]["last_step"]
+    assert pending < fired < last
+    bars = re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="11" '
+                      r'fill="#[0-9a-f]+"(?: opacity="[\d.]+")? data-span="(\w+)"', body)  # fmt: skip
+
+    def x(step):
+        return 150 + step / last * 740
+
+    assert [b[2] for b in bars] == ["pending", "firing"]
+    (p0, pw, _), (f0, fw, _) = ((float(a), float(w), k) for a, w, k in bars)
+    assert abs(p0 - x(pending)) < 0.06 and abs(p0 + pw - x(fired)) < 0.1
+    assert abs(f0 - x(fired)) < 0.06 and abs(f0 + fw - 890) < 0.1
+    assert f"firing since step {fired} (pending from {pending})" in body
     assert "the policy stopped exploring" in body  # its advice
     assert "no quarantined line" in body
     assert '<table class="samples">' in body  # its kept transcripts (the next test)
@@ -90,6 +98,45 @@ def test_run_page_has_charts_timeline_advice_quarantine_and_samples_panel(server
     assert "sibling " in body and "cohort median" not in body
     hostile = _get(srv, "/run?id=" + quote(HOSTILE_ID, safe=""))[2]
     assert "<script>document" not in hostile and "<img src=x" not in hostile
+
+
+def test_a_finding_resolved_long_ago_is_on_the_run_page_where_it_ended(fleet_out, tmp_path):
+    """A finding that fired and resolved early in a run is gone from its latest
+    run_health row (kept only `keep_resolved_steps`) but not from its alerts: the
+    run page shows it, its bar ending at the step it resolved, not at the last step."""
+    import shutil
+
+    from rlstream.fleet.read import out_sink
+    from rlstream.sinks.health import alerts_table
+
+    out = tmp_path / "out"
+    shutil.copytree(fleet_out.out, out)
+    rid = fleet_out.run_ids["healthy"]
+    latest = {r["run_id"]: r for r in read_latest(str(out))}[rid]
+    assert latest["findings"] == [] and latest["last_step"] == 39
+    rows = [
+        ("inactive", "pending", 5, "reward rose <fast>"),
+        ("pending", "firing", 7, "reward rose +0.4 <fast>"),
+        ("firing", "resolved", 12, "reward settled"),
+        ("resolved", "pending", 20, "again"),
+        ("pending", "inactive", 22, "no"),
+    ]
+    out_sink(str(out)).append("alerts", alerts_table([
+        {"run_id": rid, "code": "reward_too_fast", "severity": "warning", "from_state": a,
+         "to_state": b, "step": st, "time": 1.7e9 + st, "message": m, "commit_seq": 1}
+        for a, b, st, m in rows]), {})  # fmt: skip
+    status, _, body = FleetPages(str(out)).handle("/run?id=" + quote(rid))
+    body = body.decode()
+    assert status == 200 and "No finding." not in body
+    assert "fired at step 7 (pending from 5), resolved at step 12" in body
+    assert "steps 20-22, pending, ended without firing" in body
+    assert "reward rose +0.4 &lt;fast&gt;" in body and "when it resolved: reward settled" in body
+    bars = re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="11" '
+                      r'fill="#[0-9a-f]+"(?: opacity="[\d.]+")? data-span="(\w+)"', body)  # fmt: skip
+    x = [(round(float(a) - 150, 1), round(float(a) + float(w) - 150, 1), k) for a, w, k in bars]
+    per = 740 / 39
+    want = [(5, 7, "pending"), (7, 12, "firing"), (20, 22, "pending")]
+    assert x == [(round(a * per, 1), round(b * per, 1), k) for a, b, k in want]
 
 
 def test_compare_page_and_unknown_run(server, fleet_out):
