@@ -251,7 +251,9 @@ class FleetPages:
         if len(ids) < 2:
             return pages.compare_main(ids, names, [])
         found = compare_runs(self.out, ids, CompareConfig(), self.opts)
-        return pages.compare_main(ids, names, as_json(found), verdict_line(found))
+        return pages.compare_main(
+            ids, names, as_json(found), verdict_line(found, CompareConfig(), names)
+        )
 
 
 def _html(status: int, message: str) -> Response:

@@ -150,7 +150,13 @@ def test_compare_page_and_unknown_run(server, fleet_out):
     from rlstream.fleet.compare import compare_runs, verdict_line
 
     found = compare_runs(str(fleet_out.out), [a, b])
-    assert f"<p class='verdict'>{escape(verdict_line(found))}</p>" in body
+    line = verdict_line(found)
+    assert line.startswith("diverged: ") and b in line  # the CLI's line, by run id ...
+    folder = next(r["run_uri"] for r in read_latest(str(fleet_out.out)) if r["run_id"] == b)
+    name = folder.rstrip("/").rsplit("/", 1)[-1]
+    # ... the page's, by the name the page gives the run everywhere else
+    assert f"<p class='verdict'>{escape(line.replace(b, name))}</p>" in body
+    assert b not in body.split("<p class='verdict'>")[1].split("</p>")[0]
     never = [d for d in found if d.step is None and d.why]
     assert never and all(f"<td class='why'>{escape(d.why)}</td>" in body for d in never)
     assert body.count("<td>recomputed</td>") == sum(d.source == "recomputed" for d in found)
