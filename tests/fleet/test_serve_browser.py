@@ -3,14 +3,13 @@ over the DevTools protocol (tests/fleet/cdp.py). The fleet and run pages load wi
 console error (a CSP violation is one), show the runs, run no script from run data,
 fit 1,400 px; filters and sorting work; and a step that a running watch commits
 appears on an open page without a reload. Screenshots are kept as test artifacts
-(under $RLSTREAM_TEST_ARTIFACTS if set, else the test's tmp folder). Skipped only when
+(`cdp.artifacts`: $RLSTREAM_TEST_ARTIFACTS if set, else the test's tmp folder). Skipped only when
 chromium cannot be found."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -27,16 +26,10 @@ from rlstream.fleet.web import FleetPages, PageServer
 from rlstream.runtime.driver import RuntimeConfig
 from rlstream.runtime.driver import run as run_pipeline
 from rlstream.simulate import SimConfig, simulate_live
-from tests.fleet.cdp import CHROMIUM, Browser
+from tests.fleet.cdp import CHROMIUM, Browser, artifacts
 from tests.fleet.conftest import HOSTILE_ID
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
-
-
-def _artifacts(tmp_path: Path) -> Path:
-    d = Path(os.environ.get("RLSTREAM_TEST_ARTIFACTS") or tmp_path)
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def _nonblank(png: Path) -> float:
@@ -97,7 +90,7 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
         steps = b.evaluate("Array.from(document.querySelectorAll('#fleet tbody tr'))"
                            ".map(r => Number(r.cells[4].getAttribute('data-v')))")  # fmt: skip
         assert steps == sorted(steps)
-        shot = _artifacts(tmp_path) / "serve-fleet.png"
+        shot = artifacts(tmp_path) / "serve-fleet.png"
         b.screenshot(shot)
         assert _nonblank(shot) > 0.03
         assert b.errors() == []
@@ -107,7 +100,7 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
             assert b.evaluate("document.querySelectorAll('svg.chart').length") == 8
             assert b.evaluate("document.querySelectorAll('ol.timeline li').length") >= 1
             assert b.evaluate("document.body.hasAttribute('data-pwned')") is False
-        shot = _artifacts(tmp_path) / "serve-run-hostile.png"
+        shot = artifacts(tmp_path) / "serve-run-hostile.png"
         b.screenshot(shot)
         assert b.errors() == []
         # no request leaves the machine: the pages fetch only from this server
@@ -155,7 +148,7 @@ def test_run_page_samples_controls_in_chromium(fleet_out, tmp_path):
         rows = b.evaluate(_ROWS)
         assert rows and all(s == pick and "bottom" in k.split(", ") for s, k in rows)
         assert b.evaluate("document.getElementById('s-step').value") == pick
-        shot = _artifacts(tmp_path) / "serve-run-samples.png"
+        shot = artifacts(tmp_path) / "serve-run-samples.png"
         b.screenshot(shot)
         assert _nonblank(shot) > 0.03
         assert b.errors() == []
@@ -226,7 +219,7 @@ def test_a_refresh_keeps_what_the_reader_was_doing_on_the_run_page(kept_out, tmp
                               "[m.closest('.excerpt').getBoundingClientRect().toJSON(),"
                               " m.getBoundingClientRect().toJSON()]")  # fmt: skip
         assert box["top"] <= hit["top"] and hit["bottom"] <= box["bottom"], (box, hit)
-        shot = _artifacts(tmp_path) / "serve-run-refresh-kept.png"
+        shot = artifacts(tmp_path) / "serve-run-refresh-kept.png"
         b.screenshot(shot)
         assert _nonblank(shot) > 0.03
         assert b.errors() == []
@@ -309,7 +302,7 @@ def test_a_step_committed_by_a_running_watch_appears_without_reload(ray_session,
         assert got, f"step {seen} not shown {took:.1f}s after it was committed"
         assert b.evaluate("window.__sameDocument") == "yes"  # no reload
         assert int(b.evaluate("document.body.getAttribute('data-updates')")) >= 1
-        shot = _artifacts(tmp_path) / "serve-live.png"
+        shot = artifacts(tmp_path) / "serve-live.png"
         b.screenshot(shot)
         assert _nonblank(shot) > 0.03
         assert b.errors() == []
@@ -335,7 +328,7 @@ def test_report_overview_fits_1400_px(fleet_out, tmp_path):
         assert b.wait_for("document.body && document.body.getAttribute('data-sortable')", 60)
         right = b.evaluate("document.getElementById('fleet').getBoundingClientRect().right")
         assert right <= 1400, right
-        shot = _artifacts(tmp_path) / "report-1400.png"
+        shot = artifacts(tmp_path) / "report-1400.png"
         b.screenshot(shot)
         assert b.errors() == []
     finally:
