@@ -13,9 +13,11 @@ as sent is never sent again. A claimed message not recorded as sent is posted ag
 as it was (the same transitions, the same `Idempotency-Key` header and JSON `id`),
 before anything new: after a restart, and after a failed post (a timeout or an
 error answer may hide that the receiver took it), however many transitions came
-meanwhile; they go in the next message. The one window in which a message is
-delivered twice is between the endpoint's 2xx and the second commit (a kill -9, or
-OUT unwritable then); a receiver that deduplicates on the key drops the second.
+meanwhile; they go in the next message. So a message reaches a receiver twice only
+when the receiver took it but the watch holds no record of its 2xx: the answer was
+lost (a timeout, a dropped connection), or the process died (or OUT was unwritable)
+between the 2xx and the second commit. No sender can close that window with a plain
+webhook; the repeat carries the same key, which a deduplicating receiver drops.
 
 A `Notifier` runs on its own thread: woken by each commit (`on_commit`, fed by the
 driver as the metrics exporter is) or every `poll_seconds`, it reads the alerts with
