@@ -21,18 +21,17 @@ webhook; the repeat carries the same key, which a deduplicating receiver drops.
 
 A `Notifier` runs on its own thread: woken by each commit (`on_commit`, fed by the
 driver as the metrics exporter is) or every `poll_seconds`, it reads the alerts with
-`to_state` firing or resolved, subtracts what was sent or claimed, and posts what is
-pending to each endpoint as one message (a burst: many runs firing in one commit is
-one message; at most `max_per_message` transitions, the rest in further messages). A failed post (an error, a non-2xx
-answer, a redirect, a timeout) is retried with exponential backoff up to `max_backoff`; the
-driver never waits on it. Transitions whose time is more than `history_seconds`
-before the endpoint's first start (kept in `notify_sent` as a `start` row) are not
-sent: a watch started on old runs does not page for their history.
+`to_state` firing or resolved (a firing finding's severity change only when it rises:
+`told`), subtracts what was sent or claimed, and posts what is pending to each
+endpoint as one message (a burst: many runs firing in one commit is one message; at
+most `max_per_message` transitions, the rest in further messages). A failed post (an
+error, a non-2xx answer, a redirect, a timeout) is retried with exponential backoff
+up to `max_backoff`; the driver never waits on it. Transitions whose time is more
+than `history_seconds` before the endpoint's first start (kept in `notify_sent` as a
+`start` row) are not sent: a watch started on old runs does not page for their
+history.
 
-Formats: `json` (`{"id", "source", "out", "transitions": [{run_id, code, severity,
-from_state, to_state, step, time, evidence, advice, url}]}`) and `slack` (an incoming
-webhook payload: `{"text": ...}` with one line per transition, run strings escaped
-for Slack's markup). `url` links to the run's page when `watch --ui-port` serves it.
+What a message tells and its formats: `fleet.notify_message`.
 """
 
 from __future__ import annotations
@@ -46,12 +45,13 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 import pyarrow as pa
 
-from rlstream.fleet.advice import advice
+from rlstream.fleet.notify_message import NOTIFIED_STATES, _ms, render, told
+
+__all__ = ["NOTIFIED_STATES", "Notifier", "NotifyConfig", "render", "told", "transition_key"]
 
 log = logging.getLogger("rlstream")
 
@@ -68,7 +68,6 @@ SENT_SCHEMA = pa.schema(
 START_KEY = "start"
 CLAIM = "claim/"
 """Prefix of the `notify_sent` keys of a message about to be posted (its claim)."""
-NOTIFIED_STATES = ("firing", "resolved")
 
 
 @dataclass(frozen=True)
@@ -95,12 +94,6 @@ def transition_key(t: dict[str, Any]) -> str:
     parts = [t.get(k) for k in ("run_id", "code", "from_state", "to_state", "step")]
     parts.append(_ms(t.get("time")))
     return hashlib.sha256(orjson.dumps([str(p) for p in parts])).hexdigest()[:24]
-
-
-def _ms(v: Any) -> int | None:
-    if v is None:
-        return None
-    return int(v.timestamp() * 1000) if hasattr(v, "timestamp") else int(v)
 
 
 def _order(a: dict[str, Any]) -> tuple:
@@ -141,49 +134,6 @@ class _Outbox:
     def sent(self, mid: str, keys: list[str]) -> None:
         self.claims.pop(mid, None)
         self.taken.update(keys)
-
-
-def _slack_escape(s: Any) -> str:
-    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def render(
-    transitions: list[dict[str, Any]], cfg: NotifyConfig, out: str, message_id: str
-) -> bytes:
-    """The message body for these transitions (see the module docstring)."""
-    items = []
-    for t in transitions:
-        url = None
-        if cfg.base_url:
-            url = f"{cfg.base_url.rstrip('/')}/run?id={quote(str(t['run_id']), safe='')}"
-        items.append(
-            {
-                "run_id": t["run_id"],
-                "code": t["code"],
-                "severity": t["severity"],
-                "from_state": t.get("from_state"),
-                "to_state": t["to_state"],
-                "step": t.get("step"),
-                "time": _ms(t.get("time")),
-                "evidence": t.get("message"),
-                "advice": advice(t["code"]),
-                "url": url,
-            }
-        )
-    if cfg.format == "json":
-        doc = {"id": message_id, "source": "rlstream", "out": out, "transitions": items}
-        return orjson.dumps(doc)
-    n_fire = sum(i["to_state"] == "firing" for i in items)
-    lines = [f"rlstream: {n_fire} firing, {len(items) - n_fire} resolved ({_slack_escape(out)})"]
-    for i in items:
-        mark = ":red_circle:" if i["to_state"] == "firing" else ":white_check_mark:"
-        link = f" <{i['url']}|run page>" if i["url"] else ""
-        lines.append(
-            f"{mark} *{i['to_state']}* `{_slack_escape(i['code'])}` ({i['severity']}) on "
-            f"`{_slack_escape(i['run_id'])}` at step {i['step']}: "
-            f"{_slack_escape(i['evidence'] or '')} _{_slack_escape(i['advice'])}_{link}"
-        )
-    return orjson.dumps({"text": "\n".join(lines)})
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -262,10 +212,9 @@ class Notifier:
             return 0
         from rlstream.fleet.read import read_table
 
-        alerts = read_table(self.out, "alerts", self.opts).to_pylist()
-        alerts = [a for a in alerts if a.get("to_state") in NOTIFIED_STATES]
-        alerts.sort(key=_order)
-        by_key = {transition_key(a): a for a in alerts}
+        rows = read_table(self.out, "alerts", self.opts).to_pylist()
+        by_key = {transition_key(a): a for a in rows if a.get("to_state") in NOTIFIED_STATES}
+        alerts = sorted(told(rows), key=_order)
         if len(self._outboxes) < len(self.cfg.urls):
             # Read once: this notifier is notify_sent's only writer, so what it holds
             # after that is the table (a round's cost does not grow with messages sent).

@@ -335,3 +335,35 @@ def test_notify_sent_is_read_once_not_every_round(out, receiver, monkeypatch):
     assert reads.count("notify_sent") == first and reads.count("alerts") == 5
     assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0  # a restart
     assert reads.count("notify_sent") == first + 1 and len(receiver.bodies) == 2
+
+
+def test_a_severity_flapping_at_every_step_pages_once_per_rise(out, receiver):
+    """A failure burst that swings between warning and critical at every step is one
+    firing message, one when it first rises to critical, and one when it resolves;
+    not a message per step. A new firing stretch starts over."""
+    from rlstream.fleet.read import out_sink
+    from rlstream.sinks.health import alerts_table
+
+    seq = [("pending", "firing", "warning", 1), ("firing", "firing", "critical", 2),
+           ("firing", "firing", "warning", 3), ("firing", "firing", "critical", 4),
+           ("firing", "firing", "warning", 5), ("firing", "resolved", "warning", 6),
+           ("resolved", "firing", "warning", 8), ("firing", "firing", "critical", 9),
+           ("firing", "firing", "warning", 10)]  # fmt: skip
+    rows = [{"run_id": "flappy", "code": "rollout_failure_burst", "severity": sev,
+             "from_state": a, "to_state": b, "step": st, "time": 4.0e9 + st,
+             "message": f"burst at step {st}", "commit_seq": 1} for a, b, sev, st in seq]  # fmt: skip
+    out_sink(str(out)).append("alerts", alerts_table(rows), {})
+    n = Notifier(str(out), _cfg(receiver.url))
+    assert n.deliver(force=True) == 1
+    mine = [t for t in receiver.bodies[0]["transitions"] if t["run_id"] == "flappy"]
+    assert [(t["step"], t["from_state"], t["to_state"], t["severity"]) for t in mine] == [
+        (1, "pending", "firing", "warning"),
+        (2, "firing", "firing", "critical"),
+        (6, "firing", "resolved", "warning"),
+        (8, "resolved", "firing", "warning"),
+        (9, "firing", "firing", "critical"),
+    ]
+    assert n.deliver(force=True) == 0  # the rest are never pending, after a restart too
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0
+    text = render(mine, _cfg(receiver.url, "slack"), str(out), "m").decode()
+    assert text.count("*escalated*") == 2 and text.count("*firing*") == 2
