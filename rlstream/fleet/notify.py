@@ -171,6 +171,8 @@ class Notifier:
         self._outboxes: dict[str, _Outbox] = {}
         """Each endpoint's notify_sent rows, read at the first round, then kept."""
         self._retry_at = {u: 0.0 for u in cfg.urls}
+        self._known: dict[str, str] = {}
+        """Run names by id (`_names`)."""
         self.sent_messages = 0
         self.failed_posts = 0
 
@@ -264,12 +266,26 @@ class Notifier:
                     version = self._next_version(sink, ep)  # read before the post
                 # Between the endpoint's 2xx and the record below is the one window in
                 # which a kill -9 makes the message go twice (with the same id).
-                if not self._post(url, render(pending, self.cfg, self.out, mid), mid):
+                body = render(pending, self.cfg, self.out, mid, self._names(pending))
+                if not self._post(url, body, mid):
                     break
                 self._record(sink, ep, keys, mid, version)
                 outbox.sent(mid, keys)
                 delivered += 1
         return delivered
+
+    def _names(self, pending: list[dict[str, Any]]) -> dict[str, str]:
+        """The runs' names (folders) for a message, read from run_health when one of
+        its runs is not known yet; a failed read leaves the ids."""
+        if any(t["run_id"] not in self._known for t in pending):
+            from rlstream.fleet.read import read_latest
+            from rlstream.fleet.report import run_name
+
+            try:
+                self._known = {r["run_id"]: run_name(r) for r in read_latest(self.out, self.opts)}
+            except Exception as e:
+                log.warning("notify: cannot read run names: %s", e)
+        return self._known
 
     def _post(self, url: str, body: bytes, message_id: str) -> bool:
         req = urllib.request.Request(

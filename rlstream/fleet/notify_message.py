@@ -3,9 +3,10 @@
 `told(alerts)`: the finding transitions a message tells of (see its docstring).
 `render(transitions, cfg, out, message_id)`: the body.
 
-Formats: `json` (`{"id", "source", "out", "transitions": [{run_id, code, severity,
-from_state, to_state, step, time, evidence, advice, url}]}`) and `slack` (an incoming
-webhook payload: `{"text": ...}` with one line per transition, run strings escaped
+Formats: `json` (`{"id", "source", "out", "transitions": [{run_id, name, code,
+severity, from_state, to_state, step, time, evidence, advice, url}]}`; `name`: the
+run's folder, as the pages name it) and `slack` (an incoming webhook payload:
+`{"text": ...}` with one line per transition, the run by name and id, run strings escaped
 for Slack's markup; a severity rise reads `escalated`). `url` links to the run's page
 when `watch --ui-port` serves it.
 """
@@ -62,9 +63,14 @@ def _slack_escape(s: Any) -> str:
 
 
 def render(
-    transitions: list[dict[str, Any]], cfg: NotifyConfig, out: str, message_id: str
+    transitions: list[dict[str, Any]],
+    cfg: NotifyConfig,
+    out: str,
+    message_id: str,
+    names: dict[str, str] | None = None,
 ) -> bytes:
-    """The message body for these transitions (see the module docstring)."""
+    """The message body for these transitions (see the module docstring); `names`:
+    each run's name (its folder, as the pages call it), else its id."""
     items = []
     for t in transitions:
         url = None
@@ -73,6 +79,7 @@ def render(
         items.append(
             {
                 "run_id": t["run_id"],
+                "name": (names or {}).get(t["run_id"]) or t["run_id"],
                 "code": t["code"],
                 "severity": t["severity"],
                 "from_state": t.get("from_state"),
@@ -94,9 +101,12 @@ def render(
         rise = i["from_state"] == i["to_state"] == "firing"
         state = "escalated" if rise else i["to_state"]
         link = f" <{i['url']}|run page>" if i["url"] else ""
+        ident = f"`{_slack_escape(i['name'])}`"
+        if i["name"] != i["run_id"]:
+            ident += f" ({_slack_escape(i['run_id'])})"
         lines.append(
             f"{mark} *{state}* `{_slack_escape(i['code'])}` ({i['severity']}) on "
-            f"`{_slack_escape(i['run_id'])}` at step {i['step']}: "
+            f"{ident} at step {i['step']}: "
             f"{_slack_escape(i['evidence'] or '')} _{_slack_escape(i['advice'])}_{link}"
         )
     return orjson.dumps({"text": "\n".join(lines)})

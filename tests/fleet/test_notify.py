@@ -7,6 +7,7 @@ watch between a transition and its message is in tests/runtime/test_notify_crash
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -86,7 +87,7 @@ def _cfg(url: str, fmt: str = "json", **kw) -> NotifyConfig:
     return NotifyConfig((url,), fmt, "http://127.0.0.1:9/", first_backoff=0.0, **kw)
 
 
-def test_a_burst_is_one_message_sent_once_across_restarts(out, receiver):
+def test_a_burst_is_one_message_sent_once_across_restarts(out, receiver, fleet_out):
     want = _transitions(out)
     runs = {t["run_id"] for t in want}
     assert len(want) >= 3 and len(runs) >= 3  # several runs fire: a burst
@@ -103,6 +104,12 @@ def test_a_burst_is_one_message_sent_once_across_restarts(out, receiver):
     assert receiver.headers[0]["Idempotency-Key"] == msg["id"]
     first = msg["transitions"][0]
     assert first["evidence"] and first["advice"]
+    # each run is named by its folder, as the pages name it
+    folders = {json.loads((d / "run.json").read_text())["run_id"]: d.name
+               for d in fleet_out.root.iterdir() if (d / "run.json").exists()}  # fmt: skip
+    assert {t["run_id"]: t["name"] for t in msg["transitions"]} == {
+        t["run_id"]: folders[t["run_id"]] for t in msg["transitions"]
+    }
     assert first["url"].startswith("http://127.0.0.1:9/run?id=")
     # nothing pending: no second message, from this notifier or a new one (a restart)
     assert n.deliver(force=True) == 0
@@ -144,6 +151,9 @@ def test_slack_payload_escapes_run_strings(out, receiver):
     assert text.startswith("rlstream: ")
     assert HOSTILE_ID not in text and "&lt;script&gt;" in text
     assert "|run page>" in text
+    # by name, then id: "`run-000-healthy` (sim-...)"
+    lines = text.splitlines()[1:]
+    assert lines and all(re.search(r"on `run-\d{3}-[a-z_]+` \(", line) for line in lines)
 
 
 def test_a_blocked_endpoint_never_blocks_the_commit_side(out, receiver):
