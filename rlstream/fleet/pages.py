@@ -63,6 +63,31 @@ def _num(v: Any, text: str) -> str:
     return f'<td class="n" data-v="{"" if v is None else _e(v)}">{_e(text)}</td>'
 
 
+def _epoch(t: Any) -> str:
+    return "" if t is None else f' data-epoch="{float(t):.3f}"'
+
+
+def _age_cell(seconds: Any, epoch: Any) -> str:
+    """An age: its text counts on in the browser from `data-epoch` (the live script),
+    since a page is rendered once per version and an idle fleet has no new version."""
+    v = "" if seconds is None else _e(seconds)
+    return f'<td class="n age" data-v="{v}"{_epoch(epoch)}>{_e(fmt_age(seconds))}</td>'
+
+
+def freshness(rows: list[dict[str, Any]]) -> str:
+    """When a watch last wrote a run_health row (a row is written when it changes)."""
+    latest = max((r for r in rows if r.get("as_of") is not None), key=lambda r: r["as_of"],
+                 default=None)  # fmt: skip
+    if latest is None:
+        return ""
+    return (
+        f'<p class="sub" id="freshness">newest run_health row written '
+        f'<span class="age"{_epoch(latest["as_of"])}>'
+        f"{_e(fmt_age(latest['seconds_since_commit']))}</span> ago (a watch writes a run's "
+        "row when it changes; ages count on in this page)</p>"
+    )
+
+
 def count_badges(rows: list[dict[str, Any]], rejected: int) -> str:
     c = counts(rows)
     out = [
@@ -110,7 +135,7 @@ def fleet_row(r: dict[str, Any]) -> str:
         f'<td data-v="{_e(r.get("cohort") or "")}">{_e(r.get("cohort") or "-")}</td>'
         f'<td data-v="{_e(r.get("format"))}">{_e(r.get("format"))}</td>'
         + _num(r.get("last_step"), fmt_num(r.get("last_step"), "d"))
-        + _num(r.get("seconds_since_update"), fmt_age(r.get("seconds_since_update")))
+        + _age_cell(r.get("seconds_since_update"), r.get("last_activity"))
         + _num(r.get("reward_mean"), fmt_num(r.get("reward_mean"), ".3f"))
         + _num(r.get("reward_trend"), trend_arrow(r.get("reward_trend")) or "-")
         + _num(kl, fmt_num(kl, ".2e"))
@@ -150,7 +175,7 @@ def fleet_main(rows: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> st
             '<p class="sub">Not analysed: their run.json could not be read.</p>'
             f"<table class='rejected'><tr><th>run folder</th><th>reason</th><th>detail</th></tr>{items}</table>"
         )
-    return count_badges(rows, len(rejected)) + table + legend + rej
+    return count_badges(rows, len(rejected)) + freshness(rows) + table + legend + rej
 
 
 def _options(name: str, values: list[str]) -> str:

@@ -53,6 +53,14 @@ def test_fleet_page_lists_every_run_escaped_with_counts(server, fleet_out):
     assert "&lt;script&gt;document.body.setAttribute(&quot;data-pwned&quot;" in body
     # only our own script, from this origin
     assert re.findall(r"<script[^>]*>", body) == ['<script src="/static/live.js">']
+    # each run's age carries its last activity (unix seconds), for the page to count on
+    epochs = dict(re.findall(r'data-run="([^"]*)".*?<td class="n age" data-v="[\d.]*" '
+                             r'data-epoch="([\d.]+)"', body))  # fmt: skip
+    want = {escape(r["run_id"], quote=True): r["last_activity"].timestamp()
+            for r in read_latest(str(fleet_out.out))}  # fmt: skip
+    assert {k: round(float(v), 3) for k, v in epochs.items()} == {
+        k: round(v, 3) for k, v in want.items()
+    }
     # worst first: a critical run before the healthy one
     order = STATUS_ORDER
     assert [order[s] for s in runs] == sorted(order[s] for s in runs)

@@ -9,6 +9,7 @@ chromium cannot be found."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import threading
 import time
@@ -165,6 +166,48 @@ class VersionedPages(FleetPages):
     def snapshot(self):
         snap = super().snapshot()
         return dataclasses.replace(snap, etag=f'{snap.etag[:-1]}-{self.bump}"')
+
+
+class IdlePages(FleetPages):
+    """An OUT no watch writes any more: every run_health row written, and one run's
+    last step, `age` seconds before the page is first rendered; no new version."""
+
+    def __init__(self, out, run_id, age, **kw):
+        super().__init__(out, **kw)
+        self.run_id = run_id
+        self.at = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=age)
+
+    def snapshot(self):
+        snap = super().snapshot()
+        latest = [dict(r, as_of=self.at, **({"last_activity": self.at}
+                  if r["run_id"] == self.run_id else {})) for r in snap.latest]  # fmt: skip
+        return dataclasses.replace(snap, latest=latest)
+
+
+def test_ages_count_on_while_no_watch_writes(fleet_out, tmp_path):
+    """A page is rendered once per version, and a dead watch makes no new version: the
+    run's "updated" age and the tables' freshness must still grow in the open page (and
+    in one opened later from the same cached render), not stay at what they were."""
+    rid = fleet_out.run_ids["healthy"]
+    pages_ = IdlePages(str(fleet_out.out), rid, 117, refresh=0.3)
+    srv = PageServer(pages_, port=0).start()
+    host, port = srv.address
+    b = Browser(tmp_path / "profile")
+    cell = (f"document.querySelector('#fleet tr[data-run={json.dumps(rid)}]')"
+            ".cells[5].textContent")  # fmt: skip
+    try:
+        b.navigate(f"http://{host}:{port}/")
+        assert b.evaluate(cell) in ("117s", "118s", "119s")
+        assert b.evaluate("document.querySelector('#freshness .age').textContent") in (
+            "117s", "118s", "119s")  # fmt: skip
+        # past two minutes the age reads in minutes, with no new version and no reload
+        assert b.wait_for(f"{cell} === '2m'", 20), b.evaluate(cell)
+        assert b.evaluate("document.querySelector('#freshness .age').textContent") == "2m"
+        assert b.evaluate("document.body.getAttribute('data-updates')") is None
+        assert b.errors() == []
+    finally:
+        b.close()
+        srv.close()
 
 
 def test_a_refresh_keeps_what_the_reader_was_doing_on_the_run_page(kept_out, tmp_path):

@@ -86,6 +86,7 @@
         applyPicks();
       });
     });
+    tickAges();
     applySort();
     applyFilters();
     applyPicks();
@@ -95,6 +96,28 @@
     var el = document.getElementById(id);
     if (el) { el.addEventListener("input", applyFilters); }
   });
+
+  // Ages (data-epoch: unix seconds) count on between versions: a page is rendered once
+  // per version, and an idle or dead watch makes none. `skew`: the server's clock
+  // (its Date header) minus this browser's.
+  var skew = 0;
+
+  function fmtAge(s) {
+    s = Math.max(s, 0);
+    if (s < 120) { return Math.round(s) + "s"; }
+    if (s < 7200) { return Math.round(s / 60) + "m"; }
+    if (s < 172800) { return Math.round(s / 3600) + "h"; }
+    return Math.round(s / 86400) + "d";
+  }
+
+  function tickAges() {
+    var now = Date.now() / 1000 + skew;
+    document.querySelectorAll("[data-epoch]").forEach(function (el) {
+      var age = now - Number(el.getAttribute("data-epoch"));
+      el.textContent = fmtAge(age);
+      if (el.hasAttribute("data-v")) { el.setAttribute("data-v", age.toFixed(1)); }
+    });
+  }
 
   function isEdited(el) {
     if (el.tagName === "SELECT") {
@@ -162,6 +185,8 @@
   function poll() {
     fetch("/api/version", { headers: { "If-None-Match": etag }, cache: "no-store" })
       .then(function (r) {
+        var date = Date.parse(r.headers.get("Date") || "");
+        if (!isNaN(date)) { skew = (date - Date.now()) / 1000; }
         if (r.status === 304) { return null; }
         if (!r.ok) { throw new Error("version " + r.status); }
         return r.json();
@@ -185,7 +210,10 @@
       })
       .then(function () { document.getElementById("live").textContent = "live"; })
       .catch(function () { document.getElementById("live").textContent = "offline, retrying"; })
-      .then(function () { setTimeout(poll, refresh); });
+      .then(function () {
+        tickAges();
+        setTimeout(poll, refresh);
+      });
   }
 
   wire();
