@@ -8,7 +8,8 @@ transition, so the timeline is built from it:
 - `episodes(transitions, findings)`: each stretch during which a finding was active,
   per code, in the order they began: the step it went pending (None when it fired at
   once), the step it fired (None: it never fired), the step it ended (resolved, or
-  back to inactive without firing; None: still active), its worst severity, its state
+  back to inactive without firing; None: still active), its worst severity and (`now`)
+  its latest, its state
   now (`pending`, `firing`, `resolved`, or `cleared`: ended without firing), and its
   evidence: for an open stretch the message of the run's current finding, else the
   message it fired (or went pending) with, and the message it ended with. A current
@@ -74,6 +75,7 @@ def episodes(
                 "state": to,
                 "message": t.get("message"),
                 "end_message": None,
+                "now": t.get("severity"),
             }
             open_[code] = ep
             out.append(ep)
@@ -82,7 +84,7 @@ def episodes(
         if to == "firing":
             if ep["firing"] is None:
                 ep["firing"], ep["message"] = step, t.get("message")
-            ep["state"] = "firing"
+            ep["state"], ep["now"] = "firing", t.get("severity")
             if _SEVERITY.get(t.get("severity"), 9) < _SEVERITY.get(ep["severity"], 9):
                 ep["severity"] = t.get("severity")
         elif to in ("resolved", "inactive"):
@@ -95,6 +97,7 @@ def episodes(
         ep = open_.get(f.get("code"))
         if ep is not None:
             ep["message"] = f.get("message") or ep["message"]
+            ep["now"] = f.get("severity") or ep["now"]
             continue
         since = f.get("since_step")
         out.append(
@@ -107,6 +110,7 @@ def episodes(
                 "state": f["state"],
                 "message": f.get("message"),
                 "end_message": None,
+                "now": f.get("severity"),
             }
         )
     return out
@@ -173,6 +177,14 @@ def _steps(e: dict[str, Any]) -> str:
     return f"fired at {began}, resolved at step {end}"
 
 
+def _severity(e: dict[str, Any]) -> str:
+    """The stretch's severity: its worst, and what it is now when an open one fell."""
+    worst, now = e["severity"], e.get("now")
+    if e["end"] is None and now and now != worst:
+        return f"{now} now, {worst} at worst"
+    return str(worst)
+
+
 def _list_key(e: dict[str, Any]) -> tuple[Any, ...]:
     rank = _LIST_ORDER.get(e["state"], 9)
     if rank <= 1:
@@ -194,7 +206,7 @@ def timeline_html(eps: list[dict[str, Any]], last_step: int | None) -> str:
         items.append(
             f'<li class="finding sev-{_e(e["severity"])} st-{_e(e["state"])}">'
             f'<span class="step">{_e(_steps(e))}</span> <b>{_e(e["code"])}</b> '
-            f"[{_e(e['severity'])}, {_e(e['state'])}]"
+            f"[{_e(_severity(e))}, {_e(e['state'])}]"
             f'<div class="evidence">{_e(e["message"])}</div>{ended}'
             f'<div class="advice">{_e(advice(e["code"]))}</div></li>'
         )

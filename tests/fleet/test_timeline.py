@@ -35,6 +35,21 @@ def test_stretches_from_transitions_in_any_order():
     assert eps[2]["message"] == "ESS 0.6 now"  # the open stretch: today's evidence
 
 
+def test_an_open_stretch_that_fell_back_says_what_it_is_now_and_at_worst():
+    rows = [
+        _t("burst", "inactive", "firing", 3, "a", "warning"),
+        _t("burst", "firing", "firing", 4, "b", "critical"),
+        _t("burst", "firing", "firing", 5, "c", "warning"),
+    ]
+    now = [{"code": "burst", "severity": "warning", "state": "firing", "since_step": 3,
+            "message": "c now"}]  # fmt: skip
+    html = timeline_html(episodes(rows, now), 6)
+    assert "<b>burst</b> [warning now, critical at worst, firing]" in html
+    assert 'fill="#c0392b"' in html  # drawn in its worst colour
+    rows.append(_t("burst", "firing", "resolved", 6, "d", "warning"))
+    assert "<b>burst</b> [critical, resolved]" in timeline_html(episodes(rows), 6)
+
+
 def test_a_finding_with_no_transition_and_escaping():
     now = [{"code": "x<y>", "severity": "critical", "state": "firing", "since_step": 4,
             "message": "<script>bad()</script>"}]  # fmt: skip
