@@ -6,10 +6,12 @@ stylesheet and the script (`/static/live.css`, `/static/live.js`, shipped in the
 package). The live script replaces `<main>` with a fresh `?fragment=1` render when
 the server's version changes, so the two must be the same markup.
 
-- fleet: counts by status, the runs worst first (name, status, cohort, format, step,
-  age, reward, trend, the window medians the rules judge, quarantined lines,
-  findings), each row carrying `data-status`/`data-cohort`/`data-format`/`data-text`
-  for the filters, and the rejected run folders; fits 1,400 px.
+- fleet: counts by status, when the newest run_health row was written, the runs worst
+  first (name, status, cohort, format, step, age, reward, trend, the window medians
+  the rules judge, quarantined lines, findings), each row carrying
+  `data-status`/`data-cohort`/`data-format`/`data-text` for the filters, and the
+  rejected run folders; fits 1,400 px. Ages carry `data-epoch` (unix seconds), from
+  which the live script counts them on.
 - run: header (folder, id, format, cohort, quarantined lines by reason), the charts of
   `fleet.charts` (a cohort band with at least 3 peers, otherwise the siblings' own
   curves), the findings as a timeline of the run's transitions (`fleet.timeline`)
