@@ -151,7 +151,7 @@ PAIRS = (
 )
 """Tokens/s ratios reported when both contenders ran."""
 LABELS = {
-    "rlstream": "rlstream analyze (where it chooses: one process or a private Ray)",
+    "rlstream": "rlstream analyze (where it chooses: this process, or worker processes beside it)",
     "before": "rlstream analyze of --baseline (the code before a change), same command",
     "joined": "rlstream analyze --ray-address (a standing Ray)",
     "duckdb": "DuckDB",

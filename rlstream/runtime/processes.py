@@ -47,12 +47,16 @@ class WorkerLost(Exception):
     """A worker process died (or its pipe broke) with batches in flight."""
 
 
-def _serve(conn: Connection, storage: Storage) -> None:
+def _serve(conn: Connection, storage: Storage, env: dict[str, str]) -> None:
     """A worker process's loop: batches in, their results out, until the pipe closes
-    or a `None` asks it to stop."""
+    or a `None` asks it to stop. `env` is the driver's environment when it started the
+    worker (the forkserver's may be older: an object store's endpoint or keys set
+    since would be missing)."""
     from rlstream.runtime.executors import run_unit
     from rlstream.runtime.malloc import keep_heap
 
+    os.environ.clear()
+    os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     keep_heap()
     where = f"worker process {os.getpid()}"
@@ -173,7 +177,8 @@ class LocalStart:
             ctx.set_forkserver_preload(list(PRELOAD))
             for _ in range(self.n):
                 mine, theirs = ctx.Pipe()
-                p = ctx.Process(target=_serve, args=(theirs, self.storage), daemon=True)
+                args = (theirs, self.storage, dict(os.environ))
+                p = ctx.Process(target=_serve, args=args, daemon=True)
                 p.start()
                 theirs.close()
                 self._workers.append(ProcessWorker(p, mine))

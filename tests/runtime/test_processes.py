@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
-from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
 from rlstream.pipeline.local import analyze_local
-from rlstream.pipeline.outcome import Outcome
 from rlstream.pipeline.work import TranscriptsUnit, UnitFailure, UnitResult, execute
-from rlstream.runtime.driver import RuntimeConfig, run
 from rlstream.runtime.executors import WorkerPool
 from rlstream.runtime.processes import PROCESS_CALLS, LocalStart
 from rlstream.simulate import SimConfig, simulate
@@ -34,23 +33,28 @@ def test_analyze_in_worker_processes_writes_the_in_process_rows(tmp_path):
     root = tmp_path / "runs"
     simulate(root, SimConfig(runs=3, steps=6, groups=4, group_size=4, seed=21))
     analyze_local([str(root)], str(tmp_path / "local"))
-    outcome = Outcome()
-    run(
-        [str(root)],
-        str(tmp_path / "procs"),
-        PipelineConfig(),
-        RuntimeConfig(processes=2),
-        outcome=outcome,
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # no cluster
+    cmd = [sys.executable, "-m", "rlstream.cli", "analyze", str(root)]
+    res = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "procs"), "--processes", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
+    assert res.returncode == 0, res.stderr[-3000:]
     local = read_steps(tmp_path / "local")
     assert len(local) == 18
     assert_same_rows(local, read_steps(tmp_path / "procs"))
     kept = _samples(tmp_path / "local")
     assert kept and kept == _samples(tmp_path / "procs")
-    assert outcome.where in (
-        "ran in this process and 2 worker processes (asked for: --processes 2)",
-        "ran in this process (asked for: --processes 2): done before the worker "
-        "processes were ready",
+    said = [line for line in res.stdout.splitlines() if line.startswith("ran ")]
+    assert said in (
+        ["ran in this process and 2 worker processes (asked for: --processes 2)"],
+        [
+            "ran in this process (asked for: --processes 2): done before the worker "
+            "processes were ready"
+        ],
     )
 
 
