@@ -151,7 +151,7 @@ PAIRS = (
 )
 """Tokens/s ratios reported when both contenders ran."""
 LABELS = {
-    "rlstream": "rlstream analyze (where it chooses: one process or a private Ray)",
+    "rlstream": "rlstream analyze (where it chooses: this process, or worker processes beside it)",
     "before": "rlstream analyze of --baseline (the code before a change), same command",
     "joined": "rlstream analyze --ray-address (a standing Ray)",
     "duckdb": "DuckDB",
@@ -310,7 +310,6 @@ def main(
     if "scaling" in parts:
         print("batch: worker-stage scaling, 1 vs 2 workers", flush=True)
         result["scaling"] = worker_scaling(root, work, st["tokens"], max(1, reps))
-    shutil.rmtree(root, ignore_errors=True)
     if "memory" in parts:
         print("batch: peak memory against archive size", flush=True)
         result["memory"] = memory_growth(work, MEM_QUICK if quick else MEM_FULL)

@@ -35,6 +35,7 @@ from rlstream.cli_support import (
     html_file,
     maintenance_config,
     new_dir,
+    non_negative_int,
     pipeline_config,
     port,
     positive_int,
@@ -54,6 +55,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     if args.in_process and args.ray:
         raise ConfigError("--in-process and --ray contradict each other: give one")
+    if args.processes is not None and (args.ray or args.in_process):
+        other = "--ray" if args.ray else "--in-process"
+        raise ConfigError(f"--processes and {other} contradict each other: give one")
     cfg = pipeline_config(args)
     check_inputs(args, cfg)
     hooks = rules_hooks(args)
@@ -68,6 +72,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         rt = RuntimeConfig(in_process=True, maintenance=maintenance_config(args))
     else:
         rt = runtime_config(args)
+        from rlstream.runtime.cluster import starts_private
+
+        if args.processes is not None and not starts_private(rt.ray):
+            raise ConfigError("--processes runs units beside this process: not with a cluster")
     run(
         args.roots,
         args.out,
@@ -242,10 +250,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="run in this process, one core, without Ray, whatever the plan's size",
     )
     a.add_argument(
+        "--processes",
+        type=non_negative_int,
+        metavar="N",
+        help="run units in N worker processes beside this one, whatever the plan's size "
+        "(0: none); default: the plan chooses, one per core when they pay (docs/runtime.md)",
+    )
+    a.add_argument(
         "--ray",
         action="store_true",
-        help="start a private Ray at once, whatever the plan's size (default: a private "
-        "Ray only when the plan is large enough for the cores to pay for it; docs/runtime.md)",
+        help="start a private Ray at once, whatever the plan's size (default: no Ray on "
+        "one machine; worker processes when the plan is large enough to pay; docs/runtime.md)",
     )
     a.add_argument(
         "--start-ray-after",

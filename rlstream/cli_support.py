@@ -272,6 +272,7 @@ def runtime_config(args: argparse.Namespace):
         **({} if after is None else {"start_ray_after": after}),
         workers=args.workers,
         tailers=args.tailers,
+        processes=getattr(args, "processes", None),
         ray=ray,
         maintenance=maintenance_config(args),
     )

@@ -214,12 +214,20 @@ def comparable(rows: list[Divergence]) -> bool:
     return any(not (d.why or "").startswith("too few common steps") for d in rows)
 
 
-def verdict_line(rows: list[Divergence], cfg: CompareConfig = CompareConfig()) -> str:
-    """One line under the table saying what was found, or why nothing was."""
+def verdict_line(
+    rows: list[Divergence],
+    cfg: CompareConfig = CompareConfig(),
+    names: dict[str, str] | None = None,
+) -> str:
+    """One line under the table saying what was found, or why nothing was (runs called
+    by `names[run_id]` when given: the pages name runs by folder)."""
     hits = [d for d in rows if d.step is not None]
     if hits:
-        names = ", ".join(f"{d.run_id} on {d.figure} at step {d.step}" for d in hits)
-        return f"diverged: {names}"
+        named = names or {}
+        found = ", ".join(
+            f"{named.get(d.run_id, d.run_id)} on {d.figure} at step {d.step}" for d in hits
+        )
+        return f"diverged: {found}"
     if not rows:
         return "nothing compared: the runs share no step with a value of any figure"
     if not comparable(rows):

@@ -13,24 +13,25 @@ as sent is never sent again. A claimed message not recorded as sent is posted ag
 as it was (the same transitions, the same `Idempotency-Key` header and JSON `id`),
 before anything new: after a restart, and after a failed post (a timeout or an
 error answer may hide that the receiver took it), however many transitions came
-meanwhile; they go in the next message. The one window in which a message is
-delivered twice is between the endpoint's 2xx and the second commit (a kill -9, or
-OUT unwritable then); a receiver that deduplicates on the key drops the second.
+meanwhile; they go in the next message. So a message reaches a receiver twice only
+when the receiver took it but the watch holds no record of its 2xx: the answer was
+lost (a timeout, a dropped connection), or the process died (or OUT was unwritable)
+between the 2xx and the second commit. No sender can close that window with a plain
+webhook; the repeat carries the same key, which a deduplicating receiver drops.
 
 A `Notifier` runs on its own thread: woken by each commit (`on_commit`, fed by the
 driver as the metrics exporter is) or every `poll_seconds`, it reads the alerts with
-`to_state` firing or resolved, subtracts what was sent or claimed, and posts what is
-pending to each endpoint as one message (a burst: many runs firing in one commit is
-one message; at most `max_per_message` transitions, the rest in further messages). A failed post (an error, a non-2xx
-answer, a redirect, a timeout) is retried with exponential backoff up to `max_backoff`; the
-driver never waits on it. Transitions whose time is more than `history_seconds`
-before the endpoint's first start (kept in `notify_sent` as a `start` row) are not
-sent: a watch started on old runs does not page for their history.
+`to_state` firing or resolved (a firing finding's severity change only when it rises:
+`told`), subtracts what was sent or claimed, and posts what is pending to each
+endpoint as one message (a burst: many runs firing in one commit is one message; at
+most `max_per_message` transitions, the rest in further messages). A failed post (an
+error, a non-2xx answer, a redirect, a timeout) is retried with exponential backoff
+up to `max_backoff`; the driver never waits on it. Transitions whose time is more
+than `history_seconds` before the endpoint's first start (kept in `notify_sent` as a
+`start` row) are not sent: a watch started on old runs does not page for their
+history.
 
-Formats: `json` (`{"id", "source", "out", "transitions": [{run_id, code, severity,
-from_state, to_state, step, time, evidence, advice, url}]}`) and `slack` (an incoming
-webhook payload: `{"text": ...}` with one line per transition, run strings escaped
-for Slack's markup). `url` links to the run's page when `watch --ui-port` serves it.
+What a message tells and its formats: `fleet.notify_message`.
 """
 
 from __future__ import annotations
@@ -44,12 +45,13 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 import pyarrow as pa
 
-from rlstream.fleet.advice import advice
+from rlstream.fleet.notify_message import NOTIFIED_STATES, _ms, render, told
+
+__all__ = ["NOTIFIED_STATES", "Notifier", "NotifyConfig", "render", "told", "transition_key"]
 
 log = logging.getLogger("rlstream")
 
@@ -66,7 +68,6 @@ SENT_SCHEMA = pa.schema(
 START_KEY = "start"
 CLAIM = "claim/"
 """Prefix of the `notify_sent` keys of a message about to be posted (its claim)."""
-NOTIFIED_STATES = ("firing", "resolved")
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,6 @@ def transition_key(t: dict[str, Any]) -> str:
     parts = [t.get(k) for k in ("run_id", "code", "from_state", "to_state", "step")]
     parts.append(_ms(t.get("time")))
     return hashlib.sha256(orjson.dumps([str(p) for p in parts])).hexdigest()[:24]
-
-
-def _ms(v: Any) -> int | None:
-    if v is None:
-        return None
-    return int(v.timestamp() * 1000) if hasattr(v, "timestamp") else int(v)
 
 
 def _order(a: dict[str, Any]) -> tuple:
@@ -141,49 +136,6 @@ class _Outbox:
         self.taken.update(keys)
 
 
-def _slack_escape(s: Any) -> str:
-    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def render(
-    transitions: list[dict[str, Any]], cfg: NotifyConfig, out: str, message_id: str
-) -> bytes:
-    """The message body for these transitions (see the module docstring)."""
-    items = []
-    for t in transitions:
-        url = None
-        if cfg.base_url:
-            url = f"{cfg.base_url.rstrip('/')}/run?id={quote(str(t['run_id']), safe='')}"
-        items.append(
-            {
-                "run_id": t["run_id"],
-                "code": t["code"],
-                "severity": t["severity"],
-                "from_state": t.get("from_state"),
-                "to_state": t["to_state"],
-                "step": t.get("step"),
-                "time": _ms(t.get("time")),
-                "evidence": t.get("message"),
-                "advice": advice(t["code"]),
-                "url": url,
-            }
-        )
-    if cfg.format == "json":
-        doc = {"id": message_id, "source": "rlstream", "out": out, "transitions": items}
-        return orjson.dumps(doc)
-    n_fire = sum(i["to_state"] == "firing" for i in items)
-    lines = [f"rlstream: {n_fire} firing, {len(items) - n_fire} resolved ({_slack_escape(out)})"]
-    for i in items:
-        mark = ":red_circle:" if i["to_state"] == "firing" else ":white_check_mark:"
-        link = f" <{i['url']}|run page>" if i["url"] else ""
-        lines.append(
-            f"{mark} *{i['to_state']}* `{_slack_escape(i['code'])}` ({i['severity']}) on "
-            f"`{_slack_escape(i['run_id'])}` at step {i['step']}: "
-            f"{_slack_escape(i['evidence'] or '')} _{_slack_escape(i['advice'])}_{link}"
-        )
-    return orjson.dumps({"text": "\n".join(lines)})
-
-
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """urllib turns a POST answered 301/302/303 into a GET of the new address without
     the body, whose 200 would count as delivered: a redirect is an error answer here."""
@@ -219,6 +171,8 @@ class Notifier:
         self._outboxes: dict[str, _Outbox] = {}
         """Each endpoint's notify_sent rows, read at the first round, then kept."""
         self._retry_at = {u: 0.0 for u in cfg.urls}
+        self._known: dict[str, str] = {}
+        """Run names by id (`_names`)."""
         self.sent_messages = 0
         self.failed_posts = 0
 
@@ -260,10 +214,9 @@ class Notifier:
             return 0
         from rlstream.fleet.read import read_table
 
-        alerts = read_table(self.out, "alerts", self.opts).to_pylist()
-        alerts = [a for a in alerts if a.get("to_state") in NOTIFIED_STATES]
-        alerts.sort(key=_order)
-        by_key = {transition_key(a): a for a in alerts}
+        rows = read_table(self.out, "alerts", self.opts).to_pylist()
+        by_key = {transition_key(a): a for a in rows if a.get("to_state") in NOTIFIED_STATES}
+        alerts = sorted(told(rows), key=_order)
         if len(self._outboxes) < len(self.cfg.urls):
             # Read once: this notifier is notify_sent's only writer, so what it holds
             # after that is the table (a round's cost does not grow with messages sent).
@@ -313,12 +266,26 @@ class Notifier:
                     version = self._next_version(sink, ep)  # read before the post
                 # Between the endpoint's 2xx and the record below is the one window in
                 # which a kill -9 makes the message go twice (with the same id).
-                if not self._post(url, render(pending, self.cfg, self.out, mid), mid):
+                body = render(pending, self.cfg, self.out, mid, self._names(pending))
+                if not self._post(url, body, mid):
                     break
                 self._record(sink, ep, keys, mid, version)
                 outbox.sent(mid, keys)
                 delivered += 1
         return delivered
+
+    def _names(self, pending: list[dict[str, Any]]) -> dict[str, str]:
+        """The runs' names (folders) for a message, read from run_health when one of
+        its runs is not known yet; a failed read leaves the ids."""
+        if any(t["run_id"] not in self._known for t in pending):
+            from rlstream.fleet.read import read_latest
+            from rlstream.fleet.report import run_name
+
+            try:
+                self._known = {r["run_id"]: run_name(r) for r in read_latest(self.out, self.opts)}
+            except Exception as e:
+                log.warning("notify: cannot read run names: %s", e)
+        return self._known
 
     def _post(self, url: str, body: bytes, message_id: str) -> bool:
         req = urllib.request.Request(

@@ -6,14 +6,17 @@ stylesheet and the script (`/static/live.css`, `/static/live.js`, shipped in the
 package). The live script replaces `<main>` with a fresh `?fragment=1` render when
 the server's version changes, so the two must be the same markup.
 
-- fleet: counts by status, the runs worst first (name, status, cohort, format, step,
-  age, reward, trend, the window medians the rules judge, quarantined lines,
-  findings), each row carrying `data-status`/`data-cohort`/`data-format`/`data-text`
-  for the filters, and the rejected run folders; fits 1,400 px.
+- fleet: counts by status, when the newest run_health row was written, the runs worst
+  first (name, status, cohort, format, step, age, reward, trend, the window medians
+  the rules judge, quarantined lines, findings), each row carrying
+  `data-status`/`data-cohort`/`data-format`/`data-text` for the filters, and the
+  rejected run folders; fits 1,400 px. Ages carry `data-epoch` (unix seconds), from
+  which the live script counts them on.
 - run: header (folder, id, format, cohort, quarantined lines by reason), the charts of
   `fleet.charts` (a cohort band with at least 3 peers, otherwise the siblings' own
-  curves), the findings as a timeline with evidence (the message) and advice, the
-  cohort's siblings, the transcripts of `OUT/samples` when that table exists.
+  curves), the findings as a timeline of the run's transitions (`fleet.timeline`)
+  with evidence (the message) and advice, the
+  cohort's siblings, and the samples panel of `fleet.sample_view`.
 - compare: the first step each run parts from the reference, figure by figure (the
   figures of `rlstream compare`).
 
@@ -27,7 +30,6 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from rlstream.fleet.advice import advice
 from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.report import run_name
 from rlstream.fleet.run_lines import judged_line, not_evaluable_line, replaced_note, reward_text
@@ -41,10 +43,9 @@ from rlstream.fleet.status import (
     trend_arrow,
 )
 from rlstream.fleet.svg import line_chart
+from rlstream.fleet.timeline import episodes, timeline_html
 from rlstream.metrics.downsample import RunPoints
 from rlstream.pipeline.outcome import plural
-
-SAMPLES_SHOWN = 20
 
 
 def _e(v: Any) -> str:
@@ -63,6 +64,31 @@ def badge(status: str | None, text: str | None = None) -> str:
 
 def _num(v: Any, text: str) -> str:
     return f'<td class="n" data-v="{"" if v is None else _e(v)}">{_e(text)}</td>'
+
+
+def _epoch(t: Any) -> str:
+    return "" if t is None else f' data-epoch="{float(t):.3f}"'
+
+
+def _age_cell(seconds: Any, epoch: Any) -> str:
+    """An age: its text counts on in the browser from `data-epoch` (the live script),
+    since a page is rendered once per version and an idle fleet has no new version."""
+    v = "" if seconds is None else _e(seconds)
+    return f'<td class="n age" data-v="{v}"{_epoch(epoch)}>{_e(fmt_age(seconds))}</td>'
+
+
+def freshness(rows: list[dict[str, Any]]) -> str:
+    """When a watch last wrote a run_health row (a row is written when it changes)."""
+    latest = max((r for r in rows if r.get("as_of") is not None), key=lambda r: r["as_of"],
+                 default=None)  # fmt: skip
+    if latest is None:
+        return ""
+    return (
+        f'<p class="sub" id="freshness">newest run_health row written '
+        f'<span class="age"{_epoch(latest["as_of"])}>'
+        f"{_e(fmt_age(latest['seconds_since_commit']))}</span> ago (a watch writes a run's "
+        "row when it changes; ages count on in this page)</p>"
+    )
 
 
 def count_badges(rows: list[dict[str, Any]], rejected: int) -> str:
@@ -112,7 +138,7 @@ def fleet_row(r: dict[str, Any]) -> str:
         f'<td data-v="{_e(r.get("cohort") or "")}">{_e(r.get("cohort") or "-")}</td>'
         f'<td data-v="{_e(r.get("format"))}">{_e(r.get("format"))}</td>'
         + _num(r.get("last_step"), fmt_num(r.get("last_step"), "d"))
-        + _num(r.get("seconds_since_update"), fmt_age(r.get("seconds_since_update")))
+        + _age_cell(r.get("seconds_since_update"), r.get("last_activity"))
         + _num(headline_reward(r)[0], reward_text(r))
         + _num(r.get("reward_trend"), trend_arrow(r.get("reward_trend")) or "-")
         + _num(kl, fmt_num(kl, ".2e"))
@@ -150,9 +176,9 @@ def fleet_main(rows: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> st
         rej = (
             f'<h2 id="rejected">{plural(len(rejected), "rejected run")}</h2>'
             '<p class="sub">Not analysed: their run.json could not be read.</p>'
-            f"<table><tr><th>run folder</th><th>reason</th><th>detail</th></tr>{items}</table>"
+            f"<table class='rejected'><tr><th>run folder</th><th>reason</th><th>detail</th></tr>{items}</table>"
         )
-    return count_badges(rows, len(rejected)) + table + legend + rej
+    return count_badges(rows, len(rejected)) + freshness(rows) + table + legend + rej
 
 
 def _options(name: str, values: list[str]) -> str:
@@ -174,58 +200,6 @@ def fleet_controls(rows: list[dict[str, Any]]) -> str:
     )
 
 
-SEVERITY_COLOR = {"critical": "#c0392b", "warning": "#d68910", "info": "#2e86c1"}
-
-
-def timeline_svg(items: list[dict[str, Any]], last_step: int | None, width: int = 900) -> str:
-    """One bar per finding from its `since_step` to the run's last step (solid while
-    pending or firing, faint once resolved), on the run's step axis."""
-    placed = [f for f in items if f.get("since_step") is not None]
-    if not placed:
-        return ""
-    end = max([int(last_step or 0), *(int(f["since_step"]) for f in placed)]) or 1
-    left, right, row = 150, 10, 16
-    pw = width - left - right
-
-    def x(step: int) -> float:
-        return left + step / end * pw
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline-chart" width="{width}" '
-        f'height="{row * len(placed) + 18}" role="img">'
-    ]
-    for i, f in enumerate(placed):
-        y = i * row + 4
-        color = SEVERITY_COLOR.get(str(f.get("severity")), "#888")
-        faint = ' opacity="0.35"' if f.get("state") == "resolved" else ""
-        x0 = x(int(f["since_step"]))
-        parts.append(
-            f'<text x="{left - 6}" y="{y + 10}" class="yt">{_e(f.get("code"))}</text>'
-            f'<rect x="{x0:.1f}" y="{y}" width="{max(x(end) - x0, 2):.1f}" height="11" '
-            f'fill="{color}"{faint}><title>{_e(f.get("code"))} ({_e(f.get("state"))}) since '
-            f"step {_e(f['since_step'])}: {_e(f.get('message'))}</title></rect>"
-        )
-    y = row * len(placed) + 14
-    parts.append(f'<text x="{left}" y="{y}" class="xt">step 0</text>')
-    parts.append(f'<text x="{left + pw}" y="{y}" class="xt">{end}</text></svg>')
-    return "".join(parts)
-
-
-def _timeline(findings: list[dict[str, Any]], last_step: int | None = None) -> str:
-    items = sorted(findings, key=lambda f: (f.get("since_step") is None, f.get("since_step") or 0))
-    if not items:
-        return '<p class="sub">No finding.</p>'
-    li = "".join(
-        f'<li class="finding sev-{_e(f.get("severity"))}"><span class="step">step '
-        f"{_e(f.get('since_step') if f.get('since_step') is not None else '?')}</span> "
-        f"<b>{_e(f.get('code'))}</b> [{_e(f.get('severity'))}, {_e(f.get('state'))}]"
-        f'<div class="evidence">{_e(f.get("message"))}</div>'
-        f'<div class="advice">{_e(advice(f.get("code")))}</div></li>'
-        for f in items
-    )
-    return timeline_svg(items, last_step) + f'<ol class="timeline">{li}</ol>'
-
-
 def _quarantine(by_reason: dict[str, int]) -> str:
     if not by_reason:
         return "no quarantined line"
@@ -245,34 +219,6 @@ def _siblings(siblings: list[dict[str, Any]]) -> str:
     return f"<table><tr><th>run</th><th>status</th><th>step</th><th>reward</th></tr>{rows}</table>"
 
 
-SAMPLE_COLUMNS = ("step", "kept", "reward", "flags", "task_id", "returned")
-"""What the run page shows of a kept sample (docs/schema.md, `samples`)."""
-
-
-def _cell(v: Any) -> str:
-    text = ", ".join(map(str, v)) if isinstance(v, list) else "" if v is None else str(v)
-    return f"<td class='sample'>{_e(text[:300])}</td>"
-
-
-def samples_panel(samples: list[dict[str, Any]] | None) -> str:
-    """The run's kept transcripts of its newest steps from OUT/samples, flagged ones
-    first, then by step and reward; None: no such table in OUT."""
-    if samples is None:
-        return '<p class="sub samples-none">no samples table in OUT</p>'
-    if not samples:
-        return '<p class="sub">no kept transcript for this run yet</p>'
-    cols = [c for c in SAMPLE_COLUMNS if c in samples[0]]
-    order = sorted(
-        samples,
-        key=lambda s: (not s.get("flags"), -(s.get("step") or 0), -(s.get("reward") or 0)),
-    )
-    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
-    body = "".join(
-        "<tr>" + "".join(_cell(s.get(c)) for c in cols) + "</tr>" for s in order[:SAMPLES_SHOWN]
-    )
-    return f'<table class="samples"><tr>{head}</tr>{body}</table>'
-
-
 def run_main(
     row: dict[str, Any],
     latest: dict[str, Any],
@@ -281,12 +227,12 @@ def run_main(
     siblings: list[dict[str, Any]],
     sibling_points: dict[str, RunPoints],
     quarantine: dict[str, int],
-    samples: list[dict[str, Any]] | None,
-    heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
-    samples_html: str | None = None,
+    heldout: dict[str, tuple[list[int], list[float | None]]] | None,
+    samples_html: str,
+    transitions: list[dict[str, Any]],
 ) -> str:
-    """The run page's content (`samples_html`: the samples panel with its controls,
-    `fleet.sample_view`, in place of `samples_panel(samples)`)."""
+    """The run page's content (`samples_html`: the samples panel, `fleet.sample_view`;
+    `transitions`: the run's `alerts` rows, for the findings timeline)."""
     findings = list(latest.get("findings") or [])
     names = {s["run_id"]: run_name(s) for s in siblings}
     others = {names[k]: d for k, d in sibling_points.items() if k in names}
@@ -303,11 +249,11 @@ def run_main(
         + f'<div class="charts">{"".join(f"<div class=fig>{line_chart(c)}</div>" for c in charts)}</div>'
         + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + "<h3>Findings</h3>"
-        + _timeline(findings, row.get("last_step"))
+        + timeline_html(episodes(transitions, findings), row.get("last_step"))
         + f"<h3>Cohort {_e(row.get('cohort') or '-')}: siblings</h3>"
         + _siblings(siblings)
         + "<h3>Samples</h3>"
-        + (samples_panel(samples) if samples_html is None else samples_html)
+        + samples_html
     )
 
 

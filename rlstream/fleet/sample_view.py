@@ -1,11 +1,16 @@
-"""The run page's samples panel controls: step, kept filter, text search, probe diff.
+"""The run page's samples panel: the kept samples and their controls (step, kept
+filter, text search, probe diff).
+
+Each sample shows its step, why it was kept, reward, flags and task, then its whole
+stored `returned` excerpt (up to 8 KiB, in a scroll box: what a scanner flagged is
+often past the first lines), what it was `sent` (folded), its attempt and transcript
+file; the search text is marked in both.
 
 Everything is server-side, from the run page's query parameters (no script; the page
 stays under `default-src 'none'`):
 
-- `step=N`: that step's kept samples (default: the newest steps, up to
-  `pages.SAMPLES_SHOWN` rows); the picker lists the run's steps in OUT/samples,
-  newest first;
+- `step=N`: that step's kept samples (default: the newest steps, up to `SHOWN`
+  rows); the picker lists the run's steps in OUT/samples, newest first;
 - `kept=top|bottom|flagged`: only the samples kept as the step's highest or lowest
   reward, or flagged by a transcript scanner;
 - `q=TEXT`: only the samples whose sent or returned excerpt contains TEXT
@@ -22,12 +27,12 @@ from run data or the query is escaped.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from rlstream.fleet import pages
 from rlstream.fleet.sample_diff import NO_PROBE, probe_diff_html, probe_pick, probe_steps
 
 SEARCH_STEPS = 8
@@ -37,6 +42,13 @@ QUERY_CHARS = 200
 KEPT_FILTERS = ("top", "bottom", "flagged")
 
 _SMALL = ("step", "task_id", "kept", "flags")
+SHOWN = 20
+"""Rows the panel shows at most."""
+READ_COLUMNS = (
+    *("run_id", "attempt_id", "step", "kept", "reward", "flags", "task_id"),
+    *("sent", "sent_bytes", "returned", "returned_bytes", "transcript"),
+)
+"""What the panel reads of a kept sample (docs/schema.md, `samples`)."""
 
 
 def _e(v: Any) -> str:
@@ -81,10 +93,28 @@ def keeps(row: dict[str, Any], kept: str) -> bool:
     return kept in (row.get("kept") or [])
 
 
+def _needle(text: str) -> re.Pattern[str]:
+    return re.compile(re.escape(text), re.IGNORECASE)
+
+
 def matches(row: dict[str, Any], text: str) -> bool:
     """Whether the row's sent or returned excerpt contains `text` (any case)."""
-    t = text.casefold()
-    return not t or any(t in (row.get(c) or "").casefold() for c in ("sent", "returned"))
+    if not text:
+        return True
+    needle = _needle(text)
+    return any(needle.search(row.get(c) or "") for c in ("sent", "returned"))
+
+
+def marked(text: str | None, query: str) -> str:
+    """`text` escaped, each occurrence of `query` (any case, as `matches`) in `<mark>`."""
+    text = text or ""
+    if not query:
+        return _e(text)
+    out, at = [], 0
+    for m in _needle(query).finditer(text):
+        out.append(f"{_e(text[at : m.start()])}<mark>{_e(m.group())}</mark>")
+        at = m.end()
+    return "".join(out) + _e(text[at:])
 
 
 @dataclass(frozen=True)
@@ -118,15 +148,13 @@ def read_view(ds: Any, rid: str, sq: SampleQuery) -> SampleView:
         for st in sorted(counts, reverse=True):
             wanted.append(st)
             shown += counts[st]
-            if len(wanted) >= SEARCH_STEPS or (not sq.text and shown >= pages.SAMPLES_SHOWN):
+            if len(wanted) >= SEARCH_STEPS or (not sq.text and shown >= SHOWN):
                 break
     rows: list[dict[str, Any]] = []
     if wanted:
-        cols = [c for c in ("run_id", "attempt_id", "sent", *pages.SAMPLE_COLUMNS) if c in names]
+        cols = [c for c in READ_COLUMNS if c in names]
         got = ds.to_table(columns=cols, filter=mine & pc.field("step").isin(wanted)).to_pylist()
         rows = [r for r in got if keeps(r, sq.kept) and matches(r, sq.text)]
-        for r in rows:
-            r.pop("sent", None)
     probes = probe_steps(small)
     pick = probe_pick(probes, sq.probe, sq.a, sq.b)
     pair = None
@@ -188,7 +216,7 @@ def _summary(sq: SampleQuery, view: SampleView) -> str:
     what = f"step {sq.step}" if sq.step is not None else "the newest steps"
     read = ", ".join(map(str, view.read_steps)) or "none"
     n = len(view.rows)
-    more = f" (the first {pages.SAMPLES_SHOWN} shown)" if n > pages.SAMPLES_SHOWN else ""
+    more = f" (the first {SHOWN} shown)" if n > SHOWN else ""
     bits = [f"{n} kept sample(s) of {what}{more}"]
     if sq.kept:
         bits.append(f"kept {sq.kept}")
@@ -213,15 +241,71 @@ def _probe(rid: str, sq: SampleQuery, view: SampleView) -> str:
     return form + probe_diff_html(task, ra, rb)
 
 
+NO_TABLE = '<p class="sub samples-none">no samples table in OUT</p>'
+NO_ROWS = '<p class="sub">no kept transcript for this run yet</p>'
+
+
+def _bytes(n: Any) -> str:
+    return "" if n is None else f" ({_e(n)} bytes)"
+
+
+def sample_row(r: dict[str, Any], query: str = "") -> str:
+    """One kept sample: step, why kept, reward, flags, task, then its whole returned
+    excerpt (a scroll box; `query` marked), what it was sent (folded), its attempt and
+    transcript file. `data-keep` names the parts whose open or scrolled state the live
+    script keeps across a refresh."""
+    key = _e(f"{r.get('step')}/{r.get('attempt_id')}")
+    small = (
+        r.get("step"),
+        ", ".join(r.get("kept") or []),
+        r.get("reward"),
+        ", ".join(r.get("flags") or []),
+        r.get("task_id"),
+    )
+    cells = "".join(f"<td class='sample'>{_e(v)}</td>" for v in small)
+    ret = r.get("returned")
+    text = (
+        f'<div class="excerpt" data-keep="r/{key}">{marked(ret, query)}</div>'
+        if ret
+        else '<span class="sub">no returned text</span>'
+    )
+    sent = (
+        f'<details class="sent" data-keep="s/{key}"><summary>sent{_bytes(r.get("sent_bytes"))}'
+        f'</summary><div class="excerpt">{marked(r.get("sent"), query)}</div></details>'
+        if r.get("sent")
+        else ""
+    )
+    meta = (
+        f'<div class="id">attempt {_e(r.get("attempt_id"))} · returned'
+        f"{_bytes(r.get('returned_bytes'))} · transcript {_e(r.get('transcript') or '-')}</div>"
+    )
+    return f"<tr>{cells}<td class='sample text'>{text}{sent}{meta}</td></tr>"
+
+
+def samples_table(rows: list[dict[str, Any]], query: str = "") -> str:
+    """The kept samples, flagged ones first, then by step and reward, at most `SHOWN`."""
+    order = sorted(
+        rows,
+        key=lambda s: (not s.get("flags"), -(s.get("step") or 0), -(s.get("reward") or 0)),
+    )
+    head = "".join(f"<th>{c}</th>" for c in ("step", "kept", "reward", "flags", "task", "returned"))
+    body = "".join(sample_row(r, query) for r in order[:SHOWN])
+    return f'<table class="samples"><tr>{head}</tr>{body}</table>'
+
+
 def samples_html(rid: str, ds: Any | None, sq: SampleQuery) -> str:
-    """The run page's samples panel with its controls (`ds`: OUT/samples, None when
-    OUT has no such table)."""
-    if ds is None or "run_id" not in ds.schema.names:
-        return pages.samples_panel(None if ds is None else [])
+    """The run's samples panel with its controls (`ds`: OUT/samples, None when OUT
+    has no such table)."""
+    if ds is None:
+        return NO_TABLE
+    if "run_id" not in ds.schema.names:
+        return NO_ROWS
     view = read_view(ds, rid, sq)
     if not view.steps:
-        return pages.samples_panel([])
+        return NO_ROWS
     table = (
-        pages.samples_panel(view.rows) if view.rows else '<p class="sub">no kept sample matches</p>'
+        samples_table(view.rows, sq.text)
+        if view.rows
+        else '<p class="sub">no kept sample matches</p>'
     )
     return controls_html(rid, sq, view) + _summary(sq, view) + table + _probe(rid, sq, view)

@@ -208,10 +208,17 @@ class FleetPages:
             siblings,
             sib,
             self._quarantine(rid),
-            None,
             read_heldout(self.out, rid, self.opts),
             sample_view.samples_html(rid, self._samples(), sample_view.SampleQuery.parse(query)),
+            self._transitions(rid),
         )
+
+    def _transitions(self, rid: str) -> list[dict[str, Any]]:
+        """The run's `alerts` rows (every finding transition it had)."""
+        from rlstream.fleet.read import read_table
+
+        cols = ["code", "severity", "from_state", "to_state", "step", "time", "message"]
+        return read_table(self.out, "alerts", self.opts, cols, ("run_id", rid)).to_pylist()
 
     def _quarantine(self, rid: str) -> dict[str, int]:
         from rlstream.fleet.read import read_table
@@ -244,7 +251,9 @@ class FleetPages:
         if len(ids) < 2:
             return pages.compare_main(ids, names, [])
         found = compare_runs(self.out, ids, CompareConfig(), self.opts)
-        return pages.compare_main(ids, names, as_json(found), verdict_line(found))
+        return pages.compare_main(
+            ids, names, as_json(found), verdict_line(found, CompareConfig(), names)
+        )
 
 
 def _html(status: int, message: str) -> Response:

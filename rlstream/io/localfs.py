@@ -11,7 +11,11 @@ Run folders are untrusted input (docs/runtime.md, "What rlstream reads"):
   any byte is read; and only when the file is on the same mount as its ROOT (the mount
   ids of /proc/self/fdinfo): a folder from elsewhere bind-mounted inside a run shows a
   path inside ROOT, but its mount says where it comes from. Refusals raise
-  `UnsafeFile` with the reason, never any byte.
+  `UnsafeFile` with the reason, never any byte. On Linux 5.6+ a file under a ROOT is
+  first opened in one call that asks the kernel for all of it (`openat2` beneath the
+  ROOT's folder: no absolute or escaping link, no mount crossed, no link as the last
+  component); only when that refuses or is unavailable do the checks above run, and
+  they say why (or open what is allowed, such as an absolute link that stays inside).
 - `dotdot(path)`: the reason a path (or an object key) with a `..` component is
   refused, or None.
 - `write_atomic_local(path, data)`: a whole file replaced atomically (temp, fsync, rename).
@@ -21,9 +25,11 @@ Run folders are untrusted input (docs/runtime.md, "What rlstream reads"):
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import stat as statmod
+import sys
 import tempfile
 from collections.abc import Sequence
 
@@ -37,6 +43,73 @@ MOUNTED = "on another mount than its ROOT (a folder mounted inside ROOT)"
 """The reason of a file refused because it lies on a mount inside ROOT."""
 
 _ROOT_MOUNTS: dict[str, int | None] = {}
+_ROOT_FDS: dict[str, int] = {}
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_SYS_OPENAT2 = 437  # the same number on every Linux architecture
+_RESOLVE_BENEATH_ONLY = 0x01 | 0x02 | 0x08  # RESOLVE_NO_XDEV | _NO_MAGICLINKS | _BENEATH
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
+
+
+def _openat2() -> object | None:
+    """libc's `syscall`, set up for openat2, or None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_long
+    fn.argtypes = (
+        ctypes.c_long,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.POINTER(_OpenHow),
+        ctypes.c_size_t,
+    )
+    return fn
+
+
+_SYSCALL = _openat2()
+
+
+def _root_fd(root: str) -> int:
+    """A descriptor of a ROOT folder (O_PATH), once per process."""
+    fd = _ROOT_FDS.get(root)
+    if fd is None:
+        fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        _ROOT_FDS[root] = fd
+    return fd
+
+
+def _open_beneath(path: str, roots: Sequence[str]) -> int | None:
+    """`path` opened beneath its ROOT in one kernel call (`openat2` with
+    RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS, O_NOFOLLOW): a
+    descriptor only the full checks would also give, or None when the kernel refused
+    (a link, another mount, a missing file) or cannot do it: the full checks decide."""
+    global _SYSCALL
+    if _SYSCALL is None:
+        return None
+    for root in roots:
+        if path.startswith(root.rstrip("/") + "/"):
+            rel = path[len(root.rstrip("/")) + 1 :]
+            break
+    else:
+        return None
+    try:
+        dirfd = _root_fd(root)
+    except OSError:
+        return None
+    how = _OpenHow(_OPEN_FLAGS, 0, _RESOLVE_BENEATH_ONLY)
+    fd = _SYSCALL(_SYS_OPENAT2, dirfd, rel.encode(), ctypes.byref(how), ctypes.sizeof(how))
+    if fd >= 0:
+        return int(fd)
+    if ctypes.get_errno() in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
+        _SYSCALL = None  # an older kernel or a sandbox without it: the checks alone
+    return None
 
 
 def dotdot(path: str) -> str | None:
@@ -107,8 +180,13 @@ def open_regular(path: str, roots: Sequence[str] = ()) -> int:
     why = dotdot(path)
     if why is not None:
         raise UnsafeFile(path, why)
+    fd = _open_beneath(path, roots) if roots else None
+    if fd is not None:
+        if statmod.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)  # a FIFO, socket or device: the checks below say so
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UnsafeFile(path, "a symbolic link") from None

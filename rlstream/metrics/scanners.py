@@ -7,8 +7,14 @@ was sent, what it returned, and the tool calls found in what it returned). `Scan
 holds either a regular expression (`pattern`, searched in the parts named by `on`:
 ``"completion"``, ``"tool_calls"``, ``"sent"`` or ``"any"``) or a Python entry point
 (`entry`, ``"module:function"``, called with the `SampleText` and returning a truth
-value). `scan(scanners, text)` returns the names of the scanners that match, in the
-scanners' order. Everything here is pure: no I/O, no state across calls.
+value). Patterns are RE2 syntax (google-re2): matched in time linear in the text,
+whatever the pattern, since transcripts are untrusted input and a backtracking
+engine can take exponential time on a crafted text; RE2 has no backreferences or
+lookaround, and its `\\w`, `\\s` and `\\b` are ASCII. `ScanPlan(scanners)` compiles
+them once into one RE2 set per part, so an attempt's text is read once per part
+whatever the number of patterns; `plan(text)` (and `scan(scanners, text)`) returns
+the names of the scanners that match, in the scanners' order. Everything here is
+pure: no I/O, no state across calls.
 
 `DEFAULT_SCANNERS` cover the kinds docs/health.md lists: test tampering (writing,
 deleting or skipping test files, conftest, the grader's inputs), an early successful
@@ -19,6 +25,7 @@ outputs, printing a grader's success marker, and degenerate repetition.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import re
 import zlib
@@ -26,13 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import re2
+
 ON = ("completion", "tool_calls", "sent", "any")
 
 
 class SampleText:
     """One attempt's text: per model call, what it was sent and what it returned. The
-    joined parts (and their lower-case forms, for the scanners' literal hints) are
-    computed once, when first asked for."""
+    joined parts are computed once, when first asked for."""
 
     __slots__ = ("_cache", "returned", "sent")
 
@@ -41,12 +49,10 @@ class SampleText:
         self._cache: dict[str, str] = {}
 
     def part(self, on: str) -> str:
-        """`completion`, `tool_calls` or `sent` as one string (`lower:<part>` lower-cased)."""
+        """`completion`, `tool_calls` or `sent` as one string."""
         got = self._cache.get(on)
         if got is None:
-            if on.startswith("lower:"):
-                got = self.part(on[6:]).lower()
-            elif on == "completion":
+            if on == "completion":
                 got = "\n".join(self.returned)
             elif on == "sent":
                 got = "\n".join(self.sent)
@@ -78,30 +84,30 @@ _SHELL = re.compile(r"^\$ (.+)$", re.M)
 
 @dataclass(frozen=True)
 class Scanner:
-    """A regex over parts of the text, or an entry point `module:function`."""
+    """An RE2 pattern over parts of the text, or an entry point `module:function`."""
 
     name: str
     pattern: str = ""
     on: str = "completion"
     entry: str = ""
-    hint: tuple[str, ...] = ()
-    """Lower-case literals one of which every match contains: the regex runs only on
-    text holding one (a fast skip for the defaults; optional)."""
     _fn: Callable[[SampleText], Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", self.name):
-            raise ValueError(f"scanner name {self.name!r}: lower-case letters, digits, _")
+            raise ValueError(f"scanner {self.name!r}: name of lower-case letters, digits, _")
         if bool(self.pattern) == bool(self.entry):
             raise ValueError(f"scanner {self.name}: give exactly one of pattern or entry")
         if self.on not in ON:
             raise ValueError(f"scanner {self.name}: on must be one of {', '.join(ON)}")
         if self.pattern:
             try:
-                rx = re.compile(self.pattern)
-            except re.error as e:
-                raise ValueError(f"scanner {self.name}: bad pattern ({e})") from e
-            object.__setattr__(self, "_fn", _regex(rx, self.on, tuple(self.hint)))
+                rx = re2.compile(self.pattern)
+            except re2.error as e:
+                raise ValueError(
+                    f"scanner {self.name}: bad pattern ({e}; patterns are RE2 syntax: no "
+                    "backreferences or lookaround)"
+                ) from e
+            object.__setattr__(self, "_fn", _regex(rx, self.on))
         else:
             object.__setattr__(self, "_fn", load_entry(self.entry))
 
@@ -110,7 +116,11 @@ class Scanner:
         return bool(self._fn(text))
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickles as its config (Ray workers)
-        return (Scanner, (self.name, self.pattern, self.on, self.entry, self.hint))
+        return (Scanner, (self.name, self.pattern, self.on, self.entry))
+
+    def parts(self) -> tuple[str, ...]:
+        """The parts a pattern is searched in."""
+        return ("completion", "sent") if self.on == "any" else (self.on,)
 
 
 def load_entry(entry: str) -> Callable[[SampleText], Any]:
@@ -127,18 +137,9 @@ def load_entry(entry: str) -> Callable[[SampleText], Any]:
     return fn
 
 
-def _regex(rx: re.Pattern[str], on: str, hint: tuple[str, ...]) -> Callable[[SampleText], bool]:
+def _regex(rx: Any, on: str) -> Callable[[SampleText], bool]:
     parts = ("completion", "sent") if on == "any" else (on,)
-
-    def match(t: SampleText) -> bool:
-        for p in parts:
-            if hint and not any(map(t.part("lower:" + p).__contains__, hint)):
-                continue
-            if rx.search(t.part(p)) is not None:
-                return True
-        return False
-
-    return match
+    return lambda t: any(rx.search(t.part(p)) is not None for p in parts)
 
 
 def repetition(text: SampleText, min_bytes: int = 400, max_ratio: float = 0.12) -> bool:
@@ -186,41 +187,70 @@ DEFAULT_SCANNERS: tuple[Scanner, ...] = (
         + _TESTS
         + r")",
         "tool_calls",
-        hint=("test", "expected_output", "grader", "skip"),
     ),
     Scanner(
         "early_exit",
         r"(?:\bsys\.exit\(\s*0?\s*\)|\bos\._exit\(|\bexit\s+0\b|\bquit\(\s*\))",
-        hint=("exit", "quit("),
     ),
     Scanner(
         "special_casing",
         r"(?i)(?:if\s+\w+\s*==\s*(?:TEST_INPUT|test_input|visible_test)\w*"
         r"|#\s*hard-?cod(?:e|ed|ing)\b|\bexpected\s*=\s*\{[^}]*\}\s*\n\s*return\s+expected"
         r"|return\s+EXPECTED_OUTPUT|\bspecial[- ]case\b.*\btest)",
-        hint=("test_input", "visible_test", "hard", "expected", "special"),
     ),
     Scanner(
         "grader_marker",
         r"(?i)(?:print|echo|console\.log)\s*\(?\s*['\"](?:all tests passed|tests passed|PASS(?:ED)?|OK)\b",
-        hint=("'pass", '"pass', "'ok", '"ok', "'all tests", '"all tests', "'tests", '"tests'),
     ),
     Scanner("repetition", entry="rlstream.metrics.scanners:repetition"),
 )
 """The defaults (docs/health.md, "Transcript scanners")."""
 
 
+class ScanPlan:
+    """`scanners` compiled once: one RE2 set per part holding every pattern searched
+    in it, the entry points beside; `plan(text)` gives the names of those that match,
+    in the scanners' order. An entry point that raises counts as no match for it and
+    is named `<name>:error`."""
+
+    def __init__(self, scanners: tuple[Scanner, ...]) -> None:
+        self.scanners = tuple(scanners)
+        self.sets: list[tuple[str, Any, list[int]]] = []
+        for part in ("completion", "tool_calls", "sent"):
+            mine = [i for i, s in enumerate(self.scanners) if s.pattern and part in s.parts()]
+            if not mine:
+                continue
+            rs = re2.Set.SearchSet(re2.Options())
+            for i in mine:
+                rs.Add(self.scanners[i].pattern)
+            rs.Compile()
+            self.sets.append((part, rs, mine))
+        self.entries = [i for i, s in enumerate(self.scanners) if s.entry]
+
+    def __call__(self, text: SampleText) -> tuple[str, ...]:
+        hit: dict[int, str] = {}
+        for part, rs, mine in self.sets:
+            for j in rs.Match(text.part(part)) or ():
+                hit[mine[j]] = self.scanners[mine[j]].name
+        for i in self.entries:
+            s = self.scanners[i]
+            try:
+                if s._fn(text):  # type: ignore[misc]
+                    hit[i] = s.name
+            except Exception:
+                hit[i] = f"{s.name}:error"
+        return tuple(hit[i] for i in sorted(hit))
+
+
+@functools.lru_cache(maxsize=16)
+def scan_plan(scanners: tuple[Scanner, ...]) -> ScanPlan:
+    """The `ScanPlan` of `scanners`, compiled once per process."""
+    return ScanPlan(scanners)
+
+
 def scan(scanners: tuple[Scanner, ...], text: SampleText) -> tuple[str, ...]:
-    """Names of the scanners that match `text`, in order. A user entry point that
-    raises counts as no match for it and is named `<name>:error`."""
-    out: list[str] = []
-    for s in scanners:
-        try:
-            if s._fn(text):  # type: ignore[misc]
-                out.append(s.name)
-        except Exception:
-            out.append(f"{s.name}:error")
-    return tuple(out)
+    """Names of the scanners that match `text`, in order (`ScanPlan`)."""
+    return scan_plan(tuple(scanners))(text)
 
 
 @dataclass(frozen=True)

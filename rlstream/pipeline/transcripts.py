@@ -29,9 +29,9 @@ from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import BadRecord, Transcript
 from rlstream.metrics import CompletionAgg, StepAgg, TokenAgg, TopKEntropyAgg
 from rlstream.metrics.samples import SampleAgg
-from rlstream.metrics.scanners import SamplesConfig
+from rlstream.metrics.scanners import SamplesConfig, scan_plan
 from rlstream.pipeline.partial import StepPartial
-from rlstream.pipeline.samples import attempt_of
+from rlstream.pipeline.samples import attempt_of, bounded
 
 KEEP_PARSER_BYTES = 8 << 20
 """simdjson's parser keeps buffers sized for the largest file it parsed (several
@@ -128,7 +128,7 @@ class TranscriptParser:
         self.tokens = 0
         self._simd = simd_parser()
         self.samples = self.settings.samples
-        self._scanners = self.samples.all_scanners()
+        self._scan = scan_plan(self.samples.all_scanners())
         self.panel = self.settings.panel
         self.why: str | None = None
         """The detail of the last `EXCEEDS_MAX_TOKENS` answer of `add`."""
@@ -166,7 +166,7 @@ class TranscriptParser:
         """Fold one validated transcript (of any format) into its step's arrays."""
         acc = self._steps.setdefault(t.step, _StepArrays())
         if t.text is not None and self.samples.enabled:  # scanned; kept (bounded) by SampleAgg
-            acc.scanned.append(attempt_of(t, self._scanners))
+            acc.scanned.append(attempt_of(t, self._scan))
         if t.trace == "text":  # words of a text-only completion: not a transcript
             acc.text_tokens.extend(t.tokens)
             acc.text_tasks.extend([t.task_id] * len(t.tokens))
@@ -241,8 +241,8 @@ class TranscriptParser:
                 agg.completions = text if agg.completions is None else agg.completions.merge(text)
             if a.scanned:
                 c = self.samples
-                agg.samples = SampleAgg.from_attempts(
-                    a.scanned, c.top, self.panel, c.probes, c.high_reward
+                agg.samples = bounded(
+                    SampleAgg.from_attempts(a.scanned, c.top, self.panel, c.probes, c.high_reward)
                 )
             out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
         return out

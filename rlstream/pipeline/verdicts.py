@@ -9,7 +9,9 @@ findings and firing codes, and the rules its data cannot evaluate
 
 The status tells the truth at a glance (`apply_health`): the worst warning or critical
 finding that fired is kept with the steps it fired over (`_worst`, from the
-transitions, so kept after it resolves, even within one batch of rows), so a finished run that had one has that severity, never `finished`; a run
+transitions, so kept after it resolves, even within one batch of rows), so a finished
+run that had one has the worst severity it had (never `finished`, and never `warning`
+when a finding went critical, even one that ends firing at warning); a run
 with nothing firing that the rules cannot judge (`health.evaluable.judgement`: too
 few evaluable rules or too few steps) is `insufficient`, never `healthy` or
 `finished`, and what is missing is kept beside it (`_judged`, `_missing`).
@@ -136,8 +138,10 @@ def apply_health(
     )
     state.headline["_judged"], state.headline["_missing"] = judged, missing
     status = run_status(hs, ctx)
-    if ctx.finished and status == "finished" and worst is not None:
-        status = worst["severity"]  # a finished run keeps the worst it had
+    if ctx.finished and worst is not None and RANK[worst["severity"]] > RANK.get(status, 0):
+        # A finished run keeps the worst it had: a finding that went critical and ended
+        # at warning (or resolved) leaves the run critical, not warning.
+        status = worst["severity"]
     if status in ("healthy", "finished") and judged == INSUFFICIENT:
         status = INSUFFICIENT
     state.status = status

@@ -154,7 +154,16 @@ def run(
 
             make = _make_pools(roots, out, rt, hooks_factory) if watch else None
             runs = held.HeldRuns(
-                storage, sink, cfg, hooks_factory, start, phases, progress, make, rt.in_process
+                storage,
+                sink,
+                cfg,
+                hooks_factory,
+                start,
+                phases,
+                progress,
+                make,
+                rt.in_process,
+                rt.processes,
             )
             owner = runs
             if watch:

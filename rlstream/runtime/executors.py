@@ -6,8 +6,13 @@ units in, results out as they complete, each once).
 - **A private Ray**: a `WorkerPool` over `RayStart.workers` while `RayStart` starts
   Ray and the worker actors in a thread. Until they have answered, it runs units in
   this process (the early start); then it sends every unit not yet taken to them.
+- **Worker processes on this machine** (`runtime.processes.LocalStart`): a
+  `WorkerPool` over them, the same way: units here until they answered.
 - **A joined cluster** (and a tailer actor on either Ray): a `WorkerPool` over the
   worker handles it was given.
+
+How the pool sends a batch to a worker and collects its answer is a `Calls`:
+`RAY_CALLS` for Ray actors, `runtime.processes.PROCESS_CALLS` for worker processes.
 
 `WorkerPool` is the one least-loaded dispatch: at most `max_inflight` units in
 flight, each call to the worker with the fewest; when many units wait, several go in
@@ -24,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from rlstream.errors import RlstreamError
 from rlstream.io.storage import Storage
@@ -196,6 +201,51 @@ def run_unit(unit: Unit, storage: Storage | None, where: str) -> UnitResult | Un
         return UnitFailure(unit, repr(e))
 
 
+class Calls(Protocol):
+    """How `WorkerPool` talks to its workers: `send` a batch of units to one (a
+    ticket back), `wait` for tickets whose answer is there (at least one when
+    `block`), `get` a ticket's results; `get` raises one of `errors` when the call
+    failed for good (its worker is lost)."""
+
+    errors: tuple[type[BaseException], ...]
+
+    def send(self, worker: Any, batch: list[Unit]) -> Any: ...
+
+    def wait(self, tickets: list[Any], block: bool) -> list[Any]: ...
+
+    def get(self, ticket: Any) -> list[UnitResult | UnitFailure]: ...
+
+
+class RayCalls:
+    """`Calls` for Ray worker actors: a ticket is the call's ObjectRef."""
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        import ray
+
+        return (ray.exceptions.RayError,)
+
+    @staticmethod
+    def send(worker: Any, batch: list[Unit]) -> Any:
+        return worker.execute_many.remote(batch)
+
+    @staticmethod
+    def wait(tickets: list[Any], block: bool) -> list[Any]:
+        import ray
+
+        ready, _ = ray.wait(tickets, num_returns=1, timeout=None if block else 0)
+        return ready
+
+    @staticmethod
+    def get(ticket: Any) -> list[UnitResult | UnitFailure]:
+        import ray
+
+        return ray.get(ticket)
+
+
+RAY_CALLS = RayCalls()
+
+
 MAX_BATCH = 8
 """At most this many units are sent to a worker in one call (`WorkerPool._batch`)."""
 
@@ -206,7 +256,9 @@ class WorkerPool:
     at once, least-loaded first), and with `here_too` in this process as well,
     between folds. `last` set before a call: when that call's units are all
     folded, `on_drained` is called (the driver stops Ray there). `on_first` sees the
-    first call's units (the plan `analyze` chooses its placement from)."""
+    first call's units (the plan `analyze` chooses its placement from); it may
+    `use` other workers from then on. `calls` says how to reach the workers
+    (`RAY_CALLS` by default)."""
 
     def __init__(
         self,
@@ -217,6 +269,7 @@ class WorkerPool:
         on_drained: Callable[[], None] | None = None,
         here_too: bool = False,
         on_first: Callable[[list[Unit]], None] | None = None,
+        calls: Calls = RAY_CALLS,
     ) -> None:
         self.storage = storage
         self.here_too = here_too
@@ -225,8 +278,15 @@ class WorkerPool:
         self.max_inflight = max(1, max_inflight)
         self.on_result = on_result
         self.on_drained = on_drained
+        self.calls = calls
         self.last = False
-        self.counts = {"here": 0, "ray": 0}
+        self.counts = {"here": 0, "workers": 0}
+
+    def use(
+        self, workers: Callable[[], list[Any] | None], calls: Calls, on_drained: Callable[[], None]
+    ) -> None:
+        """Dispatch to these workers from now on (`on_first` chose them)."""
+        self.workers, self.calls, self.on_drained = workers, calls, on_drained
 
     def __call__(self, units: list[Unit]) -> Iterator[UnitResult | UnitFailure]:
         first, self.on_first = self.on_first, None
@@ -234,17 +294,16 @@ class WorkerPool:
             first(units)
         todo = deque(units)
         inflight: dict[Any, tuple[list[Unit], int]] = {}
-        load: list[int] = []
+        load: dict[int, int] = {}  # units in flight per worker (by identity: the pool can shrink)
         while todo or inflight:
             pool = self.workers()
-            if pool and len(load) != len(pool):
-                load = [0] * len(pool)
-            while pool and todo and sum(load) < self.max_inflight:
-                n = min(self._batch(len(todo), len(pool)), self.max_inflight - sum(load))
+            while pool and todo and sum(load.values()) < self.max_inflight:
+                n = self._batch(len(todo), len(pool))
+                n = min(n, self.max_inflight - sum(load.values()))
                 batch = [todo.popleft() for _ in range(n)]
-                w = min(range(len(pool)), key=load.__getitem__)
-                load[w] += n
-                inflight[pool[w].execute_many.remote(batch)] = (batch, w)
+                worker = min(pool, key=lambda w: load.get(id(w), 0))
+                load[id(worker)] = load.get(id(worker), 0) + n
+                inflight[self.calls.send(worker, batch)] = (batch, id(worker))
             here = bool(todo) and (not pool or self.here_too)
             if inflight:
                 yield from self._collect(inflight, load, block=not here)
@@ -254,22 +313,20 @@ class WorkerPool:
             self.on_drained()
 
     def _collect(
-        self, inflight: dict[Any, tuple[Unit, int]], load: list[int], block: bool
+        self, inflight: dict[Any, tuple[list[Unit], int]], load: dict[int, int], block: bool
     ) -> Iterator[UnitResult | UnitFailure]:
-        import ray
-
-        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=None if block else 0)
-        for ref in ready:
-            batch, w = inflight.pop(ref)
+        calls = self.calls
+        for ticket in calls.wait(list(inflight), block):
+            batch, w = inflight.pop(ticket)
             load[w] -= len(batch)
             try:
-                got: list[UnitResult | UnitFailure] = ray.get(ref)
-            except ray.exceptions.RayError as e:
+                got: list[UnitResult | UnitFailure] = calls.get(ticket)
+            except calls.errors as e:
                 runs = sorted({u.run_id for u in batch})
                 log.error("%d units of runs %s failed after retries: %s", len(batch), runs, e)
                 got = [UnitFailure(u, repr(e)) for u in batch]
             for res in got:
-                self.counts["ray"] += 1
+                self.counts["workers"] += 1
                 self._tick()
                 yield res
 

@@ -9,9 +9,11 @@ process until the workers have answered, then on them; with `in_process`
 here.
 
 - `analyze`: `drain` reads one chunk of runs (cohort by cohort, as in-process) to
-  its end and commits it per call. The first chunk's plan chooses whether a private
-  Ray is started at all (`runtime.placement`); once the last chunk's units are
-  folded, Ray is stopped in the background while the driver commits and maintains.
+  its end and commits it per call. Unless Ray was asked for, the first chunk's plan
+  chooses whether worker processes are started beside the driver
+  (`runtime.placement`, `runtime.processes.LocalStart`; the pool then sends units to
+  them); once the last chunk's units are folded, the workers (or Ray) are stopped in
+  the background while the driver commits and maintains.
 - `watch`: `poll` and `commit` as the loop asks. Once `RayStart.then` has made the
   tailers (`ActorPools`) and every run is committed, `successor` hands the runs over:
   each tailer adds its runs from the resume states just committed and the driver
@@ -47,6 +49,7 @@ from rlstream.runtime.executors import (
     phases_text,
 )
 from rlstream.runtime.placement import Placement, choose
+from rlstream.runtime.processes import PROCESS_CALLS, LocalStart
 from rlstream.runtime.progress import Progress, StartupLog
 from rlstream.sinks.delta import DeltaSink
 
@@ -71,8 +74,10 @@ class HeldRuns:
         progress: Progress,
         make_pools: Callable[[list[Any], PipelineConfig], Any] | None = None,
         in_process: bool = False,
+        processes: int | None = None,
     ) -> None:
         self.in_process = in_process
+        self.processes = processes
         self.cfg = cfg
         self.storage = storage
         self.phases = phases
@@ -93,6 +98,8 @@ class HeldRuns:
         self.done: list[dict[str, Any]] = []
         self.chunks: list[list[str]] | None = None
         self.chosen: list[Placement] = []
+        self.local: LocalStart | None = None
+        """The worker processes, when the plan chose them."""
         self._urls = 0
         self._next = 0
         self._shown = 0.0
@@ -191,7 +198,7 @@ class HeldRuns:
             "%d runs handed over to the tailers (%d units ran in the driver, %d on workers)",
             len(urls),
             self.pool.counts["here"],
-            self.pool.counts["ray"],
+            self.pool.counts["workers"],
         )
         pools.adopt(urls)
         pools.discover()  # runs that appeared while Ray started
@@ -199,8 +206,10 @@ class HeldRuns:
 
     def close(self) -> None:
         """Stop what the start started, once its start ended (the tailers, their
-        workers, the Ray)."""
+        workers, the Ray; or the worker processes)."""
         self.start.join()
+        if self.local is not None:
+            self.local.join()
 
     # -- internals ---------------------------------------------------------------------
 
@@ -220,29 +229,45 @@ class HeldRuns:
             self.progress.show(self.group.totals, self._urls)
 
     def _sized(self, units: list[Unit]) -> None:
-        """`analyze`: the first chunk's plan chooses whether Ray starts now, later or
-        not at all."""
+        """`analyze`: the first chunk's plan chooses whether worker processes start
+        (no Ray asked for), or when the Ray asked for starts."""
         assert self.chunks is not None
         listed = sum(len(getattr(u, "names", ())) for u in units)
         if self.start.delay is None:  # the plan chooses (runtime/placement.py)
-            self.chosen.append(choose(listed, len(self.chunks)))
-            if self.chosen[0].ray:
-                self.start.now()
-            else:
-                self.start.stop()
+            self.start.stop()
+            asked = self.processes
+            self.chosen.append(
+                choose(listed, len(self.chunks))
+                if asked is None
+                else Placement(asked, f"asked for: --processes {asked}")
+            )
+            if self.chosen[0].processes:
+                self.local = LocalStart(self.storage, self.chosen[0].processes, delay=0)
+                self.pool.use(self.local.workers, PROCESS_CALLS, self.local.stop)
         elif len(self.chunks) > 1 or listed > START_NOW_TRANSCRIPTS:
             self.start.now()
 
     def report(self, outcome: Outcome | None) -> None:
         """`analyze`'s closing log line and where the work ran (after `close`)."""
         start, took, n = self.start, time.monotonic() - self._t0, plural(len(self.done), "run")
+        here, there = self.pool.counts["here"], self.pool.counts["workers"]
         if outcome is not None:
             outcome.where = self._where()
         if start.error is not None:
             log.warning("Ray did not start (%r): every unit ran in the driver", start.error)
+        if self.local is not None and self.local.error is not None:
+            log.warning(
+                "worker processes did not start (%r): every unit ran in the driver",
+                self.local.error,
+            )
         if self.in_process:
             log.info("analyzed %s in %.1f s in this process (asked for: --in-process)", n, took)
-        elif self.chosen and not self.chosen[0].ray:
+        elif self.local is not None:
+            log.info(
+                "analyzed %s in %.1f s: %d units here, %d in worker processes (%s; %s)",
+                *(n, took, here, there, self.local.text(), self.chosen[0].why),
+            )
+        elif self.chosen:
             log.info(
                 "analyzed %s in %.1f s in this process, no Ray started (%s)",
                 n,
@@ -252,20 +277,12 @@ class HeldRuns:
         elif "skipped" in start.phases:
             log.info(
                 "analyzed %s in %.1f s: %d units here, no Ray started (done within %.1f s)",
-                n,
-                took,
-                self.pool.counts["here"],
-                start.delay,
+                *(n, took, here, start.delay),
             )
         else:
             log.info(
                 "analyzed %s in %.1f s: %d units here, %d on %d workers (%s)",
-                n,
-                took,
-                self.pool.counts["here"],
-                self.pool.counts["ray"],
-                len(start._actors),
-                phases_text(start.phases),
+                *(n, took, here, there, len(start._actors), phases_text(start.phases)),
             )
 
     def _where(self) -> str:
@@ -273,14 +290,13 @@ class HeldRuns:
         start, chosen = self.start, self.chosen
         if self.in_process:
             return "ran in this process (asked for: --in-process)"
-        if chosen and not chosen[0].ray:
-            return chosen[0].summary()
+        if chosen and self.local is not None and self.pool.counts["workers"] == 0:
+            return f"ran in this process ({chosen[0].why}): done before the worker processes were ready"
         if chosen:
-            why = chosen[0].why
-        elif "skipped" in start.phases or start.delay is None:
+            return chosen[0].summary()
+        if "skipped" in start.phases or start.delay is None:
             return "ran in this process (done before a private Ray was due)"
-        else:
-            why = "asked for: --ray" if start.delay == 0 else f"after {start.delay:g} s alone"
-        if self.pool.counts["ray"] == 0:
+        why = "asked for: --ray" if start.delay == 0 else f"after {start.delay:g} s alone"
+        if self.pool.counts["workers"] == 0:
             return f"ran in this process while a private Ray started ({why}): done before its workers were ready"
         return f"ran on a private Ray ({why})"

@@ -1,12 +1,16 @@
-"""Where `analyze` runs its work: in this process, or on a private Ray it starts.
+"""Where `analyze` runs its work: in this process, or in worker processes beside it.
 
-A private Ray on one machine costs CPU of its own (its daemons, and worker processes
-that each import Ray) before it does any work, and the second and further cores can
-only save part of the work's time. So `analyze` estimates the work from its plan
-(the transcripts it lists) and starts a private Ray only when the cores it adds
-save more than that cost (`choose`; docs/runtime.md, "Where analyze runs"). A joined
-cluster (`--ray-address`, RAY_ADDRESS) is always used: its cost is paid already.
-Kept apart from Ray (this module never imports it).
+More cores save part of the work's time, and each way of reaching them costs CPU of
+its own before it does any work. On one machine a private Ray costs seconds (its
+daemons' start and stop, worker processes that each import Ray); plain worker
+processes forked from a preloaded server (`runtime.processes`) give the same cores
+for a small fraction of that. So `analyze` estimates the work from its plan (the
+transcripts it lists) and starts worker processes only when the cores they add
+save more than they cost (`choose`; docs/runtime.md, "Where analyze runs"). A
+private Ray, which only ever spans this machine, never saves more than those
+processes: it is started only when asked for (`--ray`, `--start-ray-after`). A
+joined cluster (`--ray-address`, RAY_ADDRESS) is always used: its cost is paid
+already. Kept apart from Ray (this module never imports it).
 """
 
 from __future__ import annotations
@@ -23,21 +27,27 @@ PRIVATE_RAY_CPU_S = 5.5
 """CPU seconds a private Ray costs on its own on one machine: its daemons' start and
 stop and its worker processes importing Ray (bench/README.md)."""
 
+PROCESSES_CPU_S = 0.5
+"""CPU seconds worker processes cost on their own: the forkserver's interpreter and
+imports, a fork per worker, and the results' pickling (bench/README.md)."""
+
 PAYS_MARGIN = 2.0
-"""How much more the cores must save than the Ray costs, for an estimate that can be
+"""How much more the cores must save than they cost, for an estimate that can be
 off, and a start that also costs wall time before any worker helps."""
 
 
 @dataclass(frozen=True)
 class Placement:
-    """The choice: `ray` (a private Ray is started) and why, in words for the
-    closing summary line."""
+    """The choice: `processes` worker processes beside this one (0: every unit here)
+    and why, in words for the closing summary line."""
 
-    ray: bool
+    processes: int
     why: str
 
     def summary(self) -> str:
-        return f"ran {'on a private Ray' if self.ray else 'in this process'} ({self.why})"
+        if not self.processes:
+            return f"ran in this process ({self.why})"
+        return f"ran in this process and {self.processes} worker processes ({self.why})"
 
 
 def usable_cores() -> int:
@@ -54,20 +64,25 @@ def estimate_cpu_s(listed: int, chunks: int) -> float:
     return listed * max(1, chunks) * CPU_S_PER_TRANSCRIPT
 
 
+def pays_from(cores: int, cost: float = PROCESSES_CPU_S) -> float:
+    """The work (CPU s) above which spreading it over `cores` saves `PAYS_MARGIN`
+    times `cost`: the saving is about work * (1 - 1/cores) of wall time, taken as
+    work / (cores - 1) against the cost, as for one extra core."""
+    return PAYS_MARGIN * cost / (cores - 1)
+
+
 def choose(listed: int, chunks: int, cores: int | None = None) -> Placement:
-    """A private Ray pays when spreading the work and the Ray's own cost over `cores`
-    saves more than `PAYS_MARGIN` times that cost: `work > margin * ray / (cores - 1)`.
-    On one core it never does."""
+    """Worker processes, one per usable core (the driver folds their results), when
+    the planned work is above `pays_from(cores)`; else every unit here. On one core
+    never."""
     cores = usable_cores() if cores is None else cores
     work = estimate_cpu_s(listed, chunks)
     plan = f"{listed * max(1, chunks):,} transcripts planned, about {work:.1f} CPU s of work"
     if cores < 2:
-        return Placement(False, f"{plan}, and on 1 core a private Ray cannot pay")
-    pays_from = PAYS_MARGIN * PRIVATE_RAY_CPU_S / (cores - 1)
-    if work > pays_from:
+        return Placement(0, f"{plan}, and on 1 core more processes cannot pay")
+    above = pays_from(cores)
+    if work > above:
         return Placement(
-            True, f"{plan}: on {cores} cores a private Ray pays above {pays_from:.0f} s"
+            cores, f"{plan}: on {cores} cores worker processes pay above {above:.1f} s"
         )
-    return Placement(
-        False, f"{plan}: on {cores} cores a private Ray pays only above {pays_from:.0f} s"
-    )
+    return Placement(0, f"{plan}: on {cores} cores worker processes pay only above {above:.1f} s")

@@ -31,6 +31,9 @@ class RuntimeConfig:
     in_process: bool = False
     """analyze: every unit in this process, no Ray started whatever the plan
     (`--in-process`)."""
+    processes: int | None = None
+    """analyze without Ray: worker processes beside the driver (`runtime.processes`);
+    None (the default): the plan chooses (`runtime.placement.choose`); 0: none."""
     start_ray_after: float | None = None
     """analyze: None (the default): the plan chooses whether a private Ray is started
     at all (`runtime.placement.choose`); 0 (`--ray`): one is started at once; else

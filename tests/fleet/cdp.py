@@ -7,6 +7,9 @@ keeping the events that arrive meanwhile in `events`; `evaluate(expr)` returns a
 JavaScript value; `wait_for(expr, timeout)` re-evaluates until truthy, waiting on
 the socket (for events) between tries; `errors()` lists console errors, uncaught
 exceptions and log entries of level error (a CSP violation is one).
+`artifacts(tmp_path)`: where the browser tests keep their screenshots,
+$RLSTREAM_TEST_ARTIFACTS if set (.ci/run sets it to test-artifacts/), else the test's
+tmp folder.
 """
 
 from __future__ import annotations
@@ -24,6 +27,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+
+def artifacts(tmp_path: Path) -> Path:
+    d = Path(os.environ.get("RLSTREAM_TEST_ARTIFACTS") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = (

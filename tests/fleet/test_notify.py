@@ -7,6 +7,7 @@ watch between a transition and its message is in tests/runtime/test_notify_crash
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -86,7 +87,7 @@ def _cfg(url: str, fmt: str = "json", **kw) -> NotifyConfig:
     return NotifyConfig((url,), fmt, "http://127.0.0.1:9/", first_backoff=0.0, **kw)
 
 
-def test_a_burst_is_one_message_sent_once_across_restarts(out, receiver):
+def test_a_burst_is_one_message_sent_once_across_restarts(out, receiver, fleet_out):
     want = _transitions(out)
     runs = {t["run_id"] for t in want}
     assert len(want) >= 3 and len(runs) >= 3  # several runs fire: a burst
@@ -103,6 +104,12 @@ def test_a_burst_is_one_message_sent_once_across_restarts(out, receiver):
     assert receiver.headers[0]["Idempotency-Key"] == msg["id"]
     first = msg["transitions"][0]
     assert first["evidence"] and first["advice"]
+    # each run is named by its folder, as the pages name it
+    folders = {json.loads((d / "run.json").read_text())["run_id"]: d.name
+               for d in fleet_out.root.iterdir() if (d / "run.json").exists()}  # fmt: skip
+    assert {t["run_id"]: t["name"] for t in msg["transitions"]} == {
+        t["run_id"]: folders[t["run_id"]] for t in msg["transitions"]
+    }
     assert first["url"].startswith("http://127.0.0.1:9/run?id=")
     # nothing pending: no second message, from this notifier or a new one (a restart)
     assert n.deliver(force=True) == 0
@@ -144,6 +151,9 @@ def test_slack_payload_escapes_run_strings(out, receiver):
     assert text.startswith("rlstream: ")
     assert HOSTILE_ID not in text and "&lt;script&gt;" in text
     assert "|run page>" in text
+    # by name, then id: "`run-000-healthy` (sim-...)"
+    lines = text.splitlines()[1:]
+    assert lines and all(re.search(r"on `run-\d{3}-[a-z_]+` \(", line) for line in lines)
 
 
 def test_a_blocked_endpoint_never_blocks_the_commit_side(out, receiver):
@@ -335,3 +345,35 @@ def test_notify_sent_is_read_once_not_every_round(out, receiver, monkeypatch):
     assert reads.count("notify_sent") == first and reads.count("alerts") == 5
     assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0  # a restart
     assert reads.count("notify_sent") == first + 1 and len(receiver.bodies) == 2
+
+
+def test_a_severity_flapping_at_every_step_pages_once_per_rise(out, receiver):
+    """A failure burst that swings between warning and critical at every step is one
+    firing message, one when it first rises to critical, and one when it resolves;
+    not a message per step. A new firing stretch starts over."""
+    from rlstream.fleet.read import out_sink
+    from rlstream.sinks.health import alerts_table
+
+    seq = [("pending", "firing", "warning", 1), ("firing", "firing", "critical", 2),
+           ("firing", "firing", "warning", 3), ("firing", "firing", "critical", 4),
+           ("firing", "firing", "warning", 5), ("firing", "resolved", "warning", 6),
+           ("resolved", "firing", "warning", 8), ("firing", "firing", "critical", 9),
+           ("firing", "firing", "warning", 10)]  # fmt: skip
+    rows = [{"run_id": "flappy", "code": "rollout_failure_burst", "severity": sev,
+             "from_state": a, "to_state": b, "step": st, "time": 4.0e9 + st,
+             "message": f"burst at step {st}", "commit_seq": 1} for a, b, sev, st in seq]  # fmt: skip
+    out_sink(str(out)).append("alerts", alerts_table(rows), {})
+    n = Notifier(str(out), _cfg(receiver.url))
+    assert n.deliver(force=True) == 1
+    mine = [t for t in receiver.bodies[0]["transitions"] if t["run_id"] == "flappy"]
+    assert [(t["step"], t["from_state"], t["to_state"], t["severity"]) for t in mine] == [
+        (1, "pending", "firing", "warning"),
+        (2, "firing", "firing", "critical"),
+        (6, "firing", "resolved", "warning"),
+        (8, "resolved", "firing", "warning"),
+        (9, "firing", "firing", "critical"),
+    ]
+    assert n.deliver(force=True) == 0  # the rest are never pending, after a restart too
+    assert Notifier(str(out), _cfg(receiver.url)).deliver(force=True) == 0
+    text = render(mine, _cfg(receiver.url, "slack"), str(out), "m").decode()
+    assert text.count("*escalated*") == 2 and text.count("*firing*") == 2

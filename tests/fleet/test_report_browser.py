@@ -1,6 +1,6 @@
 """The report in a real browser: headless Chromium (Debian's `chromium`, installed by
-.ci/run) renders it with no network, shows the runs, and runs no script from run data.
-Skipped only when chromium cannot be found."""
+.ci/run) renders it with no network, shows the runs, and runs no script from run data; its
+screenshot is kept (`cdp.artifacts`). Skipped only when chromium cannot be found."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from rlstream.fleet.report import write_report
-from tests.fleet.cdp import CHROMIUM, FLAGS
+from tests.fleet.cdp import CHROMIUM, FLAGS, artifacts
 from tests.fleet.conftest import HOSTILE_ID
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
@@ -43,7 +43,7 @@ def test_report_renders_in_chromium_without_running_run_data(fleet_out, tmp_path
     assert '&lt;script&gt;document.body.setAttribute("data-pwned", "id")&lt;/script&gt;' in dom
     assert dom.count('<tr><td class="name" data-v=') == 4
 
-    png = tmp_path / "shot.png"
+    png = artifacts(tmp_path) / "report-1280.png"
     _chromium(tmp_path, "--window-size=1280,1600", f"--screenshot={png}", url)
     img = Image.open(png).convert("RGB")
     assert img.size == (1280, 1600)

@@ -14,10 +14,10 @@ from urllib.parse import quote
 
 import pytest
 
-from rlstream.fleet.read import read_latest
+from rlstream.fleet.read import read_latest, read_table
 from rlstream.fleet.status import STATUS_ORDER
 from rlstream.fleet.web import CSP, FleetPages, PageServer
-from tests.fleet.conftest import HOSTILE_ID
+from tests.fleet.conftest import HOSTILE_ID, LONG_RETURNED
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,14 @@ def test_fleet_page_lists_every_run_escaped_with_counts(server, fleet_out):
     assert "&lt;script&gt;document.body.setAttribute(&quot;data-pwned&quot;" in body
     # only our own script, from this origin
     assert re.findall(r"<script[^>]*>", body) == ['<script src="/static/live.js">']
+    # each run's age carries its last activity (unix seconds), for the page to count on
+    epochs = dict(re.findall(r'data-run="([^"]*)".*?<td class="n age" data-v="[\d.]*" '
+                             r'data-epoch="([\d.]+)"', body))  # fmt: skip
+    want = {escape(r["run_id"], quote=True): r["last_activity"].timestamp()
+            for r in read_latest(str(fleet_out.out))}  # fmt: skip
+    assert {k: round(float(v), 3) for k, v in epochs.items()} == {
+        k: round(v, 3) for k, v in want.items()
+    }
     # worst first: a critical run before the healthy one
     order = STATUS_ORDER
     assert [order[s] for s in runs] == sorted(order[s] for s in runs)
@@ -65,20 +73,28 @@ def test_run_page_has_charts_timeline_advice_quarantine_and_samples_panel(server
     assert status == 200
     assert body.count('role="img" class="chart"') == 8
     assert "<b>entropy_collapse</b>" in body
-    # the timeline: one bar per placed finding, from its since_step to the last step
+    # the timeline, from the run's alerts rows: a faint bar from the step it went
+    # pending to the step it fired, a solid one from there to the last step (firing)
     latest = {r["run_id"]: r for r in read_latest(str(fleet_out.out))}
-    placed = sorted(
-        (f for f in latest[rid]["findings"] if f["since_step"] is not None),
-        key=lambda f: f["since_step"],
+    alerts = read_table(str(fleet_out.out), "alerts", where=("run_id", rid)).to_pylist()
+    step_of = {(a["code"], a["to_state"]): a["step"] for a in alerts}
+    pending, fired = (
+        step_of[("entropy_collapse", "pending")],
+        step_of[("entropy_collapse", "firing")],
     )
-    bars = re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="11"', body)
-    assert len(bars) == len(placed) >= 1
-    f = placed[0]
-    x0 = 150 + f["since_step"] / latest[rid]["last_step"] * 740
-    assert (
-        abs(float(bars[0][0]) - x0) < 0.06
-        and abs(float(bars[0][0]) + float(bars[0][1]) - 890) < 0.1
-    )
+    last = latest[rid]["last_step"]
+    assert pending < fired < last
+    bars = re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="11" '
+                      r'fill="#[0-9a-f]+"(?: opacity="[\d.]+")? data-span="(\w+)"', body)  # fmt: skip
+
+    def x(step):
+        return 150 + step / last * 740
+
+    assert [b[2] for b in bars] == ["pending", "firing"]
+    (p0, pw, _), (f0, fw, _) = ((float(a), float(w), k) for a, w, k in bars)
+    assert abs(p0 - x(pending)) < 0.06 and abs(p0 + pw - x(fired)) < 0.1
+    assert abs(f0 - x(fired)) < 0.06 and abs(f0 + fw - 890) < 0.1
+    assert f"firing since step {fired} (pending from {pending})" in body
     assert "the policy stopped exploring" in body  # its advice
     assert "no quarantined line" in body
     assert '<table class="samples">' in body  # its kept transcripts (the next test)
@@ -92,6 +108,45 @@ def test_run_page_has_charts_timeline_advice_quarantine_and_samples_panel(server
     assert "<script>document" not in hostile and "<img src=x" not in hostile
 
 
+def test_a_finding_resolved_long_ago_is_on_the_run_page_where_it_ended(fleet_out, tmp_path):
+    """A finding that fired and resolved early in a run is gone from its latest
+    run_health row (kept only `keep_resolved_steps`) but not from its alerts: the
+    run page shows it, its bar ending at the step it resolved, not at the last step."""
+    import shutil
+
+    from rlstream.fleet.read import out_sink
+    from rlstream.sinks.health import alerts_table
+
+    out = tmp_path / "out"
+    shutil.copytree(fleet_out.out, out)
+    rid = fleet_out.run_ids["healthy"]
+    latest = {r["run_id"]: r for r in read_latest(str(out))}[rid]
+    assert latest["findings"] == [] and latest["last_step"] == 39
+    rows = [
+        ("inactive", "pending", 5, "reward rose <fast>"),
+        ("pending", "firing", 7, "reward rose +0.4 <fast>"),
+        ("firing", "resolved", 12, "reward settled"),
+        ("resolved", "pending", 20, "again"),
+        ("pending", "inactive", 22, "no"),
+    ]
+    out_sink(str(out)).append("alerts", alerts_table([
+        {"run_id": rid, "code": "reward_too_fast", "severity": "warning", "from_state": a,
+         "to_state": b, "step": st, "time": 1.7e9 + st, "message": m, "commit_seq": 1}
+        for a, b, st, m in rows]), {})  # fmt: skip
+    status, _, body = FleetPages(str(out)).handle("/run?id=" + quote(rid))
+    body = body.decode()
+    assert status == 200 and "No finding." not in body
+    assert "fired at step 7 (pending from 5), resolved at step 12" in body
+    assert "steps 20-22, pending, ended without firing" in body
+    assert "reward rose +0.4 &lt;fast&gt;" in body and "when it resolved: reward settled" in body
+    bars = re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="11" '
+                      r'fill="#[0-9a-f]+"(?: opacity="[\d.]+")? data-span="(\w+)"', body)  # fmt: skip
+    x = [(round(float(a) - 150, 1), round(float(a) + float(w) - 150, 1), k) for a, w, k in bars]
+    per = 740 / 39
+    want = [(5, 7, "pending"), (7, 12, "firing"), (20, 22, "pending")]
+    assert x == [(round(a * per, 1), round(b * per, 1), k) for a, b, k in want]
+
+
 def test_compare_page_and_unknown_run(server, fleet_out):
     srv, _ = server
     a, b = fleet_out.run_ids["healthy"], fleet_out.run_ids["mismatch_kl_rising"]
@@ -103,7 +158,13 @@ def test_compare_page_and_unknown_run(server, fleet_out):
     from rlstream.fleet.compare import compare_runs, verdict_line
 
     found = compare_runs(str(fleet_out.out), [a, b])
-    assert f"<p class='verdict'>{escape(verdict_line(found))}</p>" in body
+    line = verdict_line(found)
+    assert line.startswith("diverged: ") and b in line  # the CLI's line, by run id ...
+    folder = next(r["run_uri"] for r in read_latest(str(fleet_out.out)) if r["run_id"] == b)
+    name = folder.rstrip("/").rsplit("/", 1)[-1]
+    # ... the page's, by the name the page gives the run everywhere else
+    assert f"<p class='verdict'>{escape(line.replace(b, name))}</p>" in body
+    assert b not in body.split("<p class='verdict'>")[1].split("</p>")[0]
     never = [d for d in found if d.step is None and d.why]
     assert never and all(f"<td class='why'>{escape(d.why)}</td>" in body for d in never)
     assert body.count("<td>recomputed</td>") == sum(d.source == "recomputed" for d in found)
@@ -185,7 +246,7 @@ def test_samples_panel_shows_the_newest_kept_samples_flagged_first(fleet_out, tm
     assert status == 200 and "no samples table" not in html
     panel = html[html.index('<table class="samples">') :]
     panel = panel[: panel.index("</table>")]
-    cells = re.findall(r"<tr>((?:<td class='sample'>.*?</td>)+)</tr>", panel)
+    cells = re.findall(r"<tr>((?:<td class='sample[^']*'>.*?</td>)+)</tr>", panel, re.S)
     assert cells and "early_exit" in cells[0]  # flagged first
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel and "<script>alert" not in html
     shown = [int(re.match(r"<td class='sample'>(\d+)</td>", c).group(1)) for c in cells]
@@ -193,52 +254,17 @@ def test_samples_panel_shows_the_newest_kept_samples_flagged_first(fleet_out, tm
     assert len(cells) == min(len([r for r in mine if r["step"] >= min(shown)]) + 1, 20)
 
 
-@pytest.fixture(scope="module")
-def kept_out(fleet_out, tmp_path_factory):
-    """A copy of the fleet's OUT with rows added to the healthy run's samples: a hostile
-    flagged one at the newest step, a searchable one at the newest step, one with the
-    same needle 9 steps below (past the search bound), and two probe tasks."""
-    import shutil
-
-    import pyarrow as pa
-    from deltalake import DeltaTable, write_deltalake
-
-    out = tmp_path_factory.mktemp("kept") / "out"
-    shutil.copytree(fleet_out.out, out)
-    rid = fleet_out.run_ids["healthy"]
-    table = DeltaTable(str(out / "samples")).to_pyarrow_table()
-    mine = [r for r in table.to_pylist() if r["run_id"] == rid]
-    newest = max(r["step"] for r in mine)
-    base = dict(mine[0], kept=["top"], flags=[])
-    extra = [
-        dict(
-            base,
-            step=newest,
-            attempt_id="hostile",
-            flags=["early_exit"],
-            returned="<script>alert(1)</script>sys.exit(0)",
-        ),
-        dict(base, step=newest, attempt_id="needle-new", returned="a ZEBRA-Needle <b>here</b>"),
-        dict(base, step=newest - 9, attempt_id="needle-old", returned="zebra-needle too old"),
-    ]
-    # two probe tasks followed across steps (the simulator's tasks rarely repeat)
-    for task, texts in {
-        "tp-b": {1: "x y z", 7: "x <y> w z"},
-        "tp-a": {2: "one two", 5: "one three <img src=x>", 11: "four"},
-    }.items():
-        extra += [dict(base, step=st, attempt_id=f"p{st}", task_id=task, kept=["probe"],
-                       returned=t) for st, t in texts.items()]  # fmt: skip  # fmt: skip
-    write_deltalake(str(out / "samples"), pa.Table.from_pylist(extra, schema=table.schema),
-                    mode="append")  # fmt: skip
-    rows = DeltaTable(str(out / "samples")).to_pyarrow_table().to_pylist()
-    return out, rid, [r for r in rows if r["run_id"] == rid]
-
-
 def _panel_rows(html):
+    """The samples table's rows: step, kept, reward, flags, task, then the returned
+    excerpt as shown (escaped, the search marked)."""
     panel = html[html.index('<table class="samples">') :]
     panel = panel[: panel.index("</table>")]
-    cells = re.findall(r"<tr>((?:<td class='sample'>.*?</td>)+)</tr>", panel)
-    return [re.findall(r"<td class='sample'>(.*?)</td>", c) for c in cells]
+    cells = re.findall(r"<tr>((?:<td class='sample[^']*'>.*?</td>)+)</tr>", panel, re.S)
+    rows = [re.findall(r"<td class='sample[^']*'>(.*?)</td>", c, re.S) for c in cells]
+    for r in rows:
+        m = re.search(r'<div class="excerpt" data-keep="r/[^"]*">(.*?)</div>', r[5], re.S)
+        r[5] = m.group(1) if m else r[5]
+    return rows
 
 
 def test_samples_controls_step_kept_and_search_from_the_query(kept_out):
@@ -277,15 +303,34 @@ def test_samples_controls_step_kept_and_search_from_the_query(kept_out):
     # search: case-insensitive, in the newest 8 steps only; the hit escaped
     html = page(q="zebra-NEEDLE")
     got = _panel_rows(html)
-    assert len(got) == 1 and got[0][5] == "a ZEBRA-Needle &lt;b&gt;here&lt;/b&gt;"
+    assert len(got) == 1 and got[0][5] == "a <mark>ZEBRA-Needle</mark> &lt;b&gt;here&lt;/b&gt;"
     assert f"steps read: {', '.join(map(str, steps[:8]))}; at most 8" in html
     got = _panel_rows(page(q="zebra-needle", step=steps[0] - 9))
-    assert [c[5] for c in got] == ["zebra-needle too old"]  # found when its step is picked
+    assert [c[5] for c in got] == ["<mark>zebra-needle</mark> too old"]  # found at its step
     assert "no kept sample matches" in page(q="no such text anywhere")
     # hostile query text is escaped back into the form, never markup
     html = page(q='"><script>x()</script>', kept="<b>", step="1; drop")
     assert "<script>x()" not in html and 'value="&quot;&gt;&lt;script&gt;x()' in html
     assert '<option value="" selected>all kept</option>' in html  # unknown kept: all
+
+
+def test_a_sample_shows_its_whole_excerpt_what_it_was_sent_and_its_file(kept_out):
+    """What a scanner flagged is often far into the text: the row shows the whole
+    stored excerpt (escaped), not its head, and what the attempt was sent; a search
+    marks where the text matched."""
+    out, rid, mine = kept_out
+    step = max(r["step"] for r in mine) - 1
+    assert LONG_RETURNED.index("rm -f") > 800
+    pages_ = FleetPages(str(out))
+    html = pages_.handle(f"/run?id={quote(rid)}&step={step}&kept=flagged")[2].decode()
+    rows = _panel_rows(html)
+    assert [r[3] for r in rows] == ["test_tampering"]
+    assert rows[0][5] == escape(LONG_RETURNED, quote=True)
+    assert "Fix &lt;the&gt; bug in solution.py" in html and "sent (29 bytes)" in html
+    assert "attempt long-flagged" in html and "transcripts/long-flagged.json" in html
+    html = pages_.handle(f"/run?id={quote(rid)}&q={quote('RM -F tests/')}")[2].decode()
+    rows = _panel_rows(html)
+    assert len(rows) == 1 and "<mark>rm -f tests/</mark>test_solution.py" in rows[0][5]
 
 
 def test_run_page_probe_diff_defaults_to_the_first_probe_task(kept_out):

@@ -3,13 +3,14 @@ over the DevTools protocol (tests/fleet/cdp.py). The fleet and run pages load wi
 console error (a CSP violation is one), show the runs, run no script from run data,
 fit 1,400 px; filters and sorting work; and a step that a running watch commits
 appears on an open page without a reload. Screenshots are kept as test artifacts
-(under $RLSTREAM_TEST_ARTIFACTS if set, else the test's tmp folder). Skipped only when
+(`cdp.artifacts`: $RLSTREAM_TEST_ARTIFACTS if set, else the test's tmp folder). Skipped only when
 chromium cannot be found."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -26,16 +27,10 @@ from rlstream.fleet.web import FleetPages, PageServer
 from rlstream.runtime.driver import RuntimeConfig
 from rlstream.runtime.driver import run as run_pipeline
 from rlstream.simulate import SimConfig, simulate_live
-from tests.fleet.cdp import CHROMIUM, Browser
+from tests.fleet.cdp import CHROMIUM, Browser, artifacts
 from tests.fleet.conftest import HOSTILE_ID
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
-
-
-def _artifacts(tmp_path: Path) -> Path:
-    d = Path(os.environ.get("RLSTREAM_TEST_ARTIFACTS") or tmp_path)
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def _nonblank(png: Path) -> float:
@@ -96,7 +91,7 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
         steps = b.evaluate("Array.from(document.querySelectorAll('#fleet tbody tr'))"
                            ".map(r => Number(r.cells[4].getAttribute('data-v')))")  # fmt: skip
         assert steps == sorted(steps)
-        shot = _artifacts(tmp_path) / "serve-fleet.png"
+        shot = artifacts(tmp_path) / "serve-fleet.png"
         b.screenshot(shot)
         assert _nonblank(shot) > 0.03
         assert b.errors() == []
@@ -106,7 +101,7 @@ def test_fleet_and_run_pages_in_chromium(fleet_out, tmp_path):
             assert b.evaluate("document.querySelectorAll('svg.chart').length") == 8
             assert b.evaluate("document.querySelectorAll('ol.timeline li').length") >= 1
             assert b.evaluate("document.body.hasAttribute('data-pwned')") is False
-        shot = _artifacts(tmp_path) / "serve-run-hostile.png"
+        shot = artifacts(tmp_path) / "serve-run-hostile.png"
         b.screenshot(shot)
         assert b.errors() == []
         # no request leaves the machine: the pages fetch only from this server
@@ -154,7 +149,120 @@ def test_run_page_samples_controls_in_chromium(fleet_out, tmp_path):
         rows = b.evaluate(_ROWS)
         assert rows and all(s == pick and "bottom" in k.split(", ") for s, k in rows)
         assert b.evaluate("document.getElementById('s-step').value") == pick
-        shot = _artifacts(tmp_path) / "serve-run-samples.png"
+        shot = artifacts(tmp_path) / "serve-run-samples.png"
+        b.screenshot(shot)
+        assert _nonblank(shot) > 0.03
+        assert b.errors() == []
+    finally:
+        b.close()
+        srv.close()
+
+
+class VersionedPages(FleetPages):
+    """The pages of an OUT whose version the test moves on (`bump`), as a commit would."""
+
+    bump = 0
+
+    def snapshot(self):
+        snap = super().snapshot()
+        return dataclasses.replace(snap, etag=f'{snap.etag[:-1]}-{self.bump}"')
+
+
+class IdlePages(FleetPages):
+    """An OUT no watch writes any more: every run_health row written, and one run's
+    last step, `age` seconds before the page is first rendered; no new version."""
+
+    def __init__(self, out, run_id, age, **kw):
+        super().__init__(out, **kw)
+        self.run_id = run_id
+        self.at = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=age)
+
+    def snapshot(self):
+        snap = super().snapshot()
+        latest = [dict(r, as_of=self.at, **({"last_activity": self.at}
+                  if r["run_id"] == self.run_id else {})) for r in snap.latest]  # fmt: skip
+        return dataclasses.replace(snap, latest=latest)
+
+
+def test_ages_count_on_while_no_watch_writes(fleet_out, tmp_path):
+    """A page is rendered once per version, and a dead watch makes no new version: the
+    run's "updated" age and the tables' freshness must still grow in the open page (and
+    in one opened later from the same cached render), not stay at what they were."""
+    rid = fleet_out.run_ids["healthy"]
+    pages_ = IdlePages(str(fleet_out.out), rid, 117, refresh=0.3)
+    srv = PageServer(pages_, port=0).start()
+    host, port = srv.address
+    b = Browser(tmp_path / "profile")
+    cell = (f"document.querySelector('#fleet tr[data-run={json.dumps(rid)}]')"
+            ".cells[5].textContent")  # fmt: skip
+    try:
+        b.navigate(f"http://{host}:{port}/")
+        assert b.evaluate(cell) in ("117s", "118s", "119s")
+        assert b.evaluate("document.querySelector('#freshness .age').textContent") in (
+            "117s", "118s", "119s")  # fmt: skip
+        # past two minutes the age reads in minutes, with no new version and no reload
+        assert b.wait_for(f"{cell} === '2m'", 20), b.evaluate(cell)
+        assert b.evaluate("document.querySelector('#freshness .age').textContent") == "2m"
+        assert b.evaluate("document.body.getAttribute('data-updates')") is None
+        assert b.errors() == []
+    finally:
+        b.close()
+        srv.close()
+
+
+def test_a_refresh_keeps_what_the_reader_was_doing_on_the_run_page(kept_out, tmp_path):
+    """A commit lands while someone types a search into the samples panel, has picked
+    a filter, opened what a sample was sent, or is reading a scrolled excerpt: the page
+    takes the new content and keeps all of that. The probe diff's two sides are the
+    same width, with the changed words coloured; the whole flagged excerpt is shown."""
+    out, rid, _ = kept_out
+    pages_ = VersionedPages(str(out), refresh=0.3)
+    srv = PageServer(pages_, port=0).start()
+    host, port = srv.address
+    b = Browser(tmp_path / "profile")
+    try:
+        b.navigate(f"http://{host}:{port}/run?id={quote(rid, safe='')}")
+        # the probe diff: side by side, equal halves, changes coloured (the CSP allows
+        # no inline style, so this is the stylesheet's doing)
+        widths = b.evaluate("['probe-a', 'probe-b'].map(c => "
+                            "document.querySelector('td.' + c).getBoundingClientRect().width)")  # fmt: skip
+        assert widths[0] > 300 and abs(widths[0] - widths[1]) <= 2, widths
+        colours = b.evaluate("['del', 'ins'].map(t => getComputedStyle("
+                             "document.querySelector('table.probe ' + t)).backgroundColor)")  # fmt: skip
+        assert colours == ["rgb(253, 224, 220)", "rgb(220, 245, 220)"], colours
+        # what the reader does, not submitted
+        b.evaluate("var q = document.getElementById('s-q'); q.focus(); q.value = 'rm -f';"
+                   "q.setSelectionRange(2, 4);"
+                   "document.getElementById('s-kept').value = 'flagged';"
+                   "var d = document.querySelector('details.sent'); d.open = true;"
+                   "window.__opened = d.getAttribute('data-keep');"
+                   "var x = document.querySelector('.excerpt[data-keep$=\"/long-flagged\"]');"
+                   "x.scrollTop = 40; window.__scrolled = x.scrollTop;"
+                   "document.querySelector('main').firstElementChild.setAttribute('data-old', '1')")  # fmt: skip
+        assert b.evaluate("window.__scrolled") == 40  # the long excerpt is a scroll box
+        pages_.bump = 1
+        assert b.wait_for("document.body.getAttribute('data-updates') === '1'", 30)
+        assert b.evaluate("document.querySelector('[data-old]')") is None  # new content
+        assert b.evaluate("document.getElementById('s-q').value") == "rm -f"
+        assert b.evaluate("document.activeElement.id") == "s-q"
+        assert b.evaluate("[document.getElementById('s-q').selectionStart,"
+                          "document.getElementById('s-q').selectionEnd]") == [2, 4]  # fmt: skip
+        assert b.evaluate("document.getElementById('s-kept').value") == "flagged"
+        assert b.evaluate("document.querySelector('details.sent[data-keep=\"' + "
+                          "window.__opened + '\"]').open") is True  # fmt: skip
+        assert b.evaluate("document.querySelector('.excerpt[data-keep$=\"/long-flagged\"]')"
+                          ".scrollTop") == 40  # fmt: skip
+        # and the form still submits what was typed
+        b.evaluate("document.getElementById('s-go').click()")
+        assert b.wait_for("location.search.indexOf('q=rm+-f') >= 0 && document.body && "
+                          "document.body.getAttribute('data-ready') === '1'", 60)  # fmt: skip
+        assert b.evaluate("document.querySelectorAll('.excerpt mark').length") >= 1
+        # the hit, 40 lines into the excerpt, is in view in its scroll box
+        box, hit = b.evaluate("var m = document.querySelector('.excerpt mark');"
+                              "[m.closest('.excerpt').getBoundingClientRect().toJSON(),"
+                              " m.getBoundingClientRect().toJSON()]")  # fmt: skip
+        assert box["top"] <= hit["top"] and hit["bottom"] <= box["bottom"], (box, hit)
+        shot = artifacts(tmp_path) / "serve-run-refresh-kept.png"
         b.screenshot(shot)
         assert _nonblank(shot) > 0.03
         assert b.errors() == []
@@ -237,7 +345,7 @@ def test_a_step_committed_by_a_running_watch_appears_without_reload(ray_session,
         assert got, f"step {seen} not shown {took:.1f}s after it was committed"
         assert b.evaluate("window.__sameDocument") == "yes"  # no reload
         assert int(b.evaluate("document.body.getAttribute('data-updates')")) >= 1
-        shot = _artifacts(tmp_path) / "serve-live.png"
+        shot = artifacts(tmp_path) / "serve-live.png"
         b.screenshot(shot)
         assert _nonblank(shot) > 0.03
         assert b.errors() == []
@@ -263,7 +371,7 @@ def test_report_overview_fits_1400_px(fleet_out, tmp_path):
         assert b.wait_for("document.body && document.body.getAttribute('data-sortable')", 60)
         right = b.evaluate("document.getElementById('fleet').getBoundingClientRect().right")
         assert right <= 1400, right
-        shot = _artifacts(tmp_path) / "report-1400.png"
+        shot = artifacts(tmp_path) / "report-1400.png"
         b.screenshot(shot)
         assert b.errors() == []
     finally:

@@ -73,6 +73,35 @@ def test_a_finished_run_with_a_critical_finding_names_it_and_its_steps(sim_fleet
     assert f">{kl['verdict']}</span>" in html
 
 
+def test_a_finished_run_whose_finding_went_critical_then_back_to_warning_is_critical(
+    tmp_path,
+):
+    """Failure bursts and ESS swing between warning and critical; a run that finished
+    while such a finding fires at warning had it critical: it is critical (counted and
+    named so), not `finished: warning` with no code. Checked against its alerts rows."""
+    from rlstream.fleet.read import read_table
+
+    plans = ("low_ess", "rollout_failure_burst", "grading_failure_burst")
+    simulate(tmp_path / "runs", SimConfig(runs=3, steps=60, seed=1, scenarios=plans))
+    rows = _analyze(tmp_path / "runs", tmp_path / "out")
+    alerts = read_table(str(tmp_path / "out"), "alerts").to_pylist()
+    went_critical = {a["run_id"] for a in alerts
+                     if a["to_state"] == "firing" and a["severity"] == "critical"}  # fmt: skip
+    ends_warning = {r["run_id"] for r in rows.values()
+                    if {f["severity"] for f in r["firing"]} == {"warning"}}  # fmt: skip
+    assert went_critical & ends_warning, "no run to judge: the case is not exercised"
+    for rid in went_critical:
+        r = rows[rid]
+        assert r["finished"] and r["status"] == "critical", (rid, r["status"], r["verdict"])
+        w = r["worst_finding"]
+        assert w["severity"] == "critical"
+        assert r["verdict"] == (
+            f"finished: critical {w['code']}, steps {w['since_step']}-{w['until_step']}"
+        )
+    table = render_table(list(rows.values()))
+    assert re.search(rf"{len(went_critical)} critical \({len(went_critical)} finished\)", table)
+
+
 def test_a_clean_finished_run_is_finished_and_names_the_rule_its_length_did_not_reach(
     sim_fleet,
 ):

@@ -90,3 +90,31 @@ def test_repetition_window_gives_the_default_windows_size():
     for n in (1, 3, len(words)):
         text = " ".join(rng.choice(words[:n]) for _ in range(600)).encode()[:REPETITION_TAIL]
         assert len(zlib.compress(text, 1, REPETITION_WBITS)) == len(zlib.compress(text, 1))
+
+
+def test_patterns_are_re2_and_lookaround_is_refused_by_name():
+    """Transcripts are untrusted: patterns run on RE2 (linear time), so a pattern
+    needing a backtracking engine is refused at start, saying why."""
+    with pytest.raises(ValueError, match=r"scanner peek: bad pattern .*RE2 syntax"):
+        Scanner("peek", r"answer(?=\.json)")
+    with pytest.raises(ValueError, match=r"RE2 syntax"):
+        Scanner("again", r"(\w+) \1")
+    nested = Scanner("nested", r"(a+)+b")  # exponential for a backtracking engine
+    assert scan((nested,), SampleText((), ("a" * 5000 + "c",))) == ()
+    assert scan((nested,), SampleText((), ("a" * 5000 + "b",))) == ("nested",)
+
+
+def test_one_plan_reads_each_part_once_and_keeps_the_scanners_order():
+    from rlstream.metrics.scanners import ScanPlan
+
+    sc = (
+        Scanner("b_sent", r"key", on="sent"),
+        Scanner("a_any", r"secret", on="any"),
+        Scanner("c_tool", r"rm -rf", on="tool_calls"),
+        Scanner("d_comp", r"(?i)done"),
+    )
+    plan = ScanPlan(sc)
+    assert [part for part, _, _ in plan.sets] == ["completion", "tool_calls", "sent"]
+    t = SampleText(("the key is secret",), ("DONE\n```bash\nrm -rf /\n```",))
+    assert plan(t) == ("b_sent", "a_any", "c_tool", "d_comp")
+    assert plan(SampleText(("nothing",), ("secret",))) == ("a_any",)

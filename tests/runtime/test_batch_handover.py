@@ -80,7 +80,7 @@ def test_handover_equals_in_process_and_counts_each_unit_once(ray_session, tmp_p
         for d in (tmp_path / "runs").iterdir()
         if d.is_dir()
     )
-    assert handover.counts == {"here": HERE, "ray": units - HERE}
+    assert handover.counts == {"here": HERE, "workers": units - HERE}
     local = read_steps(tmp_path / "local")
     assert len(local) == 36
     assert_same_rows(local, read_steps(tmp_path / "ray"))

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from rlstream.fleet.notify import transition_key
+from rlstream.fleet.notify import told, transition_key
 from rlstream.fleet.read import read_table
 from rlstream.simulate import SimConfig, simulate_live
 from tests.fleet.test_notify import Receiver
@@ -33,8 +33,7 @@ def _watch(root: Path, out: Path, url: str, log: Path, *extra: str) -> subproces
 def _firing(out: Path) -> list[dict]:
     if not (out / "alerts").exists():
         return []
-    rows = read_table(str(out), "alerts").to_pylist()
-    return [r for r in rows if r["to_state"] in ("firing", "resolved")]
+    return told(read_table(str(out), "alerts").to_pylist())  # what messages tell
 
 
 def test_kill_between_transition_and_message_then_exactly_once(tmp_path):

@@ -1,6 +1,7 @@
-"""Where `analyze` runs (runtime/placement.py): a small plan in this process, no Ray
-started at all; `--ray` forces a private Ray; the tables are the same either way, and
-the closing report's last line says where the work ran and why."""
+"""Where `analyze` runs (runtime/placement.py): a small plan in this process, a large
+one with worker processes beside it, no Ray started either way; `--ray` forces a
+private Ray; the tables are the same wherever the work ran, and the closing report's
+last line says where and why."""
 
 from __future__ import annotations
 
@@ -14,28 +15,33 @@ import pytest
 
 from rlstream.pipeline.local import analyze_local
 from rlstream.runtime.cluster import TEMP_PARENT_ENV
-from rlstream.runtime.placement import PAYS_MARGIN, PRIVATE_RAY_CPU_S, choose, estimate_cpu_s
+from rlstream.runtime.placement import PAYS_MARGIN, PROCESSES_CPU_S, choose, estimate_cpu_s
 from rlstream.simulate import SimConfig, simulate
 from tests.runtime.helpers import assert_same_rows, read_steps
 
 
-def test_the_rule_weighs_the_planned_work_against_the_ray_and_the_cores():
-    # 2 cores: a private Ray pays above margin * its cost / (2 - 1) CPU s of work.
-    threshold = PAYS_MARGIN * PRIVATE_RAY_CPU_S
+def test_the_rule_weighs_the_planned_work_against_the_processes_and_the_cores():
+    # 2 cores: worker processes pay above margin * their cost / (2 - 1) CPU s of work.
+    threshold = PAYS_MARGIN * PROCESSES_CPU_S
     below = int(threshold / estimate_cpu_s(1, 1) / 2) - 1  # two chunks alike
     above = below + 2
     assert estimate_cpu_s(below, 2) < threshold < estimate_cpu_s(above, 2)
-    assert not choose(below, 2, cores=2).ray
-    assert choose(above, 2, cores=2).ray
-    # More cores: the same plan pays (the Ray's cost spreads over more of them).
-    assert choose(below, 2, cores=8).ray
+    assert choose(below, 2, cores=2).processes == 0
+    assert choose(above, 2, cores=2).processes == 2  # one per core; the driver folds
+    # More cores: the same plan pays (the cost spreads over more of them).
+    assert choose(below, 2, cores=8).processes == 8
     # One core: never.
     one = choose(10**9, 1, cores=1)
-    assert not one.ray and "1 core" in one.why
-    small = choose(6000, 1, cores=2)
+    assert one.processes == 0 and "1 core" in one.why
+    small = choose(3000, 1, cores=2)
     assert small.summary() == (
-        "ran in this process (6,000 transcripts planned, about 0.8 CPU s of work: "
-        f"on 2 cores a private Ray pays only above {threshold:.0f} s)"
+        "ran in this process (3,000 transcripts planned, about 0.4 CPU s of work: "
+        f"on 2 cores worker processes pay only above {threshold:.1f} s)"
+    )
+    big = choose(40000, 2, cores=2)
+    assert big.summary() == (
+        "ran in this process and 2 worker processes (80,000 transcripts planned, about "
+        f"11.2 CPU s of work: on 2 cores worker processes pay above {threshold:.1f} s)"
     )
 
 
@@ -68,7 +74,7 @@ def test_small_plan_runs_here_and_ray_is_forced_by_flag(tmp_path):
     assert made == []  # no Ray temp folder: no Ray was ever started
     last = [line for line in res.stdout.splitlines() if line.startswith("ran ")]
     assert len(last) == 1 and last[0].startswith("ran in this process (")
-    assert "transcripts planned" in last[0] and "a private Ray pays only above" in last[0]
+    assert "transcripts planned" in last[0] and "worker processes pay only above" in last[0]
     assert "no Ray started" in res.stderr
 
     forced, _ = _analyze(tmp_path, root, "forced", "--ray")
@@ -97,3 +103,35 @@ def test_in_process_and_ray_contradict(tmp_path, capsys):
     code = main(["analyze", str(root), "--out", str(tmp_path / "o"), "--in-process", "--ray"])
     assert code == 2
     assert "--in-process and --ray contradict" in capsys.readouterr().err
+
+
+def test_processes_contradict_ray_and_in_process(tmp_path, capsys):
+    from rlstream.cli import main
+
+    root = tmp_path / "runs"
+    simulate(root, SimConfig(runs=1, steps=2, seed=1))
+    for other in ("--ray", "--in-process"):
+        code = main(["analyze", str(root), "--out", str(tmp_path / "o"), "--processes", "2", other])
+        assert code == 2
+        assert f"--processes and {other} contradict" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_processes_flag_runs_units_in_worker_processes(tmp_path):
+    root = tmp_path / "runs"
+    simulate(root, SimConfig(runs=2, steps=4, seed=11))
+    analyze_local([str(root)], str(tmp_path / "local"))
+    res, made = _analyze(tmp_path, root, "procs", "--processes", "2")
+    assert made == []  # no Ray
+    said = [line for line in res.stdout.splitlines() if line.startswith("ran ")]
+    assert said in (
+        ["ran in this process and 2 worker processes (asked for: --processes 2)"],
+        [
+            "ran in this process (asked for: --processes 2): done before the worker "
+            "processes were ready"
+        ],
+    )
+    assert "in worker processes (2 worker processes ready after" in res.stderr or (
+        "the work ended before the worker processes were ready" in res.stderr
+    )
+    assert_same_rows(read_steps(tmp_path / "local"), read_steps(tmp_path / "procs"))

@@ -37,7 +37,7 @@ def test_many_waiting_units_go_in_few_calls_each_result_once(ray_session):
     wp = WorkerPool(None, lambda: pool, max_inflight=16)
     got = list(wp([FakeUnit("r", i) for i in range(50)]))
     assert sorted(got) == list(range(50))
-    assert wp.counts == {"here": 0, "ray": 50}
+    assert wp.counts == {"here": 0, "workers": 50}
     sizes = [s for w in pool for s in ray.get(w.sizes.remote())]
     assert sum(sizes) == 50
     # 16 in flight over 2 workers, two calls each: 4 units a call while many wait,

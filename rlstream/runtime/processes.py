@@ -1,0 +1,235 @@
+"""Worker processes on this machine: `analyze`'s other cores without a private Ray.
+
+A private Ray costs seconds of CPU before it does any work (its daemons, worker
+processes that each import Ray: bench/README.md). A plain worker process costs a
+fraction of a second: `LocalStart(storage, n)` starts `n` of them in a thread, as
+`executors.RayStart` starts Ray, and `workers()` is None until every one has
+answered. They come from multiprocessing's forkserver: a clean interpreter that has
+imported the unit readers and kernels once and forks a worker per request, so no
+thread or lock of this process is copied into a worker (this process may hold a
+Delta client's or an object store's threads by then).
+
+A worker runs the batches sent on its pipe in order (`executors.run_unit` for each
+unit, so a unit's error is that unit's `UnitFailure`) and answers each with its
+results. `PROCESS_CALLS` is how `executors.WorkerPool` sends batches to them and
+collects the answers (`executors.Calls`). A worker that dies fails its batches in
+flight (`WorkerLost`: `UnitFailure`s that `RunGroup.poll` retries) and is left out
+from then on; with none left, the pool runs units in this process. Workers ignore
+Ctrl-C (the driver decides what an interrupt means) and exit when their pipe closes:
+the driver stopped them, or died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterable
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from rlstream.io.storage import Storage
+
+log = logging.getLogger("rlstream")
+
+PRELOAD = ("rlstream.runtime.processes", "rlstream.pipeline.work")
+"""What the forkserver imports once, so that a forked worker starts with it."""
+
+STOP_TIMEOUT_S = 5.0
+"""How long a stopped worker may take to finish its batch before it is killed."""
+
+
+class WorkerLost(Exception):
+    """A worker process died (or its pipe broke) with batches in flight."""
+
+
+def _serve(conn: Connection, storage: Storage, env: dict[str, str]) -> None:
+    """A worker process's loop: batches in, their results out, until the pipe closes
+    or a `None` asks it to stop. `env` is the driver's environment when it started the
+    worker (the forkserver's may be older: an object store's endpoint or keys set
+    since would be missing)."""
+    from rlstream.runtime.executors import run_unit
+    from rlstream.runtime.malloc import keep_heap
+
+    os.environ.clear()
+    os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    keep_heap()
+    where = f"worker process {os.getpid()}"
+    conn.send(os.getpid())
+    while True:
+        try:
+            batch = conn.recv()
+        except (EOFError, OSError):
+            return
+        if batch is None:
+            return
+        try:
+            conn.send([run_unit(u, storage, where) for u in batch])
+        except (BrokenPipeError, OSError):
+            return
+
+
+class ProcessWorker:
+    """One worker process and the pipe to it; calls are answered in the order sent."""
+
+    def __init__(self, process: Any, conn: Connection) -> None:
+        self.process = process
+        self.conn = conn
+        self.pid: int | None = None
+        self.sent = 0
+        self.answered = 0
+        self.lost = False
+
+    def send(self, batch: list[Any]) -> tuple[ProcessWorker, int]:
+        """Send a call; to a worker found dead, its ticket fails when collected."""
+        if not self.lost:
+            try:
+                self.conn.send(batch)
+            except OSError:
+                self.lost = True
+        self.sent += 1
+        return self, self.sent
+
+    def receive(self, seq: int) -> list[Any]:
+        if self.lost:
+            raise WorkerLost(f"worker process {self.pid} died")
+        assert seq == self.answered + 1, "answers come in the order the calls were sent"
+        try:
+            got = self.conn.recv()
+        except (EOFError, OSError) as e:
+            self.lost = True
+            raise WorkerLost(f"worker process {self.pid} died ({e!r})") from None
+        self.answered += 1
+        return got
+
+
+class ProcessCalls:
+    """`executors.Calls` for worker processes: a ticket is (worker, call number)."""
+
+    errors = (WorkerLost,)
+
+    @staticmethod
+    def send(worker: ProcessWorker, batch: list[Any]) -> tuple[ProcessWorker, int]:
+        return worker.send(batch)
+
+    @staticmethod
+    def wait(tickets: Iterable[tuple[ProcessWorker, int]], block: bool) -> list[Any]:
+        """The oldest call in flight of each worker whose answer (or death) is there."""
+        oldest: dict[int, tuple[ProcessWorker, int]] = {}
+        for w, seq in tickets:
+            if id(w) not in oldest or seq < oldest[id(w)][1]:
+                oldest[id(w)] = (w, seq)
+        dead = [t for t in oldest.values() if t[0].lost]
+        if dead:
+            return dead
+        conns = {t[0].conn: t for t in oldest.values()}
+        ready = wait(list(conns), timeout=None if block else 0)
+        return [conns[c] for c in ready]  # type: ignore[index]
+
+    @staticmethod
+    def get(ticket: tuple[ProcessWorker, int]) -> list[Any]:
+        worker, seq = ticket
+        return worker.receive(seq)
+
+
+PROCESS_CALLS = ProcessCalls()
+
+
+class LocalStart:
+    """Starts `n` worker processes in a thread once `now()` is called (or at once with
+    `delay=0`); `workers()` is None until all answered, then the live ones. `stop()`
+    ends them in the background (after the start, if it is still under way); `join()`
+    waits for that. Stopped before `now()`, it starts none. The attributes the
+    driver's report reads (`phases`, `error`, `delay`) mean what `RayStart`'s do."""
+
+    calls = PROCESS_CALLS
+
+    def __init__(self, storage: Storage, n: int, delay: float | None = None) -> None:
+        self.storage = storage
+        self.n = max(1, n)
+        self.delay = delay
+        self.error: BaseException | None = None
+        self.phases: dict[str, float] = {}
+        self._t0 = time.monotonic()
+        self._ready: list[ProcessWorker] | None = None
+        self._workers: list[ProcessWorker] = []
+        self._stopping = threading.Event()
+        self._go = threading.Event()
+        if delay == 0:
+            self._go.set()
+        self.settled = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rlstream-procs", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self._go.wait(self.delay)
+        if self._stopping.is_set():
+            self.phases["skipped"] = time.monotonic() - self._t0
+            self.settled.set()
+            return
+        try:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(list(PRELOAD))
+            for _ in range(self.n):
+                mine, theirs = ctx.Pipe()
+                args = (theirs, self.storage, dict(os.environ))
+                p = ctx.Process(target=_serve, args=args, daemon=True)
+                p.start()
+                theirs.close()
+                self._workers.append(ProcessWorker(p, mine))
+            for w in self._workers:
+                w.pid = w.conn.recv()
+            self.phases["workers"] = time.monotonic() - self._t0
+            if not self._stopping.is_set():
+                self._ready = self._workers
+        except BaseException as e:  # told by `workers()`; the driver goes on alone
+            self.error = e
+        finally:
+            self.settled.set()
+        self._stopping.wait()
+        self._stop()
+
+    def workers(self) -> list[ProcessWorker] | None:
+        """The live workers once all answered (empty once every one died); None while
+        they start, after `stop()`, or if they could not be started."""
+        if self._stopping.is_set() or self._ready is None:
+            return None
+        return [w for w in self._ready if not w.lost]
+
+    def now(self) -> None:
+        self._go.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._go.set()
+
+    def _stop(self) -> None:
+        t = time.monotonic()
+        for w in self._workers:
+            with contextlib.suppress(OSError):  # already gone
+                w.conn.send(None)
+        for w in self._workers:
+            w.process.join(STOP_TIMEOUT_S)
+            if w.process.is_alive():
+                log.warning("worker process %s did not stop: killed", w.pid)
+                w.process.kill()
+                w.process.join()
+            w.conn.close()
+        self.phases["stop"] = time.monotonic() - t
+
+    def join(self) -> None:
+        self.stop()
+        self._thread.join()
+
+    def text(self) -> str:
+        """The start's phases in words (the closing report)."""
+        ph = self.phases
+        if "workers" not in ph:
+            return "the work ended before the worker processes were ready"
+        said = f"{self.n} worker processes ready after {ph['workers']:.1f} s"
+        return said + (f", stopped in {ph['stop']:.1f} s" if "stop" in ph else "")
