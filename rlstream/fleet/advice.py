@@ -14,7 +14,9 @@ ADVICE = {
     "tasks_too_hard": "almost no attempt succeeds: use easier tasks or a curriculum, or "
     "check the grader",
     "tasks_too_easy": "almost every attempt succeeds: use harder tasks",
-    "tasks_mastered": "the tasks are solved: stop the run or move to harder tasks",
+    "tasks_mastered": "the tasks are solved, unless reward_too_fast or "
+    "transcript_hack_flags stands beside it (then read the transcripts first): stop the "
+    "run or move to harder tasks",
     "unusable_groups_streak": "the trainer will soon skip for want of usable groups: "
     "check rollout failures, the grader and the task mix",
     "rollout_failure_burst": "rollouts are failing: check the environment and the sampler's logs",

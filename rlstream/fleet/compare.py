@@ -28,6 +28,7 @@ from rlstream.errors import EXIT_FAILURE, InputError
 
 FIGURES = (
     "reward_mean",
+    "reward_mean_with_unusable",
     "reward_group_std_mean",
     "mismatch_kl",
     "mismatch_ess",

@@ -32,13 +32,14 @@ from urllib.parse import quote
 
 from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.report import run_name
-from rlstream.fleet.run_lines import judged_line, not_evaluable_line, replaced_note
+from rlstream.fleet.run_lines import judged_line, not_evaluable_line, replaced_note, reward_text
 from rlstream.fleet.status import (
     STATUS_LABEL,
     STATUS_ORDER,
     counts,
     fmt_age,
     fmt_num,
+    headline_reward,
     trend_arrow,
 )
 from rlstream.fleet.svg import line_chart
@@ -138,7 +139,7 @@ def fleet_row(r: dict[str, Any]) -> str:
         f'<td data-v="{_e(r.get("format"))}">{_e(r.get("format"))}</td>'
         + _num(r.get("last_step"), fmt_num(r.get("last_step"), "d"))
         + _age_cell(r.get("seconds_since_update"), r.get("last_activity"))
-        + _num(r.get("reward_mean"), fmt_num(r.get("reward_mean"), ".3f"))
+        + _num(headline_reward(r)[0], reward_text(r))
         + _num(r.get("reward_trend"), trend_arrow(r.get("reward_trend")) or "-")
         + _num(kl, fmt_num(kl, ".2e"))
         + _num(ess, fmt_num(ess, ".3f"))
@@ -212,7 +213,7 @@ def _siblings(siblings: list[dict[str, Any]]) -> str:
     rows = "".join(
         f'<tr><td><a href="{_e(run_href(s["run_id"]))}">{_e(run_name(s))}</a></td>'
         f"<td>{badge(s.get('status'), s.get('verdict'))}</td><td class='n'>{_e(fmt_num(s.get('last_step'), 'd'))}</td>"
-        f"<td class='n'>{_e(fmt_num(s.get('reward_mean'), '.3f'))}</td></tr>"
+        f"<td class='n'>{_e(reward_text(s))}</td></tr>"
         for s in siblings
     )
     return f"<table><tr><th>run</th><th>status</th><th>step</th><th>reward</th></tr>{rows}</table>"

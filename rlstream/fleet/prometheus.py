@@ -13,7 +13,7 @@ Cardinality is bounded: the only unbounded label is `run_id`, one value per run,
 at most `max_runs` runs are exported (worst first, see `status.sort_key`); the others
 are counted in `rlstream_runs` and `rlstream_runs_not_exported`. `status` takes 6
 values (`insufficient`: the rules cannot judge the run), `code` the finding codes, `severity` 3, `cohort` one value per cohort (at most
-one per run). A run has at most 16 series plus one per firing finding. The cohort is
+one per run). A run has at most 18 series plus one per firing finding. The cohort is
 an info series (`rlstream_run_cohort{run_id,cohort} 1`) to join on `run_id`, and
 `rlstream_run_unlike_peers{run_id,cohort}` is 1 while the run's `unlike_peers` fires. docs/fleet.md lists every series.
 """
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rlstream.fleet.status import STATUS_ORDER, status_rows
+from rlstream.fleet.status import STATUS_ORDER, status_rows, unjudged
 from rlstream.fleet.web import Served, make_handler
 
 log = logging.getLogger("rlstream")
@@ -35,7 +35,17 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 RUN_GAUGES = (
     ("reward_mean", "Latest mean reward of trained attempts."),
-    ("reward_trend", "Least-squares slope of reward_mean per step over the last 20 steps."),
+    (
+        "reward_mean_with_unusable",
+        "Latest mean reward of every attempt with a reward, rejected groups included (the "
+        "reward the health rules judge; the trainer's reported figure where the run's files "
+        "give nothing to recompute it from).",
+    ),
+    (
+        "reward_trend",
+        "Least-squares slope per step of the reward status shows (reward_mean_with_unusable, "
+        "else reward_mean) over the last 20 steps.",
+    ),
     ("mismatch_kl", "Latest sampler/trainer mismatch KL (k3)."),
     ("mismatch_ess", "Latest importance-weight effective sample size (token)."),
     ("entropy_estimate", "Latest sampling entropy estimate, nats per token."),
@@ -60,6 +70,7 @@ METRIC_NAMES = frozenset(
         "rlstream_runs_rejected",
         "rlstream_run_status",
         "rlstream_run_finished",
+        "rlstream_run_judged",
         "rlstream_run_last_step",
         "rlstream_run_last_activity_timestamp_seconds",
         "rlstream_run_seconds_since_update",
@@ -171,6 +182,16 @@ def render_metrics(
                 int(any(f["code"] == "unlike_peers" for f in r["firing"])),
                 run_id=rid,
                 cohort=r["cohort"],
+            )
+        if r.get("judged") is not None:
+            o.add(
+                "rlstream_run_judged",
+                "gauge",
+                "1 if the rules could judge the run, 0 if not (too few rules evaluable on "
+                "its files, or too few steps: `rlstream status` says what is missing), "
+                "whatever its status: a finding can fire on a run not judged as a whole.",
+                int(not unjudged(r)),
+                run_id=rid,
             )
         o.add(
             "rlstream_run_finished",

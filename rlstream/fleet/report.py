@@ -45,6 +45,7 @@ from rlstream.fleet.status import (
     count_parts,
     fmt_age,
     fmt_num,
+    headline_reward,
     status_rows,
     trend_arrow,
 )
@@ -155,7 +156,7 @@ def overview_table(rows: list[dict[str, Any]]) -> str:
             f'<td data-v="{STATUS_ORDER.get(r.get("status") or "", 9)}">{_badge(r.get("status"), r.get("verdict"))}</td>'
             + _numcell(r.get("last_step"), fmt_num(r.get("last_step"), "d"))
             + _numcell(r.get("seconds_since_update"), fmt_age(r.get("seconds_since_update")))
-            + _numcell(r.get("reward_mean"), reward_text(r))
+            + _numcell(headline_reward(r)[0], reward_text(r))
             + _numcell(trend, trend_arrow(trend) or "-")
             + _numcell(kl, fmt_num(kl, ".2e"))
             + _numcell(ess, fmt_num(ess, ".3f"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from rlstream.fleet.status import fmt_num
+from rlstream.fleet.status import reward_cell, unjudged
 from rlstream.pipeline.outcome import plural
 
 
@@ -22,16 +22,16 @@ def replaced_note(row: dict[str, Any]) -> str:
 
 
 def reward_text(r: dict[str, Any]) -> str:
-    """The reward cell, marked when it is the trainer's reported figure."""
-    text = fmt_num(r.get("reward_mean"), ".3f")
-    return f"{text} (reported)" if "reward_mean" in r.get("reported_figures", ()) else text
+    """The reward cell (`status.headline_reward`), marked when it is the trainer's
+    reported figure."""
+    return reward_cell(r, " (reported)")
 
 
 def judged_line(row: dict[str, Any]) -> str:
     """The run's line saying what its judgement lacks, if anything."""
     if not row.get("missing"):
         return ""
-    word = "not judged" if row.get("status") == "insufficient" else "partly judged"
+    word = "not judged" if unjudged(row) else "partly judged"
     return f'<div class="sub judged">{word}: {_e(row["missing"])}</div>'
 
 

@@ -91,6 +91,7 @@ def status_rows(latest: list[dict[str, Any]], now: float | None = None) -> list[
                 "as_of": as_of,
                 "seconds_since_commit": None if as_of is None else round(now - as_of, 1),
                 "reward_mean": r.get("reward_mean"),
+                "reward_mean_with_unusable": r.get("reward_mean_with_unusable"),
                 "reward_trend": r.get("reward_trend"),
                 "mismatch_kl": r.get("mismatch_kl"),
                 "mismatch_ess": r.get("mismatch_ess"),
@@ -137,6 +138,11 @@ def verdict(r: dict[str, Any]) -> str:
     return "finished, not judged" if status == "insufficient" else "finished"
 
 
+def unjudged(r: dict[str, Any]) -> bool:
+    """The rules could not judge the run, whatever its status (a finding may fire)."""
+    return r.get("judged") == "insufficient" or r.get("status") == "insufficient"
+
+
 def _int(v: Any) -> int | None:
     return None if v is None else int(v)
 
@@ -181,8 +187,6 @@ NE_LEGEND = (
     "n/e: how many health rules the run's files cannot evaluate (its format lacks their "
     "figures; names under not_evaluable in --json and in the report)"
 )
-
-
 QUAR_LEGEND = "quar: lines quarantined (file, offset, reason in OUT/quarantine)"
 
 
@@ -194,7 +198,7 @@ def table_cells(r: dict[str, Any]) -> list[str]:
         r.get("verdict") or verdict(r),
         fmt_num(r.get("last_step"), "d"),
         fmt_age(r.get("seconds_since_update")),
-        fmt_num(r.get("reward_mean"), ".3f") + ("r" if _reported(r, "reward_mean") else ""),
+        reward_cell(r, "r"),
         trend_arrow(r.get("reward_trend")) or "-",
         fmt_num(r.get("mismatch_kl_recent"), ".2e"),
         fmt_num(r.get("mismatch_ess_recent"), ".3f"),
@@ -210,9 +214,25 @@ def _reported(r: dict[str, Any], key: str) -> bool:
     return key in (r.get("reported_figures") or ())
 
 
+def headline_reward(r: dict[str, Any]) -> tuple[float | None, str]:
+    """(value, column) of the headline reward: over every attempt with a reward
+    (`reward_mean_with_unusable`: what the rules judge and trainers log), else the
+    trained attempts' (`reward_mean`, biased to the middle: all-alike groups train not)."""
+    v = r.get("reward_mean_with_unusable")
+    if v is not None:
+        return v, "reward_mean_with_unusable"
+    return r.get("reward_mean"), "reward_mean"
+
+
+def reward_cell(r: dict[str, Any], mark: str) -> str:
+    """The headline reward as text, `mark` appended when it is the reported figure."""
+    v, key = headline_reward(r)
+    return fmt_num(v, ".3f") + (mark if _reported(r, key) else "")
+
+
 REPORTED_LEGEND = (
-    "r: the figure steps.jsonl reports (the run's files give nothing to recompute it "
-    "from; reported_figures in --json)"
+    "r: the figure the trainer's log reports (steps.jsonl or its metrics: the run's files "
+    "give nothing to recompute it from; reported_figures in --json)"
 )
 MISSING_SHOWN = 10
 
@@ -223,13 +243,13 @@ def missing_lines(rows: list[dict[str, Any]]) -> list[str]:
     groups: dict[tuple[bool, str], list[str]] = {}
     for r in rows:
         if r.get("missing"):
-            key = (r.get("status") == "insufficient", r["missing"])
+            key = (unjudged(r), r["missing"])
             groups.setdefault(key, []).append(r["run_id"])
     out = []
-    for (unjudged, text), ids in sorted(groups.items(), key=lambda kv: not kv[0][0]):
+    for (none, text), ids in sorted(groups.items(), key=lambda kv: not kv[0][0]):
         shown = ", ".join(ids[:MISSING_SHOWN])
         more = f" and {len(ids) - MISSING_SHOWN} more" if len(ids) > MISSING_SHOWN else ""
-        out.append(f"{'not judged' if unjudged else 'partly judged'}: {text}: {shown}{more}")
+        out.append(f"{'not judged' if none else 'partly judged'}: {text}: {shown}{more}")
     return out
 
 
@@ -238,7 +258,10 @@ def recent_legend(rows: list[dict[str, Any]]) -> str:
     firing finding and the figure beside it never disagree."""
     ns = sorted({r["recent_steps"] for r in rows if r.get("recent_steps")})
     window = f"the last {ns[0]} final steps" if len(ns) == 1 else "each run's last few final steps"
-    return f"* median of {window}, the value the health rules judge (reward: last step)"
+    return (
+        f"* median of {window}, the value the health rules judge (reward: last step, over "
+        "every attempt with a reward, rejected groups included)"
+    )
 
 
 def count_parts(rows: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
@@ -275,7 +298,7 @@ def summary_line(rows: list[dict[str, Any]], rejected: int = 0) -> str:
     return line
 
 
-REJECTED_SHOWN = 10
+REJECTED_SHOWN = MISSING_SHOWN
 
 
 def rejected_lines(rejected: list[dict[str, Any]]) -> list[str]:
@@ -327,7 +350,7 @@ def render_table(
                 "steps logged again (a restart), the newest record kept: "
                 + ", ".join(f"{r['run_id']} {r['replaced_steps']}" for r in replaced)
             )
-        if any(_reported(r, "reward_mean") for r in rows):
+        if any(_reported(r, headline_reward(r)[1]) for r in rows):
             lines.append(REPORTED_LEGEND)
         lines.extend(_printable(x) for x in missing_lines(rows))
     elif rejected:

@@ -14,7 +14,7 @@ once every figure of one set has appeared.
 training) are evaluable on its files, or when it has fewer final steps than the
 rules' baseline and recent window need (`baseline_need`); else `judged`, naming the
 rules still short of the steps they need (`steps_needed`, e.g. `reward_too_fast`'s
-60 rows). Pure: no I/O.
+60 rows and 3 evaluations: 62). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -89,9 +89,13 @@ def baseline_need(rules: RulesConfig = DEFAULT_RULES) -> int:
 
 
 def steps_needed(code: str, rules: RulesConfig = DEFAULT_RULES) -> int:
-    """Final steps rule `code` needs before it can fire (its `min_rows`, if it has one,
-    else `baseline_need`)."""
-    return max(baseline_need(rules), getattr(getattr(rules, code), "min_rows", 0))
+    """Final steps rule `code` needs before it can fire: for a rule with `min_rows`,
+    those rows and then `for_steps` evaluations (the first at row `min_rows`), else
+    `baseline_need`."""
+    rule = getattr(rules, code)
+    rows = getattr(rule, "min_rows", 0)
+    own = rows + max(rule.for_steps, 1) - 1 if rows else 0
+    return max(baseline_need(rules), own)
 
 
 def judged_codes(rules: RulesConfig = DEFAULT_RULES) -> list[str]:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from rlstream.health import config as C
 from rlstream.health import stats
 from rlstream.health.figures import as_dict
-from rlstream.health.state import View
+from rlstream.health.state import FIRING, PENDING, View
 from rlstream.health.verdict import Ctx, Verdict, any_none, cfg_get, ge, le
 
 
@@ -146,12 +146,38 @@ def tasks_mastered(
         and ge(nv - base, c.rise_min, active, ctx)
         and ge(r, c.reward_min, active, ctx)
     )
-    return Verdict(
-        holds,
+    evidence = (
         f"{nv:.0%} of groups have no reward variance (baseline {base:.0%}) with "
-        f"reward_mean_with_unusable {r:.2f}: the tasks are mastered; consider stopping "
-        "or moving to harder tasks",
+        f"reward_mean_with_unusable {r:.2f}"
     )
+    doubt = next((q for code, q in MASTERY_DOUBTS.items() if _active(v, code)), None)
+    if doubt is not None:
+        return Verdict(holds, f"{evidence}: the tasks look mastered, but {doubt}")
+    return Verdict(
+        holds, f"{evidence}: the tasks are mastered; consider stopping or moving to harder tasks"
+    )
+
+
+MASTERY_DOUBTS = {
+    "transcript_hack_flags": (
+        "the scanners flag high-reward transcripts (transcript_hack_flags): fix the grader "
+        "first; the reward may not be earned"
+    ),
+    "reward_too_fast": (
+        "the reward climbed faster than the run's history allows (reward_too_fast): read "
+        "the transcripts for a shortcut before stopping or moving to harder tasks"
+    ),
+}
+"""Findings that doubt a mastery: while one is pending or firing (as of the step
+before), `tasks_mastered` still holds (the same figures come from real mastery, and
+`reward_too_fast` also fires on fast honest climbs) but its advice says to check first
+instead of "consider stopping"; `rules.EXPLAINED_BY` silences it outright beside
+findings that explain its figures."""
+
+
+def _active(v: View, code: str) -> bool:
+    a = v.state.alerts.get(code)
+    return a is not None and a.state in (PENDING, FIRING)
 
 
 def steps_to_streak(share: float, limit: float, groups_per_step: float) -> float:

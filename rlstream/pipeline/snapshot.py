@@ -90,7 +90,7 @@ HEADLINE_DERIVED = frozenset(
         *RECENT_FIGURES,
     }
 )
-"""Headline keys recomputed: the trend from `_recent_rewards`, `_not_evaluable` from
+"""Headline keys recomputed: the trend from `_recent_rewards_all`, `_not_evaluable` from
 `_figures` (on restore); the judgement and the recent figures by the health hook."""
 
 
@@ -155,8 +155,11 @@ def derive(state: RunState) -> None:
         state.findings = [asdict(f) for f in current]
         state.firing = [f.code for f in current if f.state == "firing"]
     h = state.headline
-    if "_recent_rewards" in h:
-        h["reward_trend"] = _slope(h["_recent_rewards"])
+    # `_recent_rewards` (a state of an earlier version: the trained attempts' reward,
+    # another figure than the headline's) is dropped, not mixed in.
+    h.pop("_recent_rewards", None)
+    if "_recent_rewards_all" in h:
+        h["reward_trend"] = _slope(h["_recent_rewards_all"])
     if "_figures" in h:
         from rlstream.health.evaluable import not_evaluable
 

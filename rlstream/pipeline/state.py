@@ -304,8 +304,10 @@ def _update_headline(state: RunState, rows: list[dict[str, Any]], reported: bool
     figure's reported column stands in for a null recomputed one: at any step with
     `reported` (formats whose trainers often report what their files cannot give to
     recompute: `Format.reported_stands_in`), else (Loops) while the run has no recomputed value of it (a run with
-    only steps.jsonl). `_reported` names the figures whose value is the reported one."""
-    recent = state.headline.setdefault("_recent_rewards", [])
+    only steps.jsonl). `_reported` names the figures whose value is the reported one.
+    The trend is of the reward status shows (`fleet.status.headline_reward`): over
+    every attempt with a reward, else over the trained ones."""
+    recent = state.headline.setdefault("_recent_rewards_all", [])
     computed = state.headline.setdefault("_recomputed", [])
     from_steps = set(state.headline.get("_reported", ()))
     for r in rows:
@@ -321,9 +323,13 @@ def _update_headline(state: RunState, rows: list[dict[str, Any]], reported: bool
                 if v is not None:
                     state.headline[k] = v
                     from_steps.add(k)
-        reward = r.get("reward_mean")
-        if reward is None and "reward_mean" in from_steps:
-            reward = r.get("reported_reward_mean")
+        reward = None
+        for k in ("reward_mean_with_unusable", "reward_mean"):
+            reward = r.get(k)
+            if reward is None and k in from_steps:
+                reward = r.get(f"reported_{k}")
+            if reward is not None:
+                break
         if reward is not None:
             recent.append((r["step"], reward))
     del recent[:-TREND_WINDOW]

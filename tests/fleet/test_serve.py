@@ -152,7 +152,7 @@ def test_compare_page_and_unknown_run(server, fleet_out):
     a, b = fleet_out.run_ids["healthy"], fleet_out.run_ids["mismatch_kl_rising"]
     status, _, body = _get(srv, f"/compare?id={quote(a)}&id={quote(b)}")
     assert status == 200
-    assert body.count("<tr><td>") == 8  # one row per figure of `compare`
+    assert body.count("<tr><td>") == 9  # one row per figure of `compare`
     assert "mismatch_kl" in body
     # what `rlstream compare` prints: its verdict line and each row's source and why
     from rlstream.fleet.compare import compare_runs, verdict_line

@@ -43,7 +43,7 @@ def test_pages_from_s3_are_the_pages_from_local_disk(fleet_out, s3_out):
     for target in ("/", f"/run?id={quote(b)}", f"/compare?id={quote(a)}&id={quote(b)}"):
         got = _body(remote, target)
         assert got == _body(local, target), target
-    assert got.count("<tr><td>") == 8 and "<svg" in _body(remote, f"/run?id={quote(b)}")
+    assert got.count("<tr><td>") == 9 and "<svg" in _body(remote, f"/run?id={quote(b)}")
 
 
 def test_a_fleet_refresh_costs_what_status_costs(s3_out, s3_requests, capsys):

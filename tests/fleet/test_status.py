@@ -87,7 +87,8 @@ def test_table_shows_the_figures_the_rules_judged():
     ]  # fmt: skip
     assert lines[3].split()[-2:] == ["-", "-"]  # nothing not evaluable, nothing firing
     assert lines[4] == (
-        "* median of the last 5 final steps, the value the health rules judge (reward: last step)"
+        "* median of the last 5 final steps, the value the health rules judge (reward: last step, "
+        "over every attempt with a reward, rejected groups included)"
     )
     assert lines[5].startswith("quar: lines quarantined")
     assert lines[6].startswith("n/e: how many health rules")

@@ -105,14 +105,16 @@ def test_a_finished_run_whose_finding_went_critical_then_back_to_warning_is_crit
 def test_a_clean_finished_run_is_finished_and_names_the_rule_its_length_did_not_reach(
     sim_fleet,
 ):
-    _, rows, labels, _ = sim_fleet
+    base, rows, labels, _ = sim_fleet
     ok = rows[labels[0].run_id]
     assert ok["status"] == "finished" and ok["worst_finding"] is None
     assert ok["judged"] == "judged" and ok["verdict"] == "finished"
-    # 50 steps: reward_too_fast (60 rows) has not judged it, and the run says so.
-    assert ok["missing"] == "not yet judged at 50 final steps: reward_too_fast (needs 60)"
+    # 50 steps: reward_too_fast (60 rows, then 3 evaluations) has not judged it, and
+    # the run says so.
+    assert ok["missing"] == "not yet judged at 50 final steps: reward_too_fast (needs 62)"
     table = render_table(list(rows.values()))
-    assert "partly judged: not yet judged at 50 final steps: reward_too_fast (needs 60)" in table
+    assert "partly judged: not yet judged at 50 final steps: reward_too_fast (needs 62)" in table
+    assert f'rlstream_run_judged{{run_id="{ok["run_id"]}"}} 1' in _prom(base / "out")
 
 
 def test_a_run_shorter_than_the_rules_baseline_is_not_judged(sim_fleet, capsys):
@@ -149,9 +151,25 @@ def test_a_learning_trainers_finished_runs_say_what_they_had_and_what_was_not_ju
     assert s["verdict"] == f"finished: warning mismatch_kl_rising, steps {w['since_step']}-79"
     assert s["missing"] is None  # 80 steps: every evaluable rule had its window
     assert lo["status"] == "finished" and lo["judged"] == "judged"
-    assert lo["missing"] == "not yet judged at 40 final steps: reward_too_fast (needs 60)"
+    assert lo["missing"] == "not yet judged at 40 final steps: reward_too_fast (needs 62)"
     head = render_table(list(rows.values())).splitlines()[0]
     assert head == "2 runs: 1 warning (1 finished), 1 finished healthy"
+
+
+@pytest.mark.parametrize("fmt", ["loops", "trl"])
+def test_a_hack_run_of_60_steps_says_its_climb_was_never_judged(tmp_path, fmt):
+    # The issue's `simulate --steps 60 --scenario reward_too_fast --seed 5`: 60 rows
+    # meet reward_too_fast's min_rows only at the last step, so it could never fire;
+    # the run must not read as fully judged.
+    src = tmp_path / "src"
+    simulate(src, SimConfig(runs=1, steps=60, seed=5, scenarios=("reward_too_fast",)))
+    root = src if fmt == "loops" else trainer_run(src, tmp_path / "runs" / fmt, fmt)
+    rows = _analyze(root, tmp_path / "out")
+    (r,) = rows.values()
+    assert r["judged"] == "judged"  # TRL counts steps from 1, Loops from 0
+    assert "reward_too_fast" not in {f["code"] for f in r["firing"]}
+    assert r["missing"] == "not yet judged at 60 final steps: reward_too_fast (needs 62)"
+    assert "partly judged: not yet judged at 60 final steps" in render_table([r])
 
 
 def test_a_finding_that_resolved_before_the_end_keeps_the_finished_run_from_healthy(tmp_path):
@@ -199,11 +217,16 @@ def test_a_steps_only_run_shows_its_reported_reward_and_is_not_judged(tmp_path, 
         # cannot speak, so the run is not called healthy.
         assert r["status"] == "insufficient" and r["firing"] == []
         assert r["missing"].startswith("9 of 21 rules evaluable on its files, at least 13")
+    # The headline reward is over every attempt: steps.jsonl's reward/mean_with_unusable.
+    first = rows[labels[0].run_id]
+    want = _steps_lines(root / labels[0].run)[-1]["reward/mean_with_unusable"]
+    assert first["reward_mean_with_unusable"] == pytest.approx(want)
+    assert "reward_mean_with_unusable" in first["reported_figures"]
     table = render_table(list(rows.values()))
-    assert f"{rows[labels[0].run_id]['reward_mean']:.3f}r" in table
-    assert "r: the figure steps.jsonl reports" in table
+    assert f"{want:.3f}r" in table
+    assert "r: the figure the trainer's log reports" in table
     html = render_report(str(out), now=2e9)
-    assert f"{rows[labels[0].run_id]['reward_mean']:.3f} (reported)" in html
+    assert f"{want:.3f} (reported)" in html
     assert "<title>reward: reported only</title>" in html
     assert "no data for this figure</text></svg></div>" in html  # discards: truly none
     a, b = (lb.run_id for lb in labels)
@@ -211,6 +234,88 @@ def test_a_steps_only_run_shows_its_reported_reward_and_is_not_judged(tmp_path, 
     got = {d["figure"]: d for d in json.loads(capsys.readouterr().out)["divergences"]}
     assert got["reward_mean"]["source"] == "reported"
     assert got["reward_mean"]["common_steps"] == 30
+    assert got["reward_mean_with_unusable"]["source"] == "reported"
+
+
+def _reward_all(rollouts: Path, step: int) -> float:
+    """docs/run-format.md, reward/mean_with_unusable: the trained attempts' rewards and
+    those of every attempt of a group with no trained attempt, non-null only."""
+    recs = [orjson.loads(x) for x in rollouts.read_bytes().splitlines()]
+    recs = [x for x in recs if x["step"] == step]
+    trained_groups = {x["group_id"] for x in recs if x["trained"]}
+    got = [
+        x["reward"]
+        for x in recs
+        if x["reward"] is not None and (x["trained"] or x["group_id"] not in trained_groups)
+    ]
+    return sum(got) / len(got)
+
+
+def test_the_headline_reward_is_over_every_attempt_not_the_trained_ones(tmp_path):
+    # The issue's seed-5 hack: its trained groups' reward sits at 0.75 (groups that
+    # all pass are not trained on) while every attempt's is near 1.
+    root = tmp_path / "runs"
+    (label,) = simulate(root, SimConfig(runs=1, steps=120, seed=5, scenarios=("reward_too_fast",)))
+    out = tmp_path / "out"
+    (r,) = _analyze(root, out).values()
+    want = _reward_all(root / label.run / "rollouts.jsonl", r["last_step"])
+    assert want > 0.85 and r["reward_mean"] == pytest.approx(0.75)
+    assert r["reward_mean_with_unusable"] == pytest.approx(want)
+    line = render_table([r]).splitlines()[2]
+    assert f" {want:.3f} " in line and " 0.750 " not in line
+    html = render_report(str(out), now=2e9)
+    assert f">{want:.3f}</td>" in html
+    rid = r["run_id"]
+    assert f'rlstream_run_reward_mean_with_unusable{{run_id="{rid}"}} {want!r}' in _prom(out)
+
+
+def test_a_tensorboard_run_shows_the_reward_its_trainer_logs(tmp_path, capsys):
+    # verl logging to TensorBoard: only critic/score/mean, the all-groups reward.
+    src = tmp_path / "src"
+    simulate(src, SimConfig(runs=2, steps=30, seed=3))
+    for i, run in enumerate(sorted(p for p in src.iterdir() if p.is_dir())):
+        one = tmp_path / f"one{i}"
+        shutil.copytree(run, one / run.name)
+        trainer_run(one, tmp_path / "runs" / f"r{i}", "tensorboard")
+    out = tmp_path / "out"
+    rows = _analyze(tmp_path / "runs", out)
+    for r in rows.values():
+        assert r["reward_mean"] is None and "reward_mean_with_unusable" in r["reported_figures"]
+        assert f"{r['reward_mean_with_unusable']:.3f}r" in render_table([r])
+    a, b = rows
+    assert main(["compare", str(out), a, b, "--json"]) == 0
+    got = {d["figure"]: d for d in json.loads(capsys.readouterr().out)["divergences"]}
+    assert got["reward_mean_with_unusable"]["source"] == "reported"
+    assert got["reward_mean_with_unusable"]["common_steps"] == 30
+
+
+@pytest.mark.parametrize("fmt", ["steps-only", "tensorboard"])
+def test_a_run_the_rules_cannot_judge_says_so_even_when_a_finding_fires(tmp_path, capsys, fmt):
+    # The seed-5 hack with only steps.jsonl left, and as verl logs it to TensorBoard:
+    # too few rules evaluable, yet a finding fires; the line under the table, the
+    # report, Prometheus and --json say the run was not judged, never "partly judged".
+    src = tmp_path / "src"
+    simulate(src, SimConfig(runs=1, steps=120, seed=5, scenarios=("reward_too_fast",)))
+    if fmt == "steps-only":
+        _steps_only(src)
+        root = src
+    else:
+        root = trainer_run(src, tmp_path / "runs" / fmt, fmt)
+    out = tmp_path / "out"
+    (r,) = _analyze(root, out).values()
+    assert r["judged"] == "insufficient" and r["status"] in ("warning", "stalled")
+    assert "reward_too_fast" in {f["code"] for f in r["firing"]}
+    assert r["missing"].endswith("rules evaluable on its files, at least 13 needed "
+                                 "(not_evaluable names the others)")  # fmt: skip
+    table = render_table([r])
+    assert f"not judged: {r['missing']}: {r['run_id']}" in table
+    assert "partly judged" not in table
+    html = render_report(str(out), now=2e9)
+    assert f'<div class="sub judged">not judged: {r["missing"]}</div>' in html
+    assert f'rlstream_run_judged{{run_id="{r["run_id"]}"}} 0' in _prom(out)
+    assert main(["status", str(out), "--json"]) == 0
+    (got,) = json.loads(capsys.readouterr().out)["runs"]
+    assert got["judged"] == "insufficient" and got["missing"] == r["missing"]
 
 
 @pytest.mark.parametrize("fmt", ["tinker", "verl"])
@@ -223,4 +328,4 @@ def test_other_formats_without_step_times_are_not_counted_as_healthy_running(tmp
     head = render_table([r]).splitlines()[0]
     assert head == "1 run: 1 healthy, not known to be running (no step times)"
     assert "mismatch_kl" in r["reported_figures"]  # no logprobs in these files
-    assert r["missing"] == "not yet judged at 30 final steps: reward_too_fast (needs 60)"
+    assert r["missing"] == "not yet judged at 30 final steps: reward_too_fast (needs 62)"

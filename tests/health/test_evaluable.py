@@ -55,18 +55,32 @@ def test_judgement_counts_the_enabled_rules_and_the_steps_the_rules_need():
     )
     # `stalled` not evaluable (no step times) does not count against a run.
     assert judgement(["stalled"], 100) == ("judged", None)
-    # Steps: warm-up 2 + baseline 10 + recent 5 = 17; reward_too_fast's 60 rows.
+    # Steps: warm-up 2 + baseline 10 + recent 5 = 17; reward_too_fast's 60 rows, then
+    # its 3 evaluations (for_steps) before it can fire: 62.
     assert judgement([], 16) == ("insufficient", "16 final steps, the rules need 17")
     assert judgement([], 17) == (
         "judged",
-        "not yet judged at 17 final steps: reward_too_fast (needs 60)",
+        "not yet judged at 17 final steps: reward_too_fast (needs 62)",
     )
+    assert judgement([], 60) == (
+        "judged",
+        "not yet judged at 60 final steps: reward_too_fast (needs 62)",
+    )
+    assert judgement([], 62) == ("judged", None)
     assert judgement(["reward_too_fast"], 17) == ("judged", None)
+    once = dataclasses.replace(
+        DEFAULT_RULES,
+        reward_too_fast=dataclasses.replace(DEFAULT_RULES.reward_too_fast, for_steps=1),
+    )
+    assert (
+        judgement([], 59, once)[1] == "not yet judged at 59 final steps: reward_too_fast (needs 60)"
+    )
+    assert judgement([], 60, once) == ("judged", None)
     # A rules TOML that shortens the baseline or disables rules changes both counts.
     short = dataclasses.replace(DEFAULT_RULES, history=HistoryConfig(baseline_steps=4))
     assert judgement([], 11, short) == (
         "judged",
-        "not yet judged at 11 final steps: reward_too_fast (needs 60)",
+        "not yet judged at 11 final steps: reward_too_fast (needs 62)",
     )
     off = dataclasses.replace(
         DEFAULT_RULES,
@@ -75,3 +89,20 @@ def test_judgement_counts_the_enabled_rules_and_the_steps_the_rules_need():
     # 16 enabled, 10 needed: 10 of them evaluable is enough.
     assert judgement(codes[:11], 100, off)[0] == "judged"
     assert judgement(codes[:12], 100, off)[1].startswith("9 of 16 rules evaluable")
+
+
+def test_reward_too_fast_can_fire_first_at_the_step_judgement_names():
+    """`needs 62` is when the rule can first fire: a jump at step 50 is seen from row 60
+    (its min_rows) and fires at the third evaluation, step 61 (row 62), not before."""
+    from health_synth import fold_all, rows
+
+    from rlstream.health import findings
+    from rlstream.health.evaluable import steps_needed
+
+    n = steps_needed("reward_too_fast")
+    assert n == 62
+    state, tr = fold_all(rows(n, "reward_too_fast", onset=50))
+    fired = [t.step for t in tr if t.code == "reward_too_fast" and t.to_state == "firing"]
+    assert fired == [n - 1]
+    state, _ = fold_all(rows(n - 1, "reward_too_fast", onset=50))
+    assert not [f for f in findings(state) if f.code == "reward_too_fast" and f.state == "firing"]
