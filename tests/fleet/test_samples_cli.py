@@ -70,11 +70,20 @@ def test_json_rows_and_a_task_across_steps(out, capsys):
 
 def test_a_run_without_text_says_so(out, capsys):
     _, (bare,) = _run_ids(out)
-    assert main(["samples", str(out), bare]) == 1
-    err = capsys.readouterr().err
-    assert "record no text" in err and "transcript_hack_flags" in err
     ne = out_sql(out, f"select not_evaluable from latest where run_id = '{bare}'")[0][0]
     assert "transcript_hack_flags" in ne
+    for json_flag in ([], ["--json"]):  # never an empty list read as "no hacks"
+        assert main(["samples", str(out), bare, *json_flag]) == 1
+        got = capsys.readouterr()
+        assert got.out == ""
+        assert "record no text" in got.err and "transcript_hack_flags is not evaluable" in got.err
+
+
+def test_an_unknown_run_is_named_as_such(out, capsys):
+    assert main(["samples", str(out), "no-such-run", "--json"]) == 1
+    got = capsys.readouterr()
+    assert got.out == "" and f"no run no-such-run in {out}" in got.err
+    assert "no text" not in got.err
 
 
 def test_run_text_cannot_drive_the_terminal():
