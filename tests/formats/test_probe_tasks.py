@@ -18,10 +18,9 @@ import io
 import json
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-import orjson
 
 from rlstream.config import PipelineConfig
 from rlstream.formats.prime_rl_episodes import episodes
