@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import textwrap
@@ -154,13 +155,21 @@ def cmd_samples(args: argparse.Namespace) -> int:
         print(f"rlstream: {why_none(args.out, args.run, opts)}", file=sys.stderr)
         return EXIT_FAILURE
     if args.json:
-        print(json.dumps(rows))
-        return 0
+        return _emit(json.dumps(rows))
     if not rows:
         print(
             f"rlstream: no samples match (steps with samples: {steps[0]}..{steps[-1]})",
             file=sys.stderr,
         )
         return EXIT_FAILURE
-    print(render(rows, args.width, sys.stdout.isatty()))
+    return _emit(render(rows, args.width, sys.stdout.isatty()))
+
+
+def _emit(text: str) -> int:
+    """Print `text`; a reader that stopped early (`| head`) is not an error: the rest
+    goes nowhere, exit 0."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

@@ -4,6 +4,8 @@ steps, JSON rows, escaped run text, and a run without text (said, not an empty l
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -96,3 +98,18 @@ def test_run_text_cannot_drive_the_terminal():
     text = render([row])
     assert "\x1b" not in text and "\x07" not in text
     assert "\\x1b]0;title\\x07" in text and escape("a\tb\nc") == "a\tb\nc"
+
+
+def test_a_reader_that_stops_early_is_not_a_crash(out):
+    """`rlstream samples OUT RUN | head`: the reader is gone before the text is written
+    (its end of the pipe closed at once); the command ends quietly with 0, no
+    traceback, with and without --json."""
+    (run,), _ = _run_ids(out)
+    for extra in ([], ["--json"]):
+        cmd = [sys.executable, "-m", "rlstream.cli", "samples", str(out), run, *extra]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.close()
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=120) == 0, err
+        assert "Traceback" not in err and "BrokenPipe" not in err
