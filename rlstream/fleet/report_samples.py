@@ -69,29 +69,28 @@ def samples_section(
             else "no final step with text yet"
         )
         return head + f'<p class="sub">No kept samples: {why} (docs/schema.md, samples).</p>'
-    ranked = any("top" in r["kept"] or "bottom" in r["kept"] for r in rows)
-    unranked = (
-        ""
-        if ranked
-        else '<p class="sub">No sample is ranked by reward: the transcripts carry no '
-        "reward, so only flagged and probe samples are kept.</p>"
-    )
-    flagged = (
-        f'<p class="sub">Scanners flagged the high-reward attempts at steps '
-        f"{_e(_ranges(flag_steps))} (`rlstream samples OUT RUN --flagged`).</p>"
-        if flag_steps
-        else '<p class="sub">No step\'s high-reward attempts were flagged by a scanner.</p>'
-    )
+    rewarded = any(r["reward"] is not None for r in rows)
+    if not rewarded:  # nothing tells a high-reward attempt: no "none flagged" claim
+        flagged = (
+            '<p class="sub">No kept sample has a reward: the transcripts carry none, so '
+            "no sample is ranked (only flagged and probe ones are kept) and no share of "
+            "high-reward attempts is known (transcript_hack_flags cannot be judged).</p>"
+        )
+    elif flag_steps:
+        flagged = (
+            f'<p class="sub">Scanners flagged the high-reward attempts at steps '
+            f"{_e(_ranges(flag_steps))} (`rlstream samples OUT RUN --flagged`).</p>"
+        )
+    else:
+        flagged = '<p class="sub">No step\'s high-reward attempts were flagged by a scanner.</p>'
+
     steps = sorted({r["step"] for r in rows})[-NEWEST_STEPS:]
     body = "".join(
         f"<h4>Step {_e(s)}</h4>"
         + "".join(_sample(r) for r in sorted((r for r in rows if r["step"] == s), key=_order))
         for s in reversed(steps)
     )
-    return (
-        f'<div class="samples">{head}{flagged}{unranked}{body}'
-        f"{probe_section(rows, inline=True)}</div>"
-    )
+    return f'<div class="samples">{head}{flagged}{body}{probe_section(rows, inline=True)}</div>'
 
 
 def _ranges(steps: list[int]) -> str:

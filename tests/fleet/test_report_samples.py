@@ -10,6 +10,7 @@ import re
 import pytest
 
 from rlstream.fleet.report import write_report
+from rlstream.fleet.report_samples import samples_section
 from rlstream.fleet.sample_diff import word_diff
 from rlstream.pipeline.local import analyze_local
 from rlstream.simulate import SimConfig, simulate
@@ -103,3 +104,23 @@ def test_samples_render_in_chromium_and_run_no_script(report, tmp_path):
     png = artifacts(tmp_path) / "report-samples.png"
     _chromium(tmp_path, "--window-size=1280,3200", f"--screenshot={png}", path.as_uri())
     assert png.stat().st_size > 10_000
+
+
+def _row(step: int, attempt: str, reward, kept, flags) -> dict:
+    return {
+        "run_id": "r", "step": step, "attempt_id": attempt, "task_id": "t", "group_id": "g",
+        "reward": reward, "trained": True, "length": 3, "stop_reason": "stop",
+        "policy_version": step, "calls": 1, "kept": kept, "flags": flags, "sent": "q",
+        "sent_bytes": 1, "returned": "sys.exit(0)", "returned_bytes": 11, "transcript": None,
+    }  # fmt: skip
+
+
+def test_samples_without_rewards_claim_no_clean_steps():
+    """Transcripts without `reward`: flagged samples are kept unranked, and the section
+    says no high-reward share is known, never that no step was flagged."""
+    rows = [_row(5, "a1", None, ["flagged"], ["early_exit"]), _row(5, "a2", None, ["probe"], [])]
+    html = samples_section(rows, [], not_evaluable=True)
+    assert "were flagged by a scanner" not in html
+    assert "the transcripts carry none" in html and "cannot be judged" in html
+    ranked = [_row(5, "a1", 1.0, ["top"], []), _row(5, "a2", 0.0, ["bottom"], [])]
+    assert "No step's high-reward attempts were flagged" in samples_section(ranked, [], False)
