@@ -27,7 +27,10 @@ Reported per code (a run "fires" a code when the code reaches `firing`):
 per seed, `--per-scenario` runs of each pathological preset (lr_too_high, loophole,
 too_hard, stale_sampler) and `--healthy` healthy runs (half sync, half async). Each
 run is scored as the code its observed label expects (labels.json); a run whose
-preset's pathology did not happen is not scored and is counted apart.
+preset's pathology did not happen is not scored and is counted apart. A run whose
+text showed the loophole in more than 2 % of a step's high-reward attempts (the
+label's `also_expected`: every loophole run whose grader credited a wildcard answer)
+is also a case of transcript_hack_flags, with that step as its onset.
 
 `--agent` simulates the scripted runs in multi-turn agent mode (`rlstream simulate
 --agent`): attempts of 4 to 8 generations around fixed tool-call turns.
@@ -177,6 +180,7 @@ class RunData:
     finished: bool
     rows: list[dict[str, Any]]
     not_evaluable: frozenset[str] = frozenset()
+    also: tuple[tuple[str, int], ...] = ()  # further expected codes, each with its onset
 
 
 def _learn_scenario(preset: str, codes: tuple[str, ...]) -> str:
@@ -265,8 +269,9 @@ def _simulate_and_analyze(batch: Batch) -> list[RunData]:
         ne = set(not_evaluable(seen))
         if scenario in SCENARIO_EVIDENCE and not SCENARIO_EVIDENCE[scenario][0](rs, st.config):
             ne.add(scenario)
+        also = tuple((c, o + shift) for c, o in lab.also)
         out.append(
-            RunData(rid, scenario, onset, st.config, is_finished(st), rs, frozenset(ne))
+            RunData(rid, scenario, onset, st.config, is_finished(st), rs, frozenset(ne), also)
         )  # fmt: skip
     return out
 
@@ -321,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=(),
         metavar="NAME",
-        help="only these scenarios in the suite (default: every one)",
+        help="only these scenarios in the suite, or with --learn these presets (default: every one)",
     )
     p.add_argument(
         "--agent",
@@ -332,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     cfg = load_rules(args.rules) if args.rules else DEFAULT_RULES
 
+    learn_presets = [p for p in LEARN_PATHOLOGIES if not args.scenarios or p in args.scenarios]
     batches = []
     for seed in args.seeds:
         common = dict(
@@ -345,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         half = args.healthy // 2
         if args.learn:
             batches.extend(
-                Batch(seed, f"learn-{p}", args.per_scenario, **common) for p in LEARN_PATHOLOGIES
+                Batch(seed, f"learn-{p}", args.per_scenario, **common) for p in learn_presets
             )
             if half:
                 batches.append(Batch(seed, "learn-healthy", half, **common))
@@ -367,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     t2 = time.time()
     # unlike_peers judges a run against its cohort: measured by --cohorts (bench/cohorts.py).
     per_run = tuple(c for c in CODES if c != "unlike_peers")
-    codes = tuple(EXPECTED[p] for p in LEARN_PATHOLOGIES) if args.learn else per_run
+    learn_codes = (*(EXPECTED[p] for p in learn_presets), "transcript_hack_flags")
+    codes = learn_codes if args.learn else per_run
     table, summary = report(results, args.steps, codes)
     print(
         ("learning trainer, " if args.learn else "scripted simulator, ")

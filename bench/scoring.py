@@ -41,6 +41,13 @@ class RunResult:
     loud_codes: list[str]
     at_onset: set[str]  # codes already firing once the onset step was folded
     not_evaluable: frozenset[str] = frozenset()
+    also: dict[str, int] | None = None  # further expected codes and their onsets
+
+    def expects(self, code: str) -> bool:
+        return self.scenario == code or code in (self.also or {})
+
+    def onset_of(self, code: str) -> int:
+        return (self.also or {}).get(code, self.onset or 0)
 
 
 def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
@@ -55,6 +62,9 @@ def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
             if t.to_state == "firing" and t.from_state != "firing"
         )
 
+    also = dict(run.also)
+    folded: set[str] = set()
+    also_at_onset: set[str] = set()
     at_onset: set[str] | None = None
     for row in run.rows:
         if row.get("time") is not None:
@@ -64,6 +74,10 @@ def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
         note(tr)
         if at_onset is None and run.onset is not None and row["step"] >= run.onset:
             at_onset = {c for c, a in state.alerts.items() if a.state == FIRING}
+        for c in [c for c, o in also.items() if row["step"] >= o and c not in folded]:
+            folded.add(c)  # an expected code's own onset: was it firing already?
+            if c in state.alerts and state.alerts[c].state == FIRING:
+                also_at_onset.add(c)
     interval = typical_interval(state)
     if not run.finished and interval and state.last_step_time is not None:
         # The run stopped writing: look at it as a watcher would, as time passes.
@@ -82,16 +96,17 @@ def evaluate(run: RunData, cfg: RulesConfig) -> RunResult:
                 break
     first: dict[str, int] = {}
     early: set[str] = set()
-    onset = run.onset or 0
     for code, _sev, step, _t in fires:
-        if run.scenario == code and step < onset:
+        own = run.scenario == code or code in also
+        if own and step < also.get(code, run.onset or 0):
             early.add(code)
             continue
         first.setdefault(code, step)
     loud = [c for c, sev, _s, _t in fires if sev != "info"]
     return RunResult(
-        run.scenario, run.onset, first, early, len(loud), loud, at_onset or set(), run.not_evaluable
-    )
+        run.scenario, run.onset, first, early, len(loud), loud,
+        (at_onset or set()) | also_at_onset, run.not_evaluable, also,
+    )  # fmt: skip
 
 
 def report(
@@ -108,13 +123,13 @@ def report(
     ]
     summary: dict[str, Any] = {}
     for code in codes:
-        own = by_scen.get(code, [])
+        own = [r for r in results if r.expects(code)]
         hits = [r for r in own if code in r.first_fire]
         fired_anywhere = [r for r in results if code in r.first_fire or code in r.early]
         true_pos = len(hits)
         precision = true_pos / len(fired_anywhere) if fired_anywhere else float("nan")
-        leads = [r.first_fire[code] - (r.onset or 0) for r in hits]
-        elsewhere = Counter(r.scenario for r in fired_anywhere if r.scenario != code)
+        leads = [r.first_fire[code] - r.onset_of(code) for r in hits]
+        elsewhere = Counter(r.scenario for r in fired_anywhere if not r.expects(code))
         lead = statistics.median(leads) if leads else float("nan")
         recall = true_pos / len(own) if own else float("nan")
         caught = sum(code in r.first_fire or code in r.at_onset for r in own)

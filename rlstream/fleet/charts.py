@@ -12,7 +12,8 @@ attempt has no reward, KL or ESS) are shaded, and the legend says why. With the 
 cohort bands (`fleet.read.read_bands`), a chart whose main figure has one
 (`BAND_OF`) draws the cohort's median ± 2 robust deviations under the run's curves
 when the cohort has at least 3 other runs, and the siblings' own curves otherwise
-(`cohort_overlay`).
+(`cohort_overlay`). Steps where transcript scanners flagged the high-reward
+attempts (`flags`) are bars along the reward chart's top edge.
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ NO_TOKENS = "no trained tokens with both logprobs at these steps"
 NO_SAMPLES = "no full-trace transcript at these steps"
 
 
+def flag_note(share: float) -> str:
+    """The legend of the reward chart's flag bars."""
+    return f"transcript scanners flag >= {share:.0%} of the high-reward attempts"
+
+
 REPORTED_ONLY = "reported only"
 """Said after a chart's title when only the trainer's reported figure has values (the
 run's files give nothing to recompute it from)."""
@@ -100,12 +106,16 @@ def run_charts(
     bands: dict[str, dict[str, list[Any]]] | None = None,
     siblings: dict[str, RunPoints] | None = None,
     heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
+    flags: list[int] | None = None,
+    flag_share: float = 0.02,
 ) -> list[Chart]:
     """The run's charts; `bands`: figure -> {step, n, median, mad, ...} of its cohort;
     `siblings`: name -> points of the other runs of its cohort, drawn as their own
     curves where the cohort has too few runs for a band (`cohort_overlay`);
     `heldout`: eval name -> (steps, scores) of the run's held-out evaluations
-    (`fleet.read.read_heldout`), drawn on the reward chart."""
+    (`fleet.read.read_heldout`), drawn on the reward chart; `flags`: the steps where
+    transcript scanners flag at least `flag_share` of the high-reward attempts, marked
+    along the reward chart's top edge."""
     width = run_points.width
 
     def s(col: str, label: str, dashed: bool = False, key: str = "") -> Series:
@@ -123,7 +133,11 @@ def run_charts(
                 s("reward_group_std_mean", "within-group std"),
                 s("reported_reward_mean", "reported mean", True),
             ],
-            {"gap_note": NO_TRAINED},
+            {
+                "gap_note": NO_TRAINED,
+                "flags": sorted(flags or []),
+                "flag_note": flag_note(flag_share),
+            },
         ),
         "discards": (
             "discards by reason (attempts) and no-variance groups",

@@ -25,6 +25,10 @@ axes), and at least `min_span` high (in decades on a log axis), so that flat noi
 (a KL between 2.0e-4 and 2.5e-4, an ESS between 0.93 and 1) is drawn flat, not as a
 crash.
 
+`ticks(lo, hi, n)` and `fmt_tick(v)` are an axis' tick values and labels;
+`step_runs(steps, within)` cuts sorted steps into (first, last) runs, steps at most
+`within` apart in one run (one pixel column of a long chart).
+
 `coords_text(xs, ys)` writes points as "x,y x,y ...", each number exactly as Python's
 `"%.1f"` writes it (the same bytes), with numpy: the text of a series costs no Python
 per point. It returns the text and where each point's text ends, so that the runs
@@ -32,6 +36,8 @@ of a series split by gaps are slices of one text.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -222,3 +228,40 @@ def axis_range(
         if y1 - y0 < 1e-12:
             y1 = y0 + 1.0
     return y0, y1
+
+
+def ticks(lo: float, hi: float, n: int = 4) -> list[float]:
+    """About `n` round tick values from `lo` to `hi`."""
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    out = []
+    v = first
+    while v <= hi + step * 1e-9:
+        out.append(round(v, 12))
+        v += step
+    return out
+
+
+def fmt_tick(v: float) -> str:
+    """A tick label: 3 significant digits, or scientific for very large or small values."""
+    if v == 0:
+        return "0"
+    if abs(v) >= 1e4 or abs(v) < 1e-2:
+        return f"{v:.1e}"
+    return f"{v:.3g}"
+
+
+def step_runs(steps: np.ndarray, within: int = 1) -> list[tuple[int, int]]:
+    """(first, last) of each run of `steps` (sorted, distinct) whose neighbours are at
+    most `within` apart."""
+    if not steps.size:
+        return []
+    steps = np.unique(steps)
+    cut = np.flatnonzero(np.diff(steps) > max(within, 1))
+    first = np.concatenate([[0], cut + 1])
+    last = np.concatenate([cut, [steps.size - 1]])
+    return list(zip(steps[first].tolist(), steps[last].tolist(), strict=True))

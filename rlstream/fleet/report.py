@@ -38,7 +38,7 @@ from rlstream.fleet.read import (
     read_latest,
     read_run_points,
 )
-from rlstream.fleet.report_samples import run_samples_html
+from rlstream.fleet.report_samples import run_samples, samples_section
 from rlstream.fleet.run_lines import judged_line, not_evaluable_line, replaced_note, reward_text
 from rlstream.fleet.status import (
     STATUS_ORDER,
@@ -258,7 +258,8 @@ def run_section(
     heldout: dict[str, tuple[list[int], list[float | None]]] | None = None,
 ) -> str:
     findings = list(latest.get("findings") or [])
-    charts = run_charts(run_points, findings, bands, siblings, heldout)
+    samples, flags = run_samples(row["run_id"], out, storage_options)
+    charts = run_charts(run_points, findings, bands, siblings, heldout, flags)
     unplaced = [f for f in findings if f.get("since_step") is None]
     extra = "".join(
         f"<li class='msg'><b>{_e(f.get('code'))}</b> [{_e(f.get('severity'))}, "
@@ -281,7 +282,9 @@ def run_section(
         + f'<div class="charts">{"".join(_figure(c, findings) for c in charts)}</div>'
         + f'<p class="sub">{_e(UNUSABLE_NOTE)}</p>'
         + _examples(latest, out, storage_options)
-        + run_samples_html(row["run_id"], out, storage_options)
+        + samples_section(
+            samples, flags, "transcript_hack_flags" in (row.get("not_evaluable") or [])
+        )
         + _metadata(run_points)
         + "</section>"
     )

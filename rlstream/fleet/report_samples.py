@@ -1,10 +1,12 @@
 """The report's Samples section of a run: what its kept samples say (OUT/samples).
 
-`samples_section(rows, flag_steps)` renders, for one run: the steps where transcript
-scanners flagged at least the rule's share of the high-reward attempts; the newest
-steps' kept samples, flagged ones first, then top and bottom by reward; and one probe
-task's output at its first and its newest step side by side, with a word diff. A run
-without kept samples says why (its transcripts record no text). Every string from run
+`run_samples(run, out)` reads a run's kept samples and the steps where transcript
+scanners flagged at least the rule's share of the high-reward attempts (the report
+also marks those on the reward chart); `samples_section(rows, flag_steps)` renders,
+for one run: those steps; the newest steps' kept samples, flagged ones first, then top
+and bottom by reward; and one probe task's output at its first and its newest step
+side by side, with a word diff. A run without kept samples says why (its files record
+no text or no rewards, or no step with text is final yet). Every string from run
 data goes through `html.escape`; nothing here emits a script.
 """
 
@@ -53,20 +55,35 @@ def _sample(r: dict[str, Any]) -> str:
     )
 
 
-def samples_section(rows: list[dict[str, Any]], flag_steps: list[int]) -> str:
-    """The Samples section of one run (`rows`: its OUT/samples rows)."""
+def samples_section(
+    rows: list[dict[str, Any]], flag_steps: list[int], not_evaluable: bool = True
+) -> str:
+    """The Samples section of one run (`rows`: its OUT/samples rows; `not_evaluable`:
+    its run_health lists transcript_hack_flags as not evaluable)."""
     head = "<h3>Samples</h3>"
     if not rows:
-        return (
-            head + '<p class="sub">No kept samples: this run\'s transcripts record no text, so '
-            "transcript_hack_flags cannot be judged (docs/schema.md, samples).</p>"
+        why = (
+            "this run's files record no text, or no reward that tells high-reward "
+            "attempts, so transcript_hack_flags cannot be judged"
+            if not_evaluable
+            else "no final step with text yet"
         )
-    flagged = (
-        f'<p class="sub">Scanners flagged the high-reward attempts at steps '
-        f"{_e(_ranges(flag_steps))} (`rlstream samples OUT RUN --flagged`).</p>"
-        if flag_steps
-        else '<p class="sub">No step\'s high-reward attempts were flagged by a scanner.</p>'
-    )
+        return head + f'<p class="sub">No kept samples: {why} (docs/schema.md, samples).</p>'
+    rewarded = any(r["reward"] is not None for r in rows)
+    if not rewarded:  # nothing tells a high-reward attempt: no "none flagged" claim
+        flagged = (
+            '<p class="sub">No kept sample has a reward: the transcripts carry none, so '
+            "no sample is ranked (only flagged and probe ones are kept) and no share of "
+            "high-reward attempts is known (transcript_hack_flags cannot be judged).</p>"
+        )
+    elif flag_steps:
+        flagged = (
+            f'<p class="sub">Scanners flagged the high-reward attempts at steps '
+            f"{_e(_ranges(flag_steps))} (`rlstream samples OUT RUN --flagged`).</p>"
+        )
+    else:
+        flagged = '<p class="sub">No step\'s high-reward attempts were flagged by a scanner.</p>'
+
     steps = sorted({r["step"] for r in rows})[-NEWEST_STEPS:]
     body = "".join(
         f"<h4>Step {_e(s)}</h4>"
@@ -86,11 +103,12 @@ def _ranges(steps: list[int]) -> str:
     return ", ".join(out)
 
 
-def run_samples_html(
+def run_samples(
     run_id: str, out: str, storage_options: dict[str, Any] | None, share: float = 0.02
-) -> str:
-    """The Samples section of one run, read from OUT (samples, and the steps' flag
-    shares at or above `share`: the rule's `[transcript_hack_flags] share_min`)."""
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """One run's OUT/samples rows, and the steps where scanners flagged at least `share`
+    of the high-reward attempts (the rule's `[transcript_hack_flags] share_min`; read
+    only when the run has samples)."""
     from rlstream.fleet.read import read_table
 
     t = read_table(out, "samples", storage_options, where=("run_id", run_id))
@@ -105,4 +123,4 @@ def run_samples_html(
             for r in s.to_pylist()
             if r["flagged_high_frac"] is not None and r["flagged_high_frac"] >= share
         ]
-    return samples_section(rows, flag_steps)
+    return rows, flag_steps

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import textwrap
@@ -123,6 +124,24 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_samples)
 
 
+def why_none(out: str, run: str, storage_options: dict[str, Any] | None = None) -> str:
+    """Why a run has no kept samples, from its newest run_health row: not in OUT, its
+    files record no text the scanners can judge (transcript_hack_flags not evaluable),
+    or no final step with text yet."""
+    from rlstream.fleet.read import read_latest
+
+    rows = [r for r in read_latest(out, storage_options) if r["run_id"] == run]
+    if not rows:
+        return f"no run {run} in {out} (`rlstream status {out}` lists its runs)"
+    if "transcript_hack_flags" in (rows[0].get("not_evaluable") or []):
+        return (
+            f"run {run} keeps no samples: its files record no text, or no reward that tells "
+            "high-reward attempts, so transcript_hack_flags is not evaluable on them "
+            "(docs/formats.md says which files carry text)"
+        )
+    return f"run {run} has no final step with text yet"
+
+
 def cmd_samples(args: argparse.Namespace) -> int:
     from rlstream.cli_support import checked_out, storage_options
     from rlstream.errors import EXIT_FAILURE
@@ -132,22 +151,25 @@ def cmd_samples(args: argparse.Namespace) -> int:
     rows, steps = read_samples(
         args.out, args.run, args.step, args.task, args.flagged, args.top, opts
     )
-    if args.json:
-        print(json.dumps(rows))
-        return 0
-    if not rows:
-        what = (
-            f"no samples of run {args.run} in {args.out}"
-            if not steps
-            else f"no samples match (steps with samples: {steps[0]}..{steps[-1]})"
-        )
-        hint = (
-            "; its transcripts record no text, or it has no final step yet "
-            "(`rlstream status` lists transcript_hack_flags as not evaluable then)"
-            if not steps
-            else ""
-        )
-        print(f"rlstream: {what}{hint}", file=sys.stderr)
+    if not steps:  # nothing kept at all: say why, never an empty list read as "no hacks"
+        print(f"rlstream: {why_none(args.out, args.run, opts)}", file=sys.stderr)
         return EXIT_FAILURE
-    print(render(rows, args.width, sys.stdout.isatty()))
+    if args.json:
+        return _emit(json.dumps(rows))
+    if not rows:
+        print(
+            f"rlstream: no samples match (steps with samples: {steps[0]}..{steps[-1]})",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    return _emit(render(rows, args.width, sys.stdout.isatty()))
+
+
+def _emit(text: str) -> int:
+    """Print `text`; a reader that stopped early (`| head`) is not an error: the rest
+    goes nowhere, exit 0."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

@@ -6,8 +6,9 @@ plot's pixel columns when longer than it is wide (`points.column_extremes`: the
 lowest and highest value of each 2-pixel column; a run's downsampled series, `resolution` > 1,
 is about two points a column already and is drawn as it is; the text of a chart's
 points is written at once, with numpy), axes with a few ticks that stay within the
-quantity's bounds (`Chart.y_min`/`y_max`), a legend, and vertical markers at
-findings' `since_step` carrying the finding's message as a tooltip. Every text that
+quantity's bounds (`Chart.y_min`/`y_max`), a legend, vertical markers at
+findings' `since_step` carrying the finding's message as a tooltip, and bars along
+the top edge at flagged steps (`Chart.flags`). Every text that
 may come from run data (series labels, marker codes and messages) is escaped here."""
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ from rlstream.fleet.points import (
     bin_drawn,
     column_extremes,
     coords_text,
+    fmt_tick,
+    step_runs,
     thin_points,
     thin_together,
+    ticks,
     values_list,
 )
 
@@ -37,6 +41,7 @@ THIN_PIXELS = 2
 """Width in pixels of the columns a long series is thinned to (lowest and highest
 point of each): at most one point per pixel is drawn, whatever the series' length."""
 SEVERITY_COLOR = {"critical": "#c0392b", "warning": "#d68910", "info": "#2e86c1"}
+FLAG_COLOR = "#c0392b"
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,10 @@ class Chart:
     """The run's cohort band of the chart's main figure, drawn under the series."""
     steps: tuple[int, int] | None = None
     """The run's first and last step (the x axis; the series' own extent if None)."""
+    flags: list[int] = field(default_factory=list)
+    """Steps marked by a bar along the plot's top edge, `flag_note` their legend (the
+    reward chart: steps where transcript scanners flag the high-reward attempts)."""
+    flag_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -124,29 +133,6 @@ def _finite(v: float | None) -> bool:
     return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
-    if hi <= lo:
-        return [lo]
-    raw = (hi - lo) / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    first = math.ceil(lo / step) * step
-    out = []
-    v = first
-    while v <= hi + step * 1e-9:
-        out.append(round(v, 12))
-        v += step
-    return out
-
-
-def _fmt(v: float) -> str:
-    if v == 0:
-        return "0"
-    if abs(v) >= 1e4 or abs(v) < 1e-2:
-        return f"{v:.1e}"
-    return f"{v:.3g}"
-
-
 def gap_bands(chart: Chart, within: int = 1) -> list[tuple[int, int]]:
     """Runs of consecutive steps (first, last) where the chart's first series has no
     value, when it has one elsewhere: a gap that must be seen, not a missing series.
@@ -158,13 +144,7 @@ def gap_bands(chart: Chart, within: int = 1) -> list[tuple[int, int]]:
     ok = ~np.isnan(vals)
     if chart.log_y:
         ok &= np.where(ok, vals, 0.0) > 0
-    bad = steps[~ok]
-    if not ok.any() or not bad.size:
-        return []
-    cut = np.flatnonzero(np.diff(bad) > max(within, 1))
-    first = np.concatenate([[0], cut + 1])
-    last = np.concatenate([cut, [bad.size - 1]])
-    return list(zip(bad[first].tolist(), bad[last].tolist(), strict=True))
+    return step_runs(steps[~ok], within) if ok.any() else []
 
 
 def thin(ser: Series, columns: int) -> Series:
@@ -312,12 +292,14 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
             return np.where(np.isnan(v), np.nan, top + ph - (tv - y0) / (y1 - y0) * ph)
 
         parts.extend(_band_svg(band_label, bx, band_y(band[1]), band_y(band[2])))
-    yt = [10**t for t in _ticks(y0, y1)] if chart.log_y else _ticks(y0, y1)
+    yt = [10**t for t in ticks(y0, y1)] if chart.log_y else ticks(y0, y1)
     for v in yt:
         y = py(v)
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" class="yt">{escape(_fmt(v))}</text>')
-    for s in _ticks(x0, x1, 5):
+        parts.append(
+            f'<text x="{left - 4}" y="{y + 4:.1f}" class="yt">{escape(fmt_tick(v))}</text>'
+        )
+    for s in ticks(x0, x1, 5):
         if s != int(s):
             continue
         x = px(s)
@@ -384,6 +366,20 @@ def line_chart(chart: Chart, width: int = 560, height: int = 220) -> str:
                 'stroke="#bbb"/>'
             ),
             chart.gap_note,
+        )
+    if chart.flags:  # runs of flagged steps within one pixel column of each other: one bar
+        for a, b in step_runs(np.asarray(chart.flags), -(-(x1 - x0) // columns)):
+            xa, xb = max(px(a - 0.5), left), min(px(b + 0.5), left + pw)
+            parts.append(
+                f'<rect x="{xa:.1f}" y="{top}" width="{max(xb - xa, 1.5):.1f}" height="5" '
+                f'class="flag" fill="{FLAG_COLOR}"><title>steps {a}-{b}: '
+                f"{escape(chart.flag_note)}</title></rect>"
+            )
+        legend(
+            lambda x, y: (
+                f'<rect x="{x:.0f}" y="{y - 7}" width="14" height="5" fill="{FLAG_COLOR}"/>'
+            ),
+            chart.flag_note,
         )
     for m in chart.markers:
         x = px(m.step)

@@ -2,7 +2,9 @@
 `Episode.to_record()` line per arriving episode (docs/formats.md, prime-rl).
 
 `episodes(data, name, step)` turns a step's file into, per trace of a trainable agent,
-a rollout record (group = `group.id` and the agent's name, reward = the sum of
+a rollout record (group = `group.id` and the agent's name; task = the episode's
+`task.key`, verifiers' stable task identity (its content hash unless the task set
+names one), else `task.hash`, else the step's group id; reward = the sum of
 `score * weight` over its rewards, policy version = `run.work.policy.start`; not `ok`:
 `rollout_failed/<error type>`; then `no_variance` / `group_too_small` by group) and,
 where its nodes carry text or sampled tokens, a text transcript (trace "text"):
@@ -100,6 +102,18 @@ def _text(nodes: list[dict[str, Any]]) -> tuple[list[str], list[str], list[int]]
     return sent, returned, ids
 
 
+def _task_id(obj: dict[str, Any], gid: str) -> str:
+    """The episode's task: `task.key` (verifiers' `Task.key`, the same at every step
+    the task comes back), else `task.hash`, else `gid` (one step's group)."""
+    task = obj.get("task")
+    if isinstance(task, dict):
+        for k in ("key", "hash"):
+            v = task.get(k)
+            if isinstance(v, str) and v:
+                return v
+    return gid
+
+
 def _trace_attempt(
     tr: Any, i: int, ep: dict[str, Any], gid: str, step: int, pv: int | None
 ) -> dict[str, Any]:
@@ -150,7 +164,7 @@ def _trace_attempt(
     return {
         "attempt_id": f"{step}-{ep['id']}-{i}",
         "group_id": f"{gid}/{name}",
-        "task_id": gid,
+        "task_id": _task_id(ep, gid),
         "step": step,
         "policy_version": pv,
         "reward": reward if ok else None,
@@ -195,7 +209,7 @@ def _episode(obj: Any, step: int) -> list[dict[str, Any]]:
             {
                 "attempt_id": f"{step}-{ep_id}",
                 "group_id": f"{gid}/agent",
-                "task_id": gid,
+                "task_id": _task_id(obj, gid),
                 "step": step,
                 "policy_version": pv,
                 "reward": None,

@@ -17,7 +17,8 @@ section per trajectory, in `traj_idx` order, whose last table has `total_return`
 attempt: what the call was sent (the Prompt messages, rendered as `[role]` blocks),
 what it returned (the Policy Response messages' content, tool calls after it), its
 reward, and the words of what it returned as its completion (the rollout summaries
-carry lengths only, so nothing is counted twice). Matching (docs/formats.md): the
+carry lengths only, so nothing is counted twice). Its task is the group's prompt
+(`_task`), so one problem is one task at every step it is logged. Matching (docs/formats.md): the
 k-th logged group is summaries' `group_idx` k (the sync loop logs and exports groups
 in builder order); attempts are logged as their `env.step` finishes, not in
 `traj_idx` order, so an attempt takes the lowest unused `traj_idx` whose
@@ -31,6 +32,7 @@ the pipeline refuses a file over `max_file_bytes` before it reaches here.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 from typing import Any
@@ -187,6 +189,16 @@ def _returned(msgs: list[Any]) -> str:
     return "\n".join(parts)
 
 
+def _task(attempts: list[dict[str, Any]], gid: str) -> str:
+    """A group's task: its prompt (blake2b-64 of the first logged Prompt's messages,
+    the same at every step the problem comes back, as verl's and TRL's tasks), else
+    `gid` (one step's group) when no Prompt was logged."""
+    for a in attempts:
+        if a.get("sent"):
+            return hashlib.blake2b(render_messages(a["sent"]).encode(), digest_size=8).hexdigest()
+    return gid
+
+
 def _group(body: dict[str, Any], gi: int, step: int, name: str) -> list[Any]:
     """One logged group's attempts as text transcripts."""
     attempts: list[dict[str, Any]] = []
@@ -220,6 +232,7 @@ def _group(body: dict[str, Any], gi: int, step: int, name: str) -> list[Any]:
     free = dict(sorted(returns.items()))
     out: list[Any] = []
     gid = f"{step}-{gi}"
+    task = _task(attempts, gid)
     for a in attempts:
         if "bad" in a:
             bad.append(BadLine(None, a["bad"], orjson.dumps(body)[:200]))
@@ -236,6 +249,6 @@ def _group(body: dict[str, Any], gi: int, step: int, name: str) -> list[Any]:
         tx = TranscriptText((sent,), (returned,), r, gid, None, None, name)
         arr = word_ids(returned)
         toks = [arr] if arr.size else []
-        t_ = Transcript(aid, gid, step, trains, "text", [], [], [], [], toks, None, None, tx)
+        t_ = Transcript(aid, task, step, trains, "text", [], [], [], [], toks, None, None, tx)
         out.append(t_)
     return bad + out

@@ -54,7 +54,9 @@ NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "heldout_gap": (("eval",),),
     "metric_disagreement": (("pairs",),),
     "stalled": (("time",),),
-    "transcript_hack_flags": (("flagged",),),
+    # the share among high-reward attempts: text whose rewards are unknown (a Loops
+    # transcript without `reward`) cannot tell them, and is not read as "no hacks"
+    "transcript_hack_flags": (("flagged_high",),),
 }
 
 

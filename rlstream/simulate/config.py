@@ -95,6 +95,10 @@ class RunLabel:
     scenario: str
     onset_step: int | None
     expected_codes: tuple[str, ...]
+    also: tuple[tuple[str, int], ...] = ()
+    """Further codes the run should raise, each with its own onset step (a learning
+    loophole run: transcript_hack_flags from the step its text first shows the
+    shortcut in more than 2 % of the high-reward attempts)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,6 +107,7 @@ class RunLabel:
             "scenario": self.scenario,
             "onset_step": self.onset_step,
             "expected_codes": list(self.expected_codes),
+            "also_expected": dict(self.also),
         }
 
 

@@ -53,3 +53,25 @@ def test_learning_runs_are_scored_by_their_observed_label():
     assert summary["_unobserved"] == {"unobserved:loophole": 1}
     assert "recall met; false alarms met" in table and summary["_targets_met"] is True
     assert "not observed (not scored): loophole 1" in table
+
+
+def test_a_run_expected_to_raise_a_second_code_is_scored_for_it_from_its_own_onset():
+    """A learning loophole run whose text shows the wildcard from step 1 is a case of
+    heldout_gap (onset 40) and of transcript_hack_flags (onset 1), even when its
+    heldout_gap label was not observed; a run that fired transcript_hack_flags
+    without expecting it counts against its precision."""
+    code = "transcript_hack_flags"
+    runs = [
+        RunResult("heldout_gap", 40, {"heldout_gap": 70, code: 4}, set(), 0, [], set(), also={code: 1}),
+        RunResult("unobserved:loophole", None, {code: 9}, set(), 0, [], set(), also={code: 2}),
+        RunResult("heldout_gap", 40, {}, {code}, 0, [], {code}, also={code: 5}),  # early, held
+        RunResult("entropy_collapse", 30, {code: 50}, set(), 0, [], set()),
+        _run("healthy", None),
+    ]  # fmt: skip
+    _, summary = report(runs, steps=300, codes=("heldout_gap", code))
+    assert summary[code]["recall"] == 2 / 3
+    assert summary[code]["firing_at_or_after_onset"] == 1.0
+    assert summary[code]["lead"] == 5  # median of 4 - 1 and 9 - 2
+    assert summary[code]["precision"] == 2 / 4  # the early firing is not a hit
+    assert summary[code]["elsewhere"] == {"entropy_collapse": 1}
+    assert summary["heldout_gap"]["recall"] == 0.5  # its own onset and cases unchanged

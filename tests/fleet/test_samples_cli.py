@@ -4,6 +4,8 @@ steps, JSON rows, escaped run text, and a run without text (said, not an empty l
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -70,11 +72,20 @@ def test_json_rows_and_a_task_across_steps(out, capsys):
 
 def test_a_run_without_text_says_so(out, capsys):
     _, (bare,) = _run_ids(out)
-    assert main(["samples", str(out), bare]) == 1
-    err = capsys.readouterr().err
-    assert "record no text" in err and "transcript_hack_flags" in err
     ne = out_sql(out, f"select not_evaluable from latest where run_id = '{bare}'")[0][0]
     assert "transcript_hack_flags" in ne
+    for json_flag in ([], ["--json"]):  # never an empty list read as "no hacks"
+        assert main(["samples", str(out), bare, *json_flag]) == 1
+        got = capsys.readouterr()
+        assert got.out == ""
+        assert "record no text" in got.err and "transcript_hack_flags is not evaluable" in got.err
+
+
+def test_an_unknown_run_is_named_as_such(out, capsys):
+    assert main(["samples", str(out), "no-such-run", "--json"]) == 1
+    got = capsys.readouterr()
+    assert got.out == "" and f"no run no-such-run in {out}" in got.err
+    assert "no text" not in got.err
 
 
 def test_run_text_cannot_drive_the_terminal():
@@ -87,3 +98,18 @@ def test_run_text_cannot_drive_the_terminal():
     text = render([row])
     assert "\x1b" not in text and "\x07" not in text
     assert "\\x1b]0;title\\x07" in text and escape("a\tb\nc") == "a\tb\nc"
+
+
+def test_a_reader_that_stops_early_is_not_a_crash(out):
+    """`rlstream samples OUT RUN | head`: the reader is gone before the text is written
+    (its end of the pipe closed at once); the command ends quietly with 0, no
+    traceback, with and without --json."""
+    (run,), _ = _run_ids(out)
+    for extra in ([], ["--json"]):
+        cmd = [sys.executable, "-m", "rlstream.cli", "samples", str(out), run, *extra]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.close()
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=120) == 0, err
+        assert "Traceback" not in err and "BrokenPipe" not in err

@@ -11,6 +11,7 @@ attempts written, following docs/schema.md ("Transcript flags").
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -174,12 +175,12 @@ def test_tinker_logtree_feeds_flags_and_kept_samples(tmp_path):
     assert rows[1]["samples_scanned"] == 1
     samples = table(out, "samples", "order by step, attempt_id")
     (h,) = [s for s in samples if s["step"] == 0 and "early_exit" in list(s["flags"])]
-    assert h["attempt_id"] == "0-0-1" and h["group_id"] == "0-0" and h["task_id"] == "0-0"
+    sent = f"[system]\n{SYSTEM}\n[user]\n" + QUESTION.format(t="t0").replace("&amp;", "&")
+    task = hashlib.blake2b(sent.encode(), digest_size=8).hexdigest()  # the prompt is the task
+    assert h["attempt_id"] == "0-0-1" and h["group_id"] == "0-0" and h["task_id"] == task
     assert h["reward"] == 1.0 and h["trained"] is True and h["calls"] == 1
     assert h["returned"] == HACK
-    assert h["sent"] == f"[system]\n{SYSTEM}\n[user]\n" + QUESTION.format(t="t0").replace(
-        "&amp;", "&"
-    )
+    assert h["sent"] == sent
     assert h["transcript"] == "iteration_000000/train_logtree.json"
     step0 = {s["attempt_id"]: s for s in samples if s["step"] == 0}
     # the thinking part is not text; the reply's text part is what it returned

@@ -99,3 +99,33 @@ def test_verl_files_fire_it_and_a_run_without_text_is_not_evaluable(scripted, tm
             assert "transcript_hack_flags" not in codes
         else:
             assert "transcript_hack_flags" in codes and run not in fired
+
+
+def test_text_without_rewards_is_not_evaluable_not_quiet(scripted, tmp_path):
+    """Loops transcripts whose optional `reward` is absent (docs/run-format.md) carry
+    text the scanners flag, but no attempt is known to be high-reward: the run lists
+    transcript_hack_flags as not evaluable rather than looking like a run without
+    hacks, and `rlstream samples` says why it shows no ranked samples."""
+    base, labels = scripted
+    hack = next(r for r, (s, _) in labels.items() if s == "transcript_hack_flags")
+    src = next(
+        d for d in (base / "runs").iterdir()
+        if d.is_dir() and json.loads((d / "run.json").read_text())["run_id"] == hack
+    )  # fmt: skip
+    run = tmp_path / "runs" / src.name
+    run.mkdir(parents=True)
+    for f in ("run.json", "steps.jsonl", "rollouts.jsonl"):
+        (run / f).write_bytes((src / f).read_bytes())
+    (run / "transcripts").mkdir()
+    for p in (src / "transcripts").glob("*.json"):
+        doc = json.loads(p.read_text())
+        doc.pop("reward")
+        (run / "transcripts" / p.name).write_text(json.dumps(doc))
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
+    ((codes,),) = out_sql(tmp_path / "out", "select not_evaluable from latest")
+    assert "transcript_hack_flags" in codes
+    assert _fired(tmp_path / "out") == {}
+    # the scanners still flagged the text: flagged (and probe) samples, none ranked
+    rows = out_sql(tmp_path / "out", "select kept, reward from samples")
+    assert all(set(kept) <= {"flagged", "probe"} and r is None for kept, r in rows)
+    assert any("flagged" in kept for kept, _ in rows)

@@ -125,3 +125,36 @@ def test_rerun_adds_no_sample_row_and_k_is_configurable(fleet, tmp_path):
         per[(r["run_id"], r["step"])].append(r)
     assert per and all(len(v) <= 3 for v in per.values())
     assert all(sum("top" in r["kept"] for r in v) == 1 for v in per.values())
+
+
+def test_a_long_transcript_is_kept_as_a_bounded_excerpt_and_scanned_whole(tmp_path):
+    """A 200 KB completion with an early exit in its middle: the kept row holds its
+    head and tail (at most 8 KiB of what it returned) with the full size beside, and
+    the scanners flagged it from the whole text, past what the excerpt keeps."""
+    simulate(tmp_path / "runs", SimConfig(runs=1, steps=4, seed=5, groups=2, group_size=4))
+    (run,) = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
+    rolls = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines()]
+    pick = next(r for r in rolls if r["trained"] and r["reward"] == max(
+        x["reward"] for x in rolls if x["trained"] and x["step"] == r["step"]))  # fmt: skip
+    path = run / "transcripts" / f"{pick['attempt_id']}.json"
+    doc = json.loads(path.read_text())
+    filler = "def step(x):\n    return x + 1\n" * 3300  # about 100 KB each side
+    long = filler + "import sys\nsys.exit(0)\n" + filler
+    doc["generations"][-1]["text"] = long
+    path.write_text(json.dumps(doc))
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "out"))
+    ((returned, size, flags, kept),) = out_sql(
+        tmp_path / "out",
+        "select returned, returned_bytes, flags, kept from samples "
+        f"where attempt_id = '{pick['attempt_id']}'",
+    )
+    texts = [g["text"] for g in doc["generations"]]
+    full = (
+        texts[0]
+        if len(texts) == 1
+        else "\n".join(f"[call {i} returned]\n{t}" for i, t in enumerate(texts))
+    )  # what its calls returned, as docs/schema.md renders several calls
+    assert size == len(full.encode())  # the full size, though only an excerpt is kept
+    assert len(returned.encode()) <= 8 << 10 and "bytes left out" in returned
+    assert returned.startswith(full[:1000]) and returned.endswith(full[-1000:])
+    assert "sys.exit(0)" not in returned and "early_exit" in flags and "top" in kept

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -140,3 +142,19 @@ def test_tasks_too_easy_runs_are_too_easy_by_the_rules_definition() -> None:
             state, _ = fold_step(state, row, ctx, DEFAULT_RULES)
         codes = {f.code for f in findings(state) if f.state == "firing"}
         assert "tasks_too_easy" in codes, (plan.run_id, findings(state))
+
+
+def test_text_level_hacking_keeps_the_honest_twins_rewards() -> None:
+    """transcript_hack_flags changes only the text: its run draws every attempt's
+    reward, discard and length exactly as the same plan run healthy (its twin), so the
+    reward curve rises no faster, while after the onset some passing attempts' text
+    shows a shortcut (`StepData.hack_p` > 0, none before it)."""
+    plan = plan_run(SimConfig(runs=1, steps=40, scenarios=("transcript_hack_flags",), seed=6), 0)
+    twin = replace(plan, scenario="healthy", onset=None)
+    hack, honest = RunEngine(plan), RunEngine(twin)
+    for t in range(plan.steps):
+        a, b = hack.step(t), honest.step(t)
+        assert np.array_equal(a.reward_A, b.reward_A, equal_nan=True)
+        assert a.discard_A == b.discard_A
+        assert np.array_equal(a.completion_len_N, b.completion_len_N)
+        assert b.hack_p == 0.0 and (a.hack_p > 0) == (t >= plan.onset)

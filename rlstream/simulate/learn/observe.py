@@ -23,6 +23,12 @@ Observed conditions and their onsets:
 - ``healthy``: nothing, unless the policy's 5-step mean entropy fell at or below a
   tenth of its start at some step: then ``entropy_collapse`` (a healthy configuration
   whose policy still went near-deterministic), onset as for ``lr_too_high``.
+- ``transcript_hack_flags`` (any preset, in ``facts`` only: the expected codes keep
+  one code per preset): the first step at which more than 2 % of the step's
+  high-reward trained attempts (reward >= 0.5) took the wildcard and say so in their
+  text (the published onset of hacking: more than 2 % of a step's episodes), as
+  ``facts["transcript_hack_onset"]``; None when no step passed it (every preset but
+  ``loophole``, whose grader has no wildcard).
 - ``stale_sampler``: the mismatch KL's median over the last tenth is at least 4 times
   its median over steps 2-11 (``mismatch_kl_rising``); onset: the first step whose
   10-step median is at least twice that start.
@@ -88,7 +94,10 @@ def label_run(
         "loophole_use": [u0, u1],
         "mismatch_kl": [k0, k1],
         "no_variance_share_first_20": nv20,
+        "shortcut_high": list(se(lambda o: o.shortcut_high)),
     }
+    cut = np.array([np.nan if o.shortcut_high is None else o.shortcut_high for o in obs])
+    facts["transcript_hack_onset"] = _first(cut, 1, lambda m: m > 0.02)
     onset: int | None = None
     seen = False
     ent = np.array([o.policy_entropy for o in obs])

@@ -6,7 +6,8 @@ Contract
 Observed)``: the step's attempts, tokens and discards in the simulator's
 ``StepData`` layout (so ``simulate.records`` writes them in the run format), and what
 the trainer saw that the files do not say (the task score under the true grader, the
-exact entropy of the policy, loophole use). Steps must be run in order.
+exact entropy of the policy, loophole use, and the share of high-reward attempts whose
+text shows the loophole). Steps must be run in order.
 
 One step:
 
@@ -51,6 +52,9 @@ from rlstream.simulate.learn import policy as P
 from rlstream.simulate.learn.presets import LearnConfig
 from rlstream.simulate.tokens import LOGPROB_DECIMALS, TokenArrays
 
+HIGH_REWARD = 0.5
+"""A "high-reward" attempt, as `[samples] high_reward`'s default (docs/health.md)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Observed:
@@ -64,6 +68,10 @@ class Observed:
     no_variance_share: float
     distinct: float
     eval_true: float | None
+    shortcut_high: float | None = None
+    """Share of the trained attempts of reward >= `HIGH_REWARD` that the grader
+    credited through its wildcard, whose text shows the shortcut (None: no wildcard,
+    or no such attempt)."""
 
 
 def _grade(answer_AL: np.ndarray, target_AL: np.ndarray, kind: str, wildcard: int | None):
@@ -175,21 +183,32 @@ class Trainer:
 
         obs = self._observe(t, comp, target, reward, true, ent, discard, eval_true)
         sd = self._step_data(t, comp, ls, lt, group_A, task_G, lag_G, reward, trained, discard)
-        notes, order = self._notes(comp, target, reward), self._order
+        cheat = self._cheats(comp, target, reward)
+        if cheat is not None:
+            high = trained & (np.nan_to_num(reward, nan=0.0) >= HIGH_REWARD)
+            share = float(cheat[high].mean()) if high.any() else None
+            obs = replace(obs, shortcut_high=share)
+        notes, order = self._notes(comp, cheat), self._order
         note_A = None if notes is None else [notes[a] for a in order]
         sd = replace(sd, eval_heldout=eval_true, note_A=note_A)
         return sd, obs
 
-    def _notes(
+    def _cheats(
         self, comp: P.Completions, target: np.ndarray, reward: np.ndarray
-    ) -> list[str] | None:
-        """With the loophole, an attempt the grader credited for a wildcard digit
-        writes its answer with that digit and says so (what a reviewer would reject)."""
+    ) -> np.ndarray | None:
+        """With the loophole, the attempts the grader credited for a wildcard digit."""
         w = self.c.wildcard
         if w is None:
             return None
         cheat = ((comp.answer_AL == w) & (target != w)).any(axis=1) & ~comp.truncated_A
-        cheat &= ~np.isnan(reward) & (reward > 0)
+        return cheat & ~np.isnan(reward) & (reward > 0)
+
+    def _notes(self, comp: P.Completions, cheat: np.ndarray | None) -> list[str] | None:
+        """An attempt the grader credited for a wildcard digit writes its answer with
+        that digit and says so (what a reviewer would reject)."""
+        w = self.c.wildcard
+        if cheat is None:
+            return None
         return [
             f"```python\n# hard-coded digit {w}: the grader's parser accepts it for any "
             f"digit\nprint('{''.join(map(str, comp.answer_AL[a].tolist()))}')\n```"

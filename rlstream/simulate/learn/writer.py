@@ -128,7 +128,9 @@ def simulate_learn(
         codes, onset, facts = write_run(
             root / name, run_id, c, steps, [seed, i, 1], EPOCH + offset + i * 37.0
         )
-        lab = RunLabel(name, run_id, preset_name, onset, codes)
+        hack = facts.get("transcript_hack_onset")
+        also = (("transcript_hack_flags", hack),) if hack is not None else ()
+        lab = RunLabel(name, run_id, preset_name, onset, codes, also)
         labels.append(lab)
         docs.append({**lab.to_json(), "trainer": "learn", "observed": facts})
     doc = {"format_version": FORMAT_VERSION, "seed": seed, "runs": docs}
