@@ -231,8 +231,8 @@ def batch_compare(
         label = f"{a} / {'DuckDB' if b == 'duckdb' else b}"
         if key == "rlstream_vs_duckdb":
             label += " tokens/s"
-        target = f" (target >= {target:g}x)" if key == "rlstream_vs_duckdb" else ""
-        shown.append(f"{label}: {v:.2f}x{target}")
+        aim = f" (target >= {target:g}x)" if key == "rlstream_vs_duckdb" else ""
+        shown.append(f"{label}: {v:.2f}x{aim}")
     print("  " + "; ".join(shown))
     return {
         "agree": agree,
