@@ -3,8 +3,8 @@
 More cores save part of the work's time, and each way of reaching them costs CPU of
 its own before it does any work. On one machine a private Ray costs seconds (its
 daemons' start and stop, worker processes that each import Ray); plain worker
-processes forked from a preloaded server (`runtime.processes`) give the same cores
-for a small fraction of that. So `analyze` estimates the work from its plan (the
+processes (`runtime.processes`: an interpreter each, importing only the unit readers
+and kernels) give the same cores for a small fraction of that. So `analyze` estimates the work from its plan (the
 transcripts it lists) and starts worker processes only when the cores they add
 save more than they cost (`choose`; docs/runtime.md, "Where analyze runs"). A
 private Ray, which only ever spans this machine, never saves more than those
@@ -27,9 +27,9 @@ PRIVATE_RAY_CPU_S = 5.5
 """CPU seconds a private Ray costs on its own on one machine: its daemons' start and
 stop and its worker processes importing Ray (bench/README.md)."""
 
-PROCESSES_CPU_S = 0.5
-"""CPU seconds worker processes cost on their own: the forkserver's interpreter and
-imports, a fork per worker, and the results' pickling (bench/README.md)."""
+PROCESS_CPU_S = 0.3
+"""CPU seconds a worker process costs on its own: its interpreter's start and imports,
+and the pickling of its results (bench/README.md)."""
 
 PAYS_MARGIN = 2.0
 """How much more the cores must save than they cost, for an estimate that can be
@@ -64,11 +64,11 @@ def estimate_cpu_s(listed: int, chunks: int) -> float:
     return listed * max(1, chunks) * CPU_S_PER_TRANSCRIPT
 
 
-def pays_from(cores: int, cost: float = PROCESSES_CPU_S) -> float:
-    """The work (CPU s) above which spreading it over `cores` saves `PAYS_MARGIN`
-    times `cost`: the saving is about work * (1 - 1/cores) of wall time, taken as
-    work / (cores - 1) against the cost, as for one extra core."""
-    return PAYS_MARGIN * cost / (cores - 1)
+def pays_from(cores: int) -> float:
+    """The work (CPU s) above which spreading it over `cores` worker processes saves
+    `PAYS_MARGIN` times their cost (`PROCESS_CPU_S` each), the saving taken as
+    work / (cores - 1), as for one extra core."""
+    return PAYS_MARGIN * PROCESS_CPU_S * cores / (cores - 1)
 
 
 def choose(listed: int, chunks: int, cores: int | None = None) -> Placement:

@@ -4,28 +4,30 @@ A private Ray costs seconds of CPU before it does any work (its daemons, worker
 processes that each import Ray: bench/README.md). A plain worker process costs a
 fraction of a second: `LocalStart(storage, n)` starts `n` of them in a thread, as
 `executors.RayStart` starts Ray, and `workers()` is None until every one has
-answered. They come from multiprocessing's forkserver: a clean interpreter that has
-imported the unit readers and kernels once and forks a worker per request, so no
-thread or lock of this process is copied into a worker (this process may hold a
-Delta client's or an object store's threads by then).
+answered. Each is a fresh interpreter running this module (`python -m
+rlstream.runtime.processes FD`), given this process's environment and import path and
+one end of a socket pair: nothing of the driver is copied into it (not its threads or
+locks, a Delta client's or an object store's), and the driver's own main script is
+never run again there (multiprocessing's spawn and forkserver would import it).
 
-A worker runs the batches sent on its pipe in order (`executors.run_unit` for each
+A worker runs the batches sent on its socket in order (`executors.run_unit` for each
 unit, so a unit's error is that unit's `UnitFailure`) and answers each with its
 results. `PROCESS_CALLS` is how `executors.WorkerPool` sends batches to them and
 collects the answers (`executors.Calls`). A worker that dies fails its batches in
 flight (`WorkerLost`: `UnitFailure`s that `RunGroup.poll` retries) and is left out
-from then on; with none left, the pool runs units in this process. Workers ignore
-Ctrl-C (the driver decides what an interrupt means) and exit when their pipe closes:
-the driver stopped them, or died.
+from then on; with none left, the pool runs units in this process. Workers run in a
+session of their own (a Ctrl-C at the terminal is the driver's to handle) and exit
+when their socket closes: the driver stopped them, or died.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
-import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -36,51 +38,55 @@ from rlstream.io.storage import Storage
 
 log = logging.getLogger("rlstream")
 
-PRELOAD = ("rlstream.runtime.processes", "rlstream.pipeline.work")
-"""What the forkserver imports once, so that a forked worker starts with it."""
-
 STOP_TIMEOUT_S = 5.0
 """How long a stopped worker may take to finish its batch before it is killed."""
 
 
 class WorkerLost(Exception):
-    """A worker process died (or its pipe broke) with batches in flight."""
+    """A worker process died (or its socket broke) with batches in flight."""
 
 
-def _serve(conn: Connection, storage: Storage, env: dict[str, str]) -> None:
-    """A worker process's loop: batches in, their results out, until the pipe closes
-    or a `None` asks it to stop. `env` is the driver's environment when it started the
-    worker (the forkserver's may be older: an object store's endpoint or keys set
-    since would be missing)."""
+def serve(fd: int) -> None:
+    """A worker process's loop: its storage first, then batches in and their results
+    out, until the socket closes or a `None` asks it to stop."""
     from rlstream.runtime.executors import run_unit
     from rlstream.runtime.malloc import keep_heap
 
-    os.environ.clear()
-    os.environ.update(env)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     keep_heap()
+    conn = Connection(fd)
     where = f"worker process {os.getpid()}"
-    conn.send(os.getpid())
-    while True:
-        try:
-            batch = conn.recv()
-        except (EOFError, OSError):
-            return
-        if batch is None:
-            return
-        try:
+    try:
+        storage = conn.recv()
+        conn.send(os.getpid())
+        while (batch := conn.recv()) is not None:
             conn.send([run_unit(u, storage, where) for u in batch])
-        except (BrokenPipeError, OSError):
-            return
+    except (EOFError, OSError):
+        return
+
+
+def _spawn(storage: Storage | None) -> ProcessWorker:
+    """One worker process, started and sent its storage (it answers once ready)."""
+    mine, theirs = socket.socketpair()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    cmd = [sys.executable, "-m", "rlstream.runtime.processes", str(theirs.fileno())]
+    with theirs:
+        proc = subprocess.Popen(
+            cmd, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    worker = ProcessWorker(proc, Connection(mine.detach()))
+    worker.conn.send(storage)
+    return worker
 
 
 class ProcessWorker:
-    """One worker process and the pipe to it; calls are answered in the order sent."""
+    """One worker process (a `subprocess.Popen`) and the socket to it; calls are
+    answered in the order sent."""
 
-    def __init__(self, process: Any, conn: Connection) -> None:
+    def __init__(self, process: subprocess.Popen, conn: Connection) -> None:
         self.process = process
         self.conn = conn
-        self.pid: int | None = None
+        self.pid: int | None = process.pid
         self.sent = 0
         self.answered = 0
         self.lost = False
@@ -149,7 +155,7 @@ class LocalStart:
 
     calls = PROCESS_CALLS
 
-    def __init__(self, storage: Storage, n: int, delay: float | None = None) -> None:
+    def __init__(self, storage: Storage | None, n: int, delay: float | None = None) -> None:
         self.storage = storage
         self.n = max(1, n)
         self.delay = delay
@@ -173,17 +179,10 @@ class LocalStart:
             self.settled.set()
             return
         try:
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(list(PRELOAD))
             for _ in range(self.n):
-                mine, theirs = ctx.Pipe()
-                args = (theirs, self.storage, dict(os.environ))
-                p = ctx.Process(target=_serve, args=args, daemon=True)
-                p.start()
-                theirs.close()
-                self._workers.append(ProcessWorker(p, mine))
+                self._workers.append(_spawn(self.storage))
             for w in self._workers:
-                w.pid = w.conn.recv()
+                w.conn.recv()  # its pid, once it imported what it runs
             self.phases["workers"] = time.monotonic() - self._t0
             if not self._stopping.is_set():
                 self._ready = self._workers
@@ -214,17 +213,22 @@ class LocalStart:
             with contextlib.suppress(OSError):  # already gone
                 w.conn.send(None)
         for w in self._workers:
-            w.process.join(STOP_TIMEOUT_S)
-            if w.process.is_alive():
+            try:
+                w.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
                 log.warning("worker process %s did not stop: killed", w.pid)
                 w.process.kill()
-                w.process.join()
+                w.process.wait()
             w.conn.close()
         self.phases["stop"] = time.monotonic() - t
 
     def join(self) -> None:
         self.stop()
         self._thread.join()
+
+    def alive(self) -> bool:
+        """Whether any of its worker processes still runs."""
+        return any(w.process.poll() is None for w in self._workers)
 
     def text(self) -> str:
         """The start's phases in words (the closing report)."""
@@ -233,3 +237,7 @@ class LocalStart:
             return "the work ended before the worker processes were ready"
         said = f"{self.n} worker processes ready after {ph['workers']:.1f} s"
         return said + (f", stopped in {ph['stop']:.1f} s" if "stop" in ph else "")
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

@@ -15,14 +15,14 @@ import pytest
 
 from rlstream.pipeline.local import analyze_local
 from rlstream.runtime.cluster import TEMP_PARENT_ENV
-from rlstream.runtime.placement import PAYS_MARGIN, PROCESSES_CPU_S, choose, estimate_cpu_s
+from rlstream.runtime.placement import PAYS_MARGIN, PROCESS_CPU_S, choose, estimate_cpu_s
 from rlstream.simulate import SimConfig, simulate
 from tests.runtime.helpers import assert_same_rows, read_steps
 
 
 def test_the_rule_weighs_the_planned_work_against_the_processes_and_the_cores():
-    # 2 cores: worker processes pay above margin * their cost / (2 - 1) CPU s of work.
-    threshold = PAYS_MARGIN * PROCESSES_CPU_S
+    # 2 cores: 2 worker processes pay above margin * their cost / (2 - 1) CPU s of work.
+    threshold = PAYS_MARGIN * PROCESS_CPU_S * 2
     below = int(threshold / estimate_cpu_s(1, 1) / 2) - 1  # two chunks alike
     above = below + 2
     assert estimate_cpu_s(below, 2) < threshold < estimate_cpu_s(above, 2)

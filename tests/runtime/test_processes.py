@@ -87,9 +87,9 @@ def test_worker_results_equal_the_drivers_and_a_killed_worker_fails_its_units_al
         assert all(pid and pid != os.getpid() for pid in pids)
 
         def kill_once() -> None:
-            if victim.process.is_alive():
+            if victim.process.poll() is None:
                 os.kill(victim.pid, signal.SIGKILL)
-                victim.process.join()
+                victim.process.wait()
 
         pool = WorkerPool(storage, start.workers, 16, on_result=kill_once, calls=PROCESS_CALLS)
         got = list(pool(units))
@@ -108,7 +108,7 @@ def test_worker_results_equal_the_drivers_and_a_killed_worker_fails_its_units_al
         assert all(isinstance(r, UnitResult) for r in again)
     finally:
         start.join()
-    assert not any(w.process.is_alive() for w in workers)
+    assert not start.alive()
     assert "stop" in start.phases
 
 
@@ -117,3 +117,27 @@ def test_stopped_before_now_starts_no_process(tmp_path):
     start = LocalStart(storage, 2)  # delay None: waits for now()
     start.join()
     assert "skipped" in start.phases and start.workers() is None and not start._workers
+
+
+def test_a_driver_script_without_a_main_guard_runs_once(tmp_path):
+    """Workers are fresh interpreters of this package: the driver's own script is
+    never imported again in them (multiprocessing's spawn or forkserver would run an
+    unguarded script once more in every worker)."""
+    root = tmp_path / "runs"
+    simulate(root, SimConfig(runs=2, steps=4, seed=2))
+    marker = tmp_path / "ran.txt"
+    script = tmp_path / "drive.py"
+    script.write_text(
+        "from rlstream.cli import main\n"
+        f"open({str(marker)!r}, 'a').write('ran\\n')\n"
+        f"main(['analyze', {str(root)!r}, '--out', {str(tmp_path / 'out')!r}, "
+        "'--processes', '2'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    res = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert marker.read_text() == "ran\n"
+    assert "did not start" not in res.stderr
+    assert len(read_steps(tmp_path / "out")) == 8
