@@ -56,6 +56,7 @@ from rlstream.runtime.load import DriverLoad, WatchPlacement, placement_line
 from rlstream.runtime.placement import Placement, choose
 from rlstream.runtime.processes import PROCESS_CALLS, LocalStart
 from rlstream.runtime.progress import Progress, StartupLog
+from rlstream.runtime.threaded import ThreadedHere, here_threads
 from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
@@ -117,6 +118,12 @@ class HeldRuns:
         self._asked = self.start.delay is not None and not in_process
         measured = watch is not None and self.start.delay is None
         self.load = DriverLoad(watch.window_seconds) if measured else None
+        # In the driver on an object store, units run on threads (runtime/threaded.py).
+        self.here = (
+            ThreadedHere(storage, here_threads(), cfg.max_inflight_units, self._show)
+            if watch is not None and not storage.is_local
+            else None
+        )
         self.peak_share: float | None = None
         """The highest share of a core measured over a whole window (watch)."""
         self.why_ray: str | None = None
@@ -151,8 +158,10 @@ class HeldRuns:
         return added
 
     def poll(self) -> None:
+        # Once Ray is asked for, the pool sends units to its workers when they are ready.
+        execute = self.pool if self._asked or self.here is None else self.here
         with self.load.measure() if self.load else contextlib.nullcontext():
-            self.group.poll(self.pool)
+            self.group.poll(execute)
         self._place()
 
     def commit(self) -> int:
@@ -228,7 +237,7 @@ class HeldRuns:
         log.info(
             "%d runs handed over to the tailers (%d units ran in the driver, %d on workers)",
             len(urls),
-            self.pool.counts["here"],
+            self.pool.counts["here"] + (self.here.done if self.here else 0),
             self.pool.counts["workers"],
         )
         pools.adopt(urls)
@@ -241,6 +250,8 @@ class HeldRuns:
         self.start.join()
         if self.local is not None:
             self.local.join()
+        if self.here is not None:
+            self.here.close()
 
     def watched_where(self) -> str:
         """Where a watch ran and why, for the closing report's last line."""

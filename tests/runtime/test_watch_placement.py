@@ -180,3 +180,87 @@ def test_watch_in_process_and_ray_contradict(tmp_path, capsys):
     assert code == 2
     assert "--in-process and --ray contradict" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_threaded_here_runs_units_at_once_and_yields_each_once(monkeypatch):
+    """On an object store the driver runs units on threads (runtime/threaded.py): at
+    most `threads` at once, each result once, a failure its own."""
+    import rlstream.runtime.threaded as threaded
+    from rlstream.pipeline.work import UnitFailure
+
+    lock, now, most = threading.Lock(), [0], [0]
+    release = threading.Event()
+
+    def run_unit(unit, storage, where):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        if now[0] == 3:
+            release.set()  # the third one in: all three threads were busy at once
+        assert release.wait(60)  # the others wait, as on round trips
+        with lock:
+            now[0] -= 1
+        return UnitFailure(unit, "boom") if unit == 7 else ("done", unit)
+
+    monkeypatch.setattr(threaded, "run_unit", run_unit)
+
+    class Store:
+        fs = object()
+
+    shown = []
+    ex = threaded.ThreadedHere(
+        Store(), threads=3, max_inflight=5, on_result=lambda: shown.append(1)
+    )
+    rest = list(ex(list(range(10))))
+    ex.close()
+    assert sorted(r for r in rest if isinstance(r, tuple)) == [
+        ("done", u) for u in range(10) if u != 7
+    ]
+    assert [r.unit for r in rest if isinstance(r, UnitFailure)] == [7]
+    assert ex.done == 10 and len(shown) == 10 and most[0] == 3
+    assert threaded.here_threads(cores=2) == 2 * threaded.OBJECT_STORE_UNITS_PER_WORKER
+
+
+@pytest.mark.s3
+def test_a_watch_in_the_driver_on_s3_runs_units_on_threads(
+    no_ray, s3_server, tmp_path, monkeypatch
+):
+    import os
+
+    import boto3
+
+    from rlstream.simulate import simulate
+
+    MADE.clear()
+    monkeypatch.setattr(held, "HeldRuns", Watched)
+    bucket = f"rlw-{os.getpid()}-{abs(hash(os.urandom(4))) % 10**6}"
+    client = boto3.client("s3", endpoint_url=s3_server)
+    client.create_bucket(Bucket=bucket)
+    simulate(tmp_path / "runs", SimConfig(runs=3, steps=6, scenarios=("healthy",), seed=44))
+    for path in (tmp_path / "runs").rglob("*"):
+        if path.is_file():
+            client.upload_file(str(path), bucket, f"fleet/{path.relative_to(tmp_path / 'runs')}")
+    out = tmp_path / "out"
+    cfg = PipelineConfig(poll_seconds=0.1, commit_seconds=0.2, transcripts_per_unit=4)
+    never = WatchPlacement(ray_above=1e6)
+    summaries = run_pipeline(
+        [f"s3://{bucket}/fleet"],
+        str(out),
+        cfg,
+        RuntimeConfig(early_start=True, watch=never),
+        watch=True,
+        exit_when_finished=True,
+    )
+    w = MADE[0]
+    assert w.here is not None and w.here.threads == threaded_default()
+    assert w.here.done > 3 * 6  # every unit ran on the driver's threads
+    assert w.pool.counts["here"] == 0
+    assert len(summaries) == 3 and all(s["finished"] for s in summaries)
+    analyze_local([str(tmp_path / "runs")], str(tmp_path / "batch"))
+    assert_same_rows(read_steps(tmp_path / "batch"), read_steps(out))
+
+
+def threaded_default() -> int:
+    from rlstream.runtime.threaded import here_threads
+
+    return here_threads()
