@@ -55,15 +55,36 @@ its cohort adds no rows)."""
 
 
 class _Member:
-    """What the fold knows of one run of a cohort."""
+    """What the fold knows of one run of a cohort. Its window's arrays are kept until
+    the window changes: a poll rebuilds only the windows of the runs that finalized a
+    step, not every run's of the cohort."""
 
-    __slots__ = ("final_through", "finished", "state", "window")
+    __slots__ = ("_cache", "final_through", "finished", "state", "window")
 
     def __init__(self, state: RunState) -> None:
         self.state: RunState | None = state
         self.window: Any = state.peer_window
         self.final_through = state.final_through
         self.finished = is_finished(state)
+        self._cache: list[Any] = []
+
+    def arrays(self, n_figs: int) -> tuple[tuple[np.ndarray, np.ndarray], dict[int, int]]:
+        """`_arrays` of the window, and each step's row in them."""
+        w = self.window
+        # A window is appended to and cut from the front, never changed in place:
+        # the same object with the same length and ends holds the same rows.
+        ends = (len(w), w[0][0], w[-1][0]) if isinstance(w, list) and w else None
+        if not (self._cache and self._cache[0] is w and self._cache[1] == ends):
+            series = _arrays(w, n_figs)
+            where = dict(zip(series[0].tolist(), range(len(series[0])), strict=True))
+            self._cache = [w, ends, series, where, None]
+        return self._cache[2], self._cache[3]
+
+    def smooth(self, n_figs: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """`_rolling` of the window's values (after `arrays`), kept with them."""
+        if self._cache[4] is None:
+            self._cache[4] = _rolling(self.arrays(n_figs)[0][1], steps)
+        return self._cache[4]
 
 
 def _arrays(window: Any, n_figs: int) -> tuple[np.ndarray, np.ndarray]:
@@ -180,8 +201,9 @@ class PeerFold:
         cfg = self.rules.unlike_peers
         members = self.members[cohort]
         ids = sorted(members)
-        series = {rid: _arrays(members[rid].window, len(self.figures)) for rid in ids}
-        where = {rid: {int(s): i for i, s in enumerate(series[rid][0])} for rid in ids}
+        got = {rid: members[rid].arrays(len(self.figures)) for rid in ids}
+        series = {rid: got[rid][0] for rid in ids}
+        where = {rid: got[rid][1] for rid in ids}
         changed: set[str] = set()
         owners: dict[int, RunState] = {}
         for rid in ids:
@@ -201,7 +223,7 @@ class PeerFold:
                     changed.add(owner.run_url)
         if not cfg.enabled:
             return changed
-        smooth = {rid: _rolling(series[rid][1], cfg.smooth_steps) for rid in ids}
+        smooth = {rid: members[rid].smooth(len(self.figures), cfg.smooth_steps) for rid in ids}
         for rid in ids:
             st = members[rid].state
             if st is not None and self._judge(st, rid, members, series, where, smooth, now):
