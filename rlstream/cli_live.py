@@ -67,7 +67,7 @@ def add_watch_options(w: argparse.ArgumentParser) -> None:
         "--in-process",
         action="store_true",
         help="poll, read and commit in this process, without Ray, whatever the work "
-        "(default on one machine: here while the work takes under 60 %% of a core, "
+        "(default on one machine: here while the work takes under 80 %% of a core, "
         "then a private Ray; docs/runtime.md)",
     )
     w.add_argument(

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 class WatchPlacement:
     """When a watch that started in the driver moves to a private Ray."""
 
-    ray_above: float = 0.6
+    ray_above: float = 0.8
     """Share of one core (CPU seconds per second) the driver's polls and commits may
     take over a window before a private Ray is started. Below it the loop, which
-    runs on one thread, has at least two fifths of each poll interval to spare for a
-    burst; 100 live runs a step a second each take about 0.4 (bench/README.md)."""
+    runs on one thread, keeps at least a fifth of each poll interval to spare, and
+    a private Ray would cost more CPU than it saves; above it the loop is close to
+    falling behind and Ray's cores pay (docs/runtime.md, "Where watch runs")."""
     window_seconds: float = 30.0
     """The window the share is measured over: long enough that a commit larger than
     the others, or one maintenance pass, does not decide it alone."""

@@ -136,7 +136,7 @@ def test_private_watch_leaves_no_process_or_folder(tmp_path):
     said = [line for line in auto.stdout.splitlines() if line.startswith("watched ")]
     assert said[1] == (
         "watched in this process (a private Ray starts once its polls and commits take "
-        "above 60 % of a core over 30 s)"
+        "above 80 % of a core over 30 s)"
     )
     batch = tmp_path / "batch"
     analyze_local([str(tmp_path / "runs")], str(batch))
