@@ -182,7 +182,7 @@ def test_private_ray_hands_over_and_stops(tmp_path):
         held.RayStart, held.WorkerPool = Gated, Counting
         cfg = PipelineConfig(transcripts_per_unit=4)
         run([{str(tmp_path / "runs")!r}], {str(tmp_path / "ray")!r}, cfg, RuntimeConfig(start_ray_after=0.0))
-        print(made[0].counts["here"], made[0].counts["ray"])
+        print(made[0].counts["here"], made[0].counts["workers"])
         """
     )
     parent = tempfile.mkdtemp(prefix="rlh", dir="/tmp")
