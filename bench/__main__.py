@@ -1,7 +1,8 @@
 """Speed benchmarks of rlstream, one entry point.
 
     python -m bench batch [--quick] [--reps N] [--work DIR] [--json FILE] [--part P,...]
-    python -m bench live  [--quick] [--work DIR] [--json FILE]
+    python -m bench live  [--quick] [--work DIR] [--json FILE] [--part P,...] [--runs N]
+                          [--contenders C,...] [--baseline DIR]
     python -m bench long  [--quick] [--runs N] [--steps N] [--interval S]
     python -m bench report [--quick] [--runs N] [--reps N] [--steps N] [--work DIR]
     python -m bench s3    [--quick] [--reps N] [--live-only] [--steps N] [--interval S]
@@ -57,20 +58,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--baseline",
-        help="batch, startup: a folder holding another revision's rlstream package "
-        "(git archive REV | tar -x -C DIR), measured in the same rounds",
+        help="batch, startup, live: a folder holding another revision's rlstream package "
+        "(git archive REV | tar -x -C DIR), measured in the same rounds (live: the "
+        "`before` contender)",
     )
     p.add_argument(
         "--contenders",
         help="batch: only these contenders, comma-separated (rlstream, joined, duckdb, "
-        "plain, before), and only the comparison part",
+        "plain, before), and only the comparison part; live: these watches (watch, "
+        "watch-ray, before; default watch)",
     )
     p.add_argument(
         "--part",
         help="batch: only these parts, comma-separated (compare, scaling, memory; "
-        "default all three)",
+        "default all three); live: (fleets, idle, idle1000, s3; default all)",
     )
-    p.add_argument("--runs", type=int, help="long: runs (default 20); report: (default 6)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        help="long: runs (default 20); report: (default 6); live: only a fleet of this many "
+        "live runs (default 10, 50 and 100)",
+    )
     p.add_argument(
         "--steps",
         type=int,
@@ -102,7 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         if a.what in ("live", "all"):
             from bench import live
 
-            results["live"] = live.main(a.quick, work)
+            results["live"] = live.main(
+                a.quick,
+                work,
+                tuple(a.part.split(",")) if a.part else None,
+                tuple(a.contenders.split(",")) if a.contenders else ("watch",),
+                a.baseline,
+                (a.runs,) if a.runs else None,
+            )
         if a.what == "long":
             from bench import long
 

@@ -67,8 +67,9 @@ class TreeSampler:
             rss += r
             if c:
                 self.cpu[p] = max(self.cpu.get(p, 0.0), c)
-            if p not in self.names:
-                self.names[p] = _cmdline(p)
+            # Read every time: a Ray worker process is `ray::IDLE` until an actor
+            # takes it, then `ray::Tailer` or `ray::Worker`.
+            self.names[p] = _cmdline(p) or self.names.get(p, "")
         self.peak_rss = max(self.peak_rss, rss)
 
     def also_cpu_seconds(self) -> float:
@@ -82,6 +83,14 @@ class TreeSampler:
             for p, c in self.cpu.items()
             if pick is None or pick(p, self.names.get(p, ""))
         )
+
+    def cpu_by(self, part: Callable[[int, str], str]) -> dict[str, float]:
+        """CPU seconds of the tree by part: `part(pid, cmdline)` names each process's."""
+        out: dict[str, float] = {}
+        for p, c in self.cpu.items():
+            k = part(p, self.names.get(p, ""))
+            out[k] = out.get(k, 0.0) + c - self.base.get(p, 0.0)
+        return out
 
     def start(self) -> TreeSampler:
         self.base = {p: proc_cpu_rss(p)[0] for p in tree(*self.also)} if self.also else {}
@@ -99,6 +108,27 @@ class TreeSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+
+WATCH_PARTS = ("driver", "tailers", "workers", "ray")
+"""The parts of a watch's process tree whose CPU `bench live` reports."""
+
+
+def watch_part(driver: int) -> Callable[[int, str], str]:
+    """Which of `WATCH_PARTS` a process of a watch's tree is: the driver (the command's
+    own process), its Tailer and Worker actors, or Ray's own processes (GCS, raylet,
+    agents, idle workers)."""
+
+    def part(pid: int, cmd: str) -> str:
+        if pid == driver:
+            return "driver"
+        if cmd.startswith("ray::Tailer"):
+            return "tailers"
+        if cmd.startswith("ray::Worker"):
+            return "workers"
+        return "ray"
+
+    return part
 
 
 def _cmdline(pid: int) -> str:

@@ -12,34 +12,39 @@ Measured from outside the pipeline (no hook in the driver):
   every step written was seen, and the last one within the freshness bound
   (2 P + C) after the writer stopped. CPU: process-tree CPU seconds of the watch
   command over the measured window, as % of one core.
-- **Idle cost**: 100 runs (and 1,000, not in `--quick`) written once and left unfinished (no `finished_at`,
-  max_steps far away), watched; once every run has its latest row and the runs have
-  been quiet for longer than `idle_backoff_seconds` (steady state), CPU of the watch
-  process tree over a window, as % of one core, split into rlstream's processes
-  (driver, Tailer and Worker actors) and Ray's own (GCS, raylet, agents, idle pool).
-- **S3 requests per idle run per poll**: idle runs uploaded to moto's S3 server on
-  127.0.0.1 (run in this process, every HTTP request counted by a WSGI wrapper);
-  `rlstream watch s3://...` with `--poll P`; requests over a window / runs / polls,
-  in two windows: the first right after every run has its latest row (each run still
-  polled every time), the second once they have been quiet for longer than
-  `idle_backoff_seconds` (steady state, as for the idle cost; the figure reported)
-  (polls = window / P, an upper bound on the polls made, so the figure is a lower
-  bound only by the few polls skipped when a commit overran).
+- **Idle cost**: 100 runs (and 1,000, not in `--quick`) written once and left
+  unfinished (no `finished_at`, max_steps far away), watched; once every run has its
+  latest row and the runs have been quiet for longer than `idle_backoff_seconds`
+  (steady state), CPU of the watch process tree over a window, as % of one core.
+- **Per part**: each case's CPU split into the watch's parts (`bench.common.watch_part`):
+  the driver (the command's process), the Tailer actors, the Worker actors and Ray's
+  own processes (GCS, raylet, agents, idle workers).
+- **S3 requests per idle run per poll**: `bench/live_s3.py`.
+- **Contenders** (`--contenders`): `watch` (the default command), `watch-ray` (`watch
+  --ray`: forced onto a private Ray) and `before` (the `--baseline` revision's watch),
+  each case run for each in turn, the order alternating, so their ratio is from one run.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
-from bench.common import TreeSampler, freshness, held_clock, median, ray_env, rlstream_cmd
+from bench.common import (
+    WATCH_PARTS,
+    TreeSampler,
+    freshness,
+    held_clock,
+    median,
+    ray_env,
+    rlstream_cmd,
+    watch_part,
+)
 from rlstream.config import PipelineConfig
 
 POLL = 1.0
@@ -151,9 +156,10 @@ def _run_ids(root: Path) -> dict[str, Path]:
 
 
 def live_fleet(n: int, steps: int, work: Path, interval: float = 1.0, args: tuple[str, ...] = (),
-               tag: str = "", scenarios: tuple[str, ...] = ("healthy",)) -> dict:  # fmt: skip
-    """`n` runs written live and watched (`args`: more `watch` arguments; `tag` names
-    the folders, so one work dir holds several cases)."""
+               tag: str = "", scenarios: tuple[str, ...] = ("healthy",),
+               env: dict[str, str] | None = None) -> dict:  # fmt: skip
+    """`n` runs written live and watched (`args`: more `watch` arguments, `env` its
+    environment; `tag` names the folders, so one work dir holds several cases)."""
     from rlstream.simulate import SimConfig, simulate_live
 
     root, out = work / f"live{n}{tag}", work / f"live{n}{tag}-out"
@@ -169,14 +175,16 @@ def live_fleet(n: int, steps: int, work: Path, interval: float = 1.0, args: tupl
     )
     writer.start()
     _wait(lambda: root.exists() and len(list(root.glob("*/run.json"))) >= n, 60)
-    proc = _watch(str(root), out, args=args)
+    proc = _watch(str(root), out, env=env, args=args)
     sampler = TreeSampler(proc.pid, interval=0.5).start()
     mon = LatestMonitor(out).start()
+    part = watch_part(proc.pid)
     try:
         ready = _wait(lambda: len(mon.last) >= n, 300, proc)
         t_ready = time.time()
         up.set()
-        cpu0 = sampler.cpu_seconds()
+        sampler.sample()
+        cpu0, parts0 = sampler.cpu_seconds(), sampler.cpu_by(part)
         writer.join()
         t_written = time.time()
         ids = _run_ids(root)
@@ -191,7 +199,8 @@ def live_fleet(n: int, steps: int, work: Path, interval: float = 1.0, args: tupl
             proc,
         )
         t_end = time.time()
-        cpu = sampler.cpu_seconds() - cpu0
+        sampler.sample()
+        cpu, parts = sampler.cpu_seconds() - cpu0, _minus(sampler.cpu_by(part), parts0)
     finally:
         mon.stop()
         sampler.stop()
@@ -217,13 +226,15 @@ def live_fleet(n: int, steps: int, work: Path, interval: float = 1.0, args: tupl
         "caught_up_after_writer_s": caught_up,
         "cpu_core_pct": 100 * cpu / max(t_end - t_ready, 1e-9),
         "window_s": t_end - t_ready,
+        "parts_core_pct": _pct(parts, t_end - t_ready),
     }
     res["keeps_up"] = bool(ready and not missing and caught_up <= bound + interval)
     print(
         f"  {n:3d} live runs: freshness p50 {res['p50']:.2f} s, p99 {res['p99']:.2f} s, "
         f"max {res['max']:.2f} s over {len(fresh)} step lines (bound {bound:.0f} s); "
         f"missing {missing}; last line seen {caught_up:.2f} s after the writer stopped; "
-        f"CPU {res['cpu_core_pct']:.0f}% of one core; keeps up: {res['keeps_up']}",
+        f"CPU {res['cpu_core_pct']:.0f}% of one core ({_said(res['parts_core_pct'])}); "
+        f"keeps up: {res['keeps_up']}",
         flush=True,
     )
     return res
@@ -241,159 +252,136 @@ def idle_runs(root: Path, n: int, steps: int = 3) -> None:
         rj.write_text(json.dumps(meta))
 
 
-def idle_cost(n: int, window: float, work: Path) -> dict:
-    root, out = work / f"idle{n}", work / f"idle{n}-out"
-    idle_runs(root, n)
-    proc = _watch(str(root), out)
+def idle_cost(
+    n: int,
+    window: float,
+    work: Path,
+    args: tuple[str, ...] = (),
+    tag: str = "",
+    env: dict[str, str] | None = None,
+) -> dict:
+    root, out = work / f"idle{n}", work / f"idle{n}{tag}-out"
+    if not root.exists():  # the same runs for every contender
+        idle_runs(root, n)
+    proc = _watch(str(root), out, env=env, args=args)
     sampler = TreeSampler(proc.pid, interval=0.5).start()
+    part = watch_part(proc.pid)
     try:
         ready = _wait(lambda: len(_latest_steps(out)) >= n, 300, proc)
         # Steady state: the first commits of caught-up runs are done and the runs have
         # had no new bytes for longer than idle_backoff_seconds (polled less often).
         time.sleep(PipelineConfig().idle_backoff_seconds + 2 * COMMIT)
         sampler.sample()
-        c0, t0 = sampler.cpu_seconds(), time.monotonic()
-        own0 = sampler.cpu_seconds(_rlstream_own(proc.pid))
+        c0, parts0, t0 = sampler.cpu_seconds(), sampler.cpu_by(part), time.monotonic()
         time.sleep(window)
         sampler.sample()
         cpu, dt = sampler.cpu_seconds() - c0, time.monotonic() - t0
-        own = sampler.cpu_seconds(_rlstream_own(proc.pid)) - own0
+        parts = _minus(sampler.cpu_by(part), parts0)
     finally:
         sampler.stop()
         _stop(proc)
-    pct, own_pct = 100 * cpu / dt, 100 * own / dt
-    print(
-        f"  {n} idle runs watched: {pct:.1f}% of one core over {dt:.0f} s "
-        f"(target < 5%): rlstream's processes (driver, tailers, workers) {own_pct:.1f}%, "
-        f"Ray's own (GCS, raylet, agents, idle pool) {pct - own_pct:.1f}%; ready: {ready}",
-        flush=True,
-    )
-    return {
+    pct = 100 * cpu / dt
+    res = {
         "runs": n,
         "cpu_core_pct": pct,
-        "rlstream_processes_pct": own_pct,
-        "ray_daemons_pct": pct - own_pct,
+        "parts_core_pct": _pct(parts, dt),
         "window_s": dt,
         "ready": ready,
     }
-
-
-def _rlstream_own(driver: int):
-    """Picks the watch's own processes: the driver and the Tailer/Worker actors."""
-    return lambda pid, cmd: pid == driver or cmd.startswith(("ray::Tailer", "ray::Worker"))
-
-
-class CountingMoto:
-    """moto's S3 server on 127.0.0.1, counting every request it serves."""
-
-    def __init__(self) -> None:
-        from moto.server import DomainDispatcherApplication, create_backend_app
-        from werkzeug.serving import make_server
-
-        self.counts: collections.Counter[str] = collections.Counter()
-        self.lock = threading.Lock()
-        app = DomainDispatcherApplication(create_backend_app)
-
-        def counted(environ, start_response):
-            q = environ.get("QUERY_STRING", "")
-            kind = (
-                "list"
-                if "list-type" in q
-                or (environ["REQUEST_METHOD"] == "GET" and environ["PATH_INFO"].count("/") <= 1)
-                else environ["REQUEST_METHOD"]
-            )
-            with self.lock:
-                self.counts[kind] += 1
-            return app(environ, start_response)
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.server = make_server("127.0.0.1", self.port, counted, threaded=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-
-    def snapshot(self) -> collections.Counter[str]:
-        with self.lock:
-            return collections.Counter(self.counts)
-
-    def stop(self) -> None:
-        self.server.shutdown()
-
-
-def s3_requests(n: int, window: float, work: Path, steady: bool = True) -> dict:
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    moto = CountingMoto()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": moto.endpoint,
-    }
-    os.environ.update(env)
-    try:
-        import s3fs
-
-        fs = s3fs.S3FileSystem(
-            skip_instance_cache=True, use_listings_cache=False, endpoint_url=moto.endpoint
-        )
-        fs.mkdir("rlbench")
-        local = work / f"s3idle{n}"
-        idle_runs(local, n)
-        fs.put(str(local), "rlbench/runs", recursive=True)
-        out = work / f"s3idle{n}-out"
-        proc = _watch("s3://rlbench/runs", out, env)
-        try:
-            ready = _wait(lambda: len(_latest_steps(out)) >= n, 300, proc)
-            t_ready = time.monotonic()
-            time.sleep(2 * COMMIT)
-            windows = [_count(moto, window)]  # just read: every run polled each time
-            if steady:  # no new bytes for longer than idle_backoff_seconds
-                quiet = PipelineConfig().idle_backoff_seconds + 2 * COMMIT
-                time.sleep(max(0.0, t_ready + quiet - time.monotonic()))
-                windows.append(_count(moto, window))
-        finally:
-            _stop(proc)
-    finally:
-        moto.stop()
-    res: dict = {"runs": n, "ready": ready}
-    for name, (diff, dt) in zip(("first", "steady"), windows, strict=False):
-        per = sum(diff.values()) / n / (dt / POLL)
-        print(
-            f"  S3 ({name} window): {n} idle runs, {sum(diff.values())} requests in {dt:.0f} s "
-            f"(~{dt / POLL:.0f} polls): {per:.2f} requests per run per poll {dict(diff)}; "
-            f"ready: {ready}",
-            flush=True,
-        )
-        res[name] = {"requests": dict(diff), "window_s": dt, "per_run_per_poll": per}
-    res["per_run_per_poll"] = res["steady" if steady else "first"]["per_run_per_poll"]
+    print(
+        f"  {n} idle runs watched: {pct:.1f}% of one core over {dt:.0f} s "
+        f"({_said(res['parts_core_pct'])}); ready: {ready}",
+        flush=True,
+    )
     return res
 
 
-def _count(moto: CountingMoto, window: float) -> tuple[collections.Counter[str], float]:
-    """Requests moto answered over `window` seconds, and the seconds it took."""
-    c0, t0 = moto.snapshot(), time.monotonic()
-    time.sleep(window)
-    return moto.snapshot() - c0, time.monotonic() - t0
+def _minus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: a.get(k, 0.0) - b.get(k, 0.0) for k in WATCH_PARTS}
 
 
-def main(quick: bool, work: Path) -> dict:
-    res: dict = {"poll_s": POLL, "commit_s": COMMIT}
-    print(f"live: fleets of live runs (watch --poll {POLL} --commit-every {COMMIT})", flush=True)
-    sizes = (10,) if quick else (10, 50, 100)
-    # Writers hold after their first steps until every run has its first latest row:
-    # only steps written after that are measured.
-    res["fleets"] = [
-        live_fleet(n, 40 if quick else 60, work, interval=0.5 if quick else 1.0) for n in sizes
-    ]
-    print("live: idle cost", flush=True)
-    res["idle"] = idle_cost(20 if quick else 100, 5 if quick else 30, work)
-    if not quick:
-        res["idle_1000"] = idle_cost(1000, 30, work)
-    print("live: S3 requests per idle run per poll (moto server)", flush=True)
-    res["s3"] = s3_requests(5 if quick else 20, 5 if quick else 20, work, steady=not quick)
-    res["p99_median"] = median([f["p99"] for f in res["fleets"]])
+def _pct(parts: dict[str, float], seconds: float) -> dict[str, float]:
+    return {k: 100 * v / max(seconds, 1e-9) for k, v in parts.items()}
+
+
+def _said(parts: dict[str, float]) -> str:
+    """The per-part split in words: `driver 12.0%, tailers 0.0%, ...`."""
+    return ", ".join(f"{k} {parts.get(k, 0.0):.1f}%" for k in WATCH_PARTS)
+
+
+CONTENDERS = ("watch", "watch-ray", "before")
+"""The watches `bench live` can measure (module docstring)."""
+
+
+def _contenders(names: tuple[str, ...], baseline: str | None) -> dict[str, dict]:
+    """name -> the `watch` arguments and environment of each contender asked for."""
+    from bench.batch import _pythonpath
+
+    if "before" in names and not baseline:
+        raise SystemExit("bench live: the `before` contender needs --baseline DIR")
+    made = {
+        "watch": {"args": (), "env": None},
+        "watch-ray": {"args": ("--ray",), "env": None},
+        "before": {"args": (), "env": {"PYTHONPATH": f"{baseline}:{_pythonpath()}"}},
+    }
+    return {n: made[n] for n in names}
+
+
+PARTS = ("fleets", "idle", "idle1000", "s3")
+"""The cases of `bench live` (`--part`): live fleets, 100 idle runs, 1,000 idle
+runs, S3 requests."""
+
+
+def main(
+    quick: bool,
+    work: Path,
+    parts: tuple[str, ...] | None = None,
+    contenders: tuple[str, ...] = ("watch",),
+    baseline: str | None = None,
+    sizes: tuple[int, ...] | None = None,
+) -> dict:
+    """The cases of `parts` (default all; `idle1000` not in `--quick`) for each
+    contender, in turns whose order alternates; `sizes`: the live fleets' sizes."""
+    from bench.live_s3 import s3_requests
+
+    parts = parts or tuple(p for p in PARTS if not (quick and p == "idle1000"))
+    who = _contenders(contenders, baseline)
+    res: dict = {"poll_s": POLL, "commit_s": COMMIT, "contenders": list(who)}
+    turns = [0]
+
+    def each(case, *a) -> dict:
+        """`case` for every contender (by name when there are several), the order
+        reversed every other time."""
+        got = {}
+        order = list(who) if turns[0] % 2 == 0 else list(who)[::-1]
+        turns[0] += 1
+        for name in order:
+            print(f"  [{name}]", flush=True)
+            got[name] = case(*a, tag="" if name == "watch" else f"-{name}", **who[name])
+        return got if len(got) > 1 else got[order[0]]
+
+    if "fleets" in parts:
+        print(
+            f"live: fleets of live runs (watch --poll {POLL} --commit-every {COMMIT})", flush=True
+        )
+        # Writers hold after their first steps until every run has its first latest
+        # row: only steps written after that are measured.
+        steps, interval = (40, 0.5) if quick else (60, 1.0)
+        res["fleets"] = [
+            each(lambda n, **kw: live_fleet(n, steps, work, interval, **kw), n)
+            for n in sizes or ((10,) if quick else (10, 50, 100))
+        ]
+        mine = [f.get("watch", f) for f in res["fleets"]]
+        res["p99_median"] = median([f["p99"] for f in mine if "p99" in f])
+    if "idle" in parts:
+        print("live: idle cost", flush=True)
+        res["idle"] = each(
+            lambda n, **kw: idle_cost(n, 5 if quick else 30, work, **kw), 20 if quick else 100
+        )
+    if "idle1000" in parts:
+        print("live: idle cost, 1,000 runs", flush=True)
+        res["idle_1000"] = each(lambda n, **kw: idle_cost(n, 30, work, **kw), 1000)
+    if "s3" in parts:
+        print("live: S3 requests per idle run per poll (moto server)", flush=True)
+        res["s3"] = s3_requests(5 if quick else 20, 5 if quick else 20, work, steady=not quick)
     return res

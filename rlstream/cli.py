@@ -92,10 +92,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     from rlstream.pipeline.outcome import Outcome
 
+    if args.in_process and args.ray:
+        raise ConfigError("--in-process and --ray contradict each other: give one")
     cfg = pipeline_config(args)
     check_inputs(args, cfg)
     hooks = rules_hooks(args)
-    rt = runtime_config(args)
+    if args.in_process:  # no cluster address is checked: none is used
+        from rlstream.runtime.driver import RuntimeConfig
+
+        rt = RuntimeConfig(in_process=True, maintenance=maintenance_config(args))
+    else:
+        rt = runtime_config(args)
     from rlstream.cli_live import start_live
     from rlstream.runtime.driver import run
 

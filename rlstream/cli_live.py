@@ -64,6 +64,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def add_watch_options(w: argparse.ArgumentParser) -> None:
     w.add_argument(
+        "--in-process",
+        action="store_true",
+        help="poll, read and commit in this process, without Ray, whatever the work "
+        "(default on one machine: here while the work takes under 80 %% of a core, "
+        "then a private Ray; docs/runtime.md)",
+    )
+    w.add_argument(
+        "--ray",
+        action="store_true",
+        help="start a private Ray at once and hand the runs to its tailers, whatever the work",
+    )
+    w.add_argument(
         "--ui-port",
         type=port,
         help="serve the live pages (and /metrics) on this port (0: any free port; docs/fleet.md)",

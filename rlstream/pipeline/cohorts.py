@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from rlstream.formats import stands_in
-from rlstream.health import DEFAULT_RULES, RulesConfig, RunContext, new_state
+from rlstream.health import DEFAULT_RULES, RulesConfig, RunContext, new_state, stats
 from rlstream.health.cohort import CohortRules, cohort_of
 from rlstream.health.config_peers import split_keys
 from rlstream.health.peers import active, advance_peers, band, judge
@@ -55,15 +55,36 @@ its cohort adds no rows)."""
 
 
 class _Member:
-    """What the fold knows of one run of a cohort."""
+    """What the fold knows of one run of a cohort. Its window's arrays are kept until
+    the window changes: a poll rebuilds only the windows of the runs that finalized a
+    step, not every run's of the cohort."""
 
-    __slots__ = ("final_through", "finished", "state", "window")
+    __slots__ = ("_cache", "final_through", "finished", "state", "window")
 
     def __init__(self, state: RunState) -> None:
         self.state: RunState | None = state
         self.window: Any = state.peer_window
         self.final_through = state.final_through
         self.finished = is_finished(state)
+        self._cache: list[Any] = []
+
+    def arrays(self, n_figs: int) -> tuple[tuple[np.ndarray, np.ndarray], dict[int, int]]:
+        """`_arrays` of the window, and each step's row in them."""
+        w = self.window
+        # A window is appended to and cut from the front, never changed in place:
+        # the same object with the same length and ends holds the same rows.
+        ends = (len(w), w[0][0], w[-1][0]) if isinstance(w, list) and w else None
+        if not (self._cache and self._cache[0] is w and self._cache[1] == ends):
+            series = _arrays(w, n_figs)
+            where = dict(zip(series[0].tolist(), range(len(series[0])), strict=True))
+            self._cache = [w, ends, series, where, None]
+        return self._cache[2], self._cache[3]
+
+    def smooth(self, n_figs: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """`_rolling` of the window's values (after `arrays`), kept with them."""
+        if self._cache[4] is None:
+            self._cache[4] = _rolling(self.arrays(n_figs)[0][1], steps)
+        return self._cache[4]
 
 
 def _arrays(window: Any, n_figs: int) -> tuple[np.ndarray, np.ndarray]:
@@ -76,6 +97,16 @@ def _arrays(window: Any, n_figs: int) -> tuple[np.ndarray, np.ndarray]:
         [[math.nan if v is None else v for v in row] for row in window], dtype=np.float64
     )
     return arr[:, 0].astype(np.int64), arr[:, 1:]
+
+
+def _median(xs: np.ndarray) -> float:
+    """`np.median` of a short 1-D array, without its general machinery: NaN when any
+    value is NaN, else the middle value or the mean of the two (the same float)."""
+    if np.isnan(xs).any():
+        return math.nan
+    m = stats.median(xs.tolist())
+    assert m is not None
+    return m
 
 
 def _rolling(vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -180,8 +211,9 @@ class PeerFold:
         cfg = self.rules.unlike_peers
         members = self.members[cohort]
         ids = sorted(members)
-        series = {rid: _arrays(members[rid].window, len(self.figures)) for rid in ids}
-        where = {rid: {int(s): i for i, s in enumerate(series[rid][0])} for rid in ids}
+        got = {rid: members[rid].arrays(len(self.figures)) for rid in ids}
+        series = {rid: got[rid][0] for rid in ids}
+        where = {rid: got[rid][1] for rid in ids}
         changed: set[str] = set()
         owners: dict[int, RunState] = {}
         for rid in ids:
@@ -201,12 +233,29 @@ class PeerFold:
                     changed.add(owner.run_url)
         if not cfg.enabled:
             return changed
-        smooth = {rid: _rolling(series[rid][1], cfg.smooth_steps) for rid in ids}
+        smooth = {rid: members[rid].smooth(len(self.figures), cfg.smooth_steps) for rid in ids}
+        at: dict[int, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
         for rid in ids:
             st = members[rid].state
-            if st is not None and self._judge(st, rid, members, series, where, smooth, now):
+            if st is not None and self._judge(st, rid, members, series, where, smooth, now, at):
                 changed.add(st.run_url)
         return changed
+
+    @staticmethod
+    def _at_step(
+        step: int,
+        ids: list[str],
+        where: dict[str, dict[int, int]],
+        smooth: dict[str, tuple[np.ndarray, np.ndarray]],
+    ) -> tuple[dict[str, int], np.ndarray, np.ndarray]:
+        """Every run's smoothed figures and their standard errors at `step` (runs by
+        id, rows of two arrays): built once per step and poll, read by each run
+        judged at that step."""
+        held = [rid for rid in ids if step in where[rid]]
+        rows = {rid: n for n, rid in enumerate(held)}
+        vals = np.array([smooth[rid][0][where[rid][step]] for rid in held])
+        ses = np.array([smooth[rid][1][where[rid][step]] for rid in held])
+        return rows, vals, ses
 
     def _ready(self, step: int, rid: str, members: dict[str, _Member], own_final: int) -> bool:
         cfg = self.rules.unlike_peers
@@ -227,44 +276,58 @@ class PeerFold:
         where: dict[str, dict[int, int]],
         smooth: dict[str, tuple[np.ndarray, np.ndarray]],
         now: float,
+        at: dict[int, tuple[dict[str, int], np.ndarray, np.ndarray]],
     ) -> bool:
-        """Judge the run's steps not judged yet; True if its health changed."""
+        """Judge the run's steps not judged yet; True if its health changed. A run's
+        peers at a step are the other rows of `_at_step` (built once into `at`):
+        the verdict reads their median, MAD and the median standard error, which
+        do not depend on the peers' order."""
         cfg = self.rules.unlike_peers
         steps = series[rid][0]
-        todo = [int(s) for s in steps if s > st.peer_judged]
+        todo = steps[steps > st.peer_judged].tolist()
         if not todo:
             return False
-        hs = st.health.copy() if st.health is not None else new_state(self.rules, st.run_id)
-        judged, transitions = False, []
-        others = [p for p in sorted(members) if p != rid]
+        base = st.health if st.health is not None else new_state(self.rules, st.run_id)
+        hs = None  # a copy of `base`, made once a verdict changes it
+        transitions: list[Any] = []
+        ids = sorted(members)
         for step in todo:
             if not self._ready(step, rid, members, st.final_through):
                 break
             i = where[rid][step]
             own, own_se = smooth[rid][0][i], smooth[rid][1][i]
-            values = {f: float(own[j]) for j, f in enumerate(self.figures) if not np.isnan(own[j])}
-            peers: dict[str, list[float]] = {f: [] for f in values}
-            peer_se: dict[str, list[float]] = {f: [] for f in values}
-            for p in others:
-                k = where[p].get(step)
-                if k is None:
+            if step not in at:
+                at[step] = self._at_step(step, ids, where, smooth)
+            rows, vals, ses = at[step]
+            others = np.ones(len(rows), dtype=bool)
+            others[rows[rid]] = False
+            values: dict[str, float] = {}
+            peers: dict[str, list[float]] = {}
+            noise: dict[str, float] = {}
+            for j, f in enumerate(self.figures):
+                if np.isnan(own[j]):
                     continue
-                pv, ps = smooth[p][0][k], smooth[p][1][k]
-                for j, f in enumerate(self.figures):
-                    if f in peers and not np.isnan(pv[j]):
-                        peers[f].append(float(pv[j]))
-                        peer_se[f].append(float(ps[j]))
-            noise = {
-                f: float(np.hypot(own_se[j], np.median(peer_se[f])))
-                for j, f in enumerate(self.figures)
-                if f in values and peer_se[f]
-            }
-            verdict = judge(values, peers, cfg, active(hs), self.rules.history.hysteresis, noise)
+                values[f] = float(own[j])
+                col = vals[others, j]
+                keep = ~np.isnan(col)
+                peers[f] = col[keep].tolist()
+                se = ses[others, j][keep]
+                if se.size:
+                    noise[f] = float(np.hypot(own_se[j], _median(se)))
+            verdict = judge(
+                values,
+                peers,
+                cfg,
+                active(base if hs is None else hs),
+                self.rules.history.hysteresis,
+                noise,
+            )
             if verdict is not None:
+                if hs is None:
+                    hs = base.copy() if base is st.health else base
                 transitions += advance_peers(hs, verdict, cfg, step, now)
-                judged = True
             st.peer_judged = step
-        if not judged:
+        if hs is None:
             return False
         ctx = RunContext(st.run_id, st.config, is_finished(st))
         apply_health(st, hs, ctx, self.rules, transitions)

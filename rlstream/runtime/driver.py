@@ -4,9 +4,10 @@
 
 - `HeldRuns` (runtime/held.py): the runs in a `RunGroup` of this process, its units
   run by a `WorkerPool` over a private Ray's workers, in this process until they are
-  ready (or for good when the plan starts no Ray). Used whenever this command starts
-  the Ray (`RuntimeConfig.early_start`); in `watch` it hands its runs over to the
-  tailers (`ActorPools`) once they are ready.
+  ready (or for good when no Ray is started: analyze's plan, watch's measured work,
+  `--in-process`). Used whenever this command would start the Ray
+  (`RuntimeConfig.early_start`); in `watch` it hands its runs over to the tailers
+  (`ActorPools`) once a private Ray it started is ready.
 - `ActorPools` (runtime/pools.py): the runs sharded over tailer actors next to the
   workers. Used on a joined cluster, and with `early_start=False`.
 
@@ -142,13 +143,15 @@ def run(
     progress = Progress(progress_out or sys.stderr, enabled=progress_out is not None)
     phases = StartupLog()
     try:
-        if (rt.in_process and not watch) or wanted(rt.early_start, rt.ray):
-            # The work begins here; Ray starts beside it (analyze: maybe later, or not
-            # at all, `start_ray_after`; watch: at once, with the tailers around it).
+        if rt.in_process or wanted(rt.early_start, rt.ray):
+            # The work begins here; a private Ray starts beside it when the plan
+            # (analyze) or the measured work (watch) asks for one, or at once (`--ray`);
+            # a watch's tailers are then made around its workers.
             def start(then: Any) -> RayStart:
-                delay = 0.0 if watch else rt.start_ray_after
-                made = held.RayStart(rt.ray, storage, rt.workers, then=then, delay=delay)
-                if rt.in_process and not watch:
+                made = held.RayStart(
+                    rt.ray, storage, rt.workers, then=then, delay=rt.start_ray_after
+                )
+                if rt.in_process:
                     made.stop()  # before its delay: no Ray at all
                 return made
 
@@ -164,6 +167,7 @@ def run(
                 make,
                 rt.in_process,
                 rt.processes,
+                watch=rt.watch if watch else None,
             )
             owner = runs
             if watch:
@@ -204,10 +208,16 @@ def run(
             took = time.monotonic() - t_work
             log.info("analyzed %s in %.1f s", plural(len(summaries), "run"), took)
             if outcome is not None:
-                outcome.where = _joined_where(started)
+                outcome.where = _joined_where(started, "ran")
             maintainer.run_once()
         elif exit_when_finished and runs.all_finished():
             _last_pass(maintainer)
+        if watch and outcome is not None:
+            outcome.where = (
+                owner.watched_where()
+                if isinstance(owner, held.HeldRuns)
+                else _joined_where(started, "watched")
+            )
         return summaries
     finally:
         maintainer.stop()
@@ -330,11 +340,12 @@ def _log_commits(
     work[:] = [0, rows]
 
 
-def _joined_where(started: bool) -> str:
-    """The summary line's end for `analyze` on a Ray it did not choose from its plan."""
+def _joined_where(started: bool, verb: str) -> str:
+    """The summary line's end on a Ray the command did not choose from its plan or
+    its measured work (`verb`: ran, watched)."""
     if started:
-        return "ran on a private Ray, started before the work"
-    return "ran on the joined Ray cluster (a cluster is always used)"
+        return f"{verb} on a private Ray, started before the work"
+    return f"{verb} on the joined Ray cluster (a cluster is always used)"
 
 
 def _make_pools(

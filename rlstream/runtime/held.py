@@ -14,17 +14,21 @@ here.
   (`runtime.placement`, `runtime.processes.LocalStart`; the pool then sends units to
   them); once the last chunk's units are folded, the workers (or Ray) are stopped in
   the background while the driver commits and maintains.
-- `watch`: `poll` and `commit` as the loop asks. Once `RayStart.then` has made the
-  tailers (`ActorPools`) and every run is committed, `successor` hands the runs over:
-  each tailer adds its runs from the resume states just committed and the driver
-  forgets them. A run has one owner at a time and the tailer starts from the
-  cursors the driver committed, so nothing is read, folded or written twice. If Ray
-  or its actors fail to start, what was folded here is committed and the error
-  raised (`RlstreamError`).
+- `watch`: `poll`, `commit` and `discover` as the loop asks. Unless Ray was asked
+  for (`--ray`) or ruled out (`--in-process`), the driver's measured work chooses
+  (`runtime.load`): above `WatchPlacement.ray_above` of a core over a window, a
+  private Ray is started (and discovery here stops: later runs are the tailers').
+  Once `RayStart.then` has made the tailers (`ActorPools`) and every run is
+  committed, `successor` hands the runs over: each tailer adds its runs from the
+  resume states just committed and the driver forgets them. A run has one owner at
+  a time and the tailer starts from the cursors the driver committed, so nothing is
+  read, folded or written twice. If Ray or its actors fail to start, what was
+  folded here is committed and the error raised (`RlstreamError`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -48,9 +52,11 @@ from rlstream.runtime.executors import (
     WorkerPool,
     phases_text,
 )
+from rlstream.runtime.load import DriverLoad, WatchPlacement, placement_line
 from rlstream.runtime.placement import Placement, choose
 from rlstream.runtime.processes import PROCESS_CALLS, LocalStart
 from rlstream.runtime.progress import Progress, StartupLog
+from rlstream.runtime.threaded import ThreadedHere, here_threads
 from rlstream.sinks.delta import DeltaSink
 
 log = logging.getLogger("rlstream")
@@ -75,6 +81,7 @@ class HeldRuns:
         make_pools: Callable[[list[Any], PipelineConfig], Any] | None = None,
         in_process: bool = False,
         processes: int | None = None,
+        watch: WatchPlacement | None = None,
     ) -> None:
         self.in_process = in_process
         self.processes = processes
@@ -104,6 +111,22 @@ class HeldRuns:
         self._next = 0
         self._shown = 0.0
         self._t0 = time.monotonic()
+        # watch: where the work runs (runtime/load.py). Ray is asked for once the
+        # measured work is above the share, at once with `--ray`, never in-process.
+        self.watch = watch
+        self._roots: list[str] = []
+        self._asked = self.start.delay is not None and not in_process
+        measured = watch is not None and self.start.delay is None
+        self.load = DriverLoad(watch.window_seconds) if measured else None
+        # In the driver on an object store, units run on threads (runtime/threaded.py).
+        self.here = (
+            ThreadedHere(storage, here_threads(), cfg.max_inflight_units, self._show)
+            if watch is not None and not storage.is_local
+            else None
+        )
+        self.peak_share: float | None = None
+        """The highest share of a core measured over a whole window (watch)."""
+        self.why_ray: str | None = None
 
     # -- the loop's interface (`runtime/driver.py`) -----------------------------------
 
@@ -114,17 +137,20 @@ class HeldRuns:
         return {"runs": len(self.group.runs), **self.group.totals}
 
     def discover(self, roots: Sequence[str] | None = None) -> int:
-        """Add the runs under `roots`, resetting those of `--reset-run`; then the
-        tailers may be made. Once only: runs that appear later are found by the
+        """Add the runs under `roots` (the first call's, again on later calls) not held
+        yet, resetting those of `--reset-run`; then the tailers may be made. Once a
+        private Ray is asked for, no more: runs that appear later are found by the
         tailers after the handover, whose `--reset-run` list leaves out the runs the
         driver reset (so none is reset twice)."""
-        if self._found.is_set():
+        if roots is not None:
+            self._roots = list(roots)
+        if self._found.is_set() and self._asked:
             return 0
         added = 0
         try:
-            for root in roots or ():
+            for root in self._roots:
                 for url in find_runs(self.storage, root, fmt=self.cfg.input_format):
-                    if self.group.add_run(url) is not None:
+                    if url not in self.group.runs and self.group.add_run(url) is not None:
                         added += 1
         finally:
             self._found.set()
@@ -132,10 +158,15 @@ class HeldRuns:
         return added
 
     def poll(self) -> None:
-        self.group.poll(self.pool)
+        # Once Ray is asked for, the pool sends units to its workers when they are ready.
+        execute = self.pool if self._asked or self.here is None else self.here
+        with self.load.measure() if self.load else contextlib.nullcontext():
+            self.group.poll(execute)
+        self._place()
 
     def commit(self) -> int:
-        return self.group.commit()
+        with self.load.measure() if self.load else contextlib.nullcontext():
+            return self.group.commit()
 
     def drain(self, urls: Sequence[str], progress: Progress) -> bool:
         """The loop's step in `analyze`: the next chunk of `urls` read to its end,
@@ -168,8 +199,17 @@ class HeldRuns:
         return 0, 0, 0
 
     def pause(self, seconds: float, told: threading.Event) -> None:
-        """Until the next poll, but not past the moment the start settles."""
-        (told if self.start.settled.is_set() else self.start.settled).wait(seconds)
+        """Until the next poll or `told`, and while a start is under way not past the
+        moment it settles (the handover follows)."""
+        if not self._asked or self.start.settled.is_set():
+            told.wait(seconds)
+            return
+        end = time.monotonic() + seconds
+        while not (told.is_set() or self.start.settled.is_set()):
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            self.start.settled.wait(min(left, 0.1))
 
     def successor(self, outcome: Outcome | None) -> Any:
         """The `ActorPools` holding these runs from now on, once its tailers answered
@@ -197,7 +237,7 @@ class HeldRuns:
         log.info(
             "%d runs handed over to the tailers (%d units ran in the driver, %d on workers)",
             len(urls),
-            self.pool.counts["here"],
+            self.pool.counts["here"] + (self.here.done if self.here else 0),
             self.pool.counts["workers"],
         )
         pools.adopt(urls)
@@ -210,8 +250,52 @@ class HeldRuns:
         self.start.join()
         if self.local is not None:
             self.local.join()
+        if self.here is not None:
+            self.here.close()
+
+    def watched_where(self) -> str:
+        """Where a watch ran and why, for the closing report's last line."""
+        if self.in_process:
+            return "watched in this process (asked for: --in-process)"
+        assert self.watch is not None
+        if self.why_ray is None and self.start.delay is None:
+            w, above = self.watch.window_seconds, 100 * self.watch.ray_above
+            if self.peak_share is None:  # stopped before a whole window
+                return (
+                    f"watched in this process (a private Ray starts once its polls and "
+                    f"commits take above {above:.0f} % of a core over {w:g} s)"
+                )
+            return (
+                f"watched in this process (its polls and commits took at most "
+                f"{100 * self.peak_share:.0f} % of a core over {w:g} s; a private Ray "
+                f"starts above {above:.0f} %)"
+            )
+        why = self.why_ray or (
+            "asked for: --ray" if self.start.delay == 0 else f"after {self.start.delay:g} s"
+        )
+        if self.start.made is None or self.group.runs:
+            return f"watched in this process while a private Ray started ({why})"
+        return f"watched on a private Ray ({why})"
 
     # -- internals ---------------------------------------------------------------------
+
+    def _place(self) -> None:
+        """watch: start a private Ray once the driver's measured work is above the
+        share (`runtime.load`); from then on no run is discovered here."""
+        if self.load is None or self._asked:
+            return
+        share = self.load.share()
+        if share is None:
+            return
+        self.peak_share = max(self.peak_share or 0.0, share)
+        assert self.watch is not None
+        if self.in_process or share <= self.watch.ray_above:
+            return
+        self._asked = True
+        self.why_ray = placement_line(share, self.watch)
+        log.info("starting a private Ray for the watch: %s", self.why_ray)
+        self.phases.mark("Ray asked for")
+        self.start.now()
 
     def _pools(self, workers: list[Any]) -> Any:
         assert self._make_pools is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlstream.runtime.cluster import RayConfig
+from rlstream.runtime.load import WatchPlacement
 from rlstream.sinks.maintain import MaintenanceConfig
 
 
@@ -26,11 +27,11 @@ class RuntimeConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     early_start: bool | None = None
-    """Work in the driver while a private Ray starts (`runtime.held.HeldRuns`);
-    None: when this command starts a private Ray."""
+    """Work in the driver before (or instead of) a private Ray (`runtime.held.HeldRuns`);
+    None: when this command would start a private Ray."""
     in_process: bool = False
-    """analyze: every unit in this process, no Ray started whatever the plan
-    (`--in-process`)."""
+    """Every unit in this process, no Ray started whatever the plan (analyze) or the
+    measured work (watch) (`--in-process`)."""
     processes: int | None = None
     """analyze without Ray: worker processes beside the driver (`runtime.processes`);
     None (the default): the plan chooses (`runtime.placement.choose`); 0: none."""
@@ -38,7 +39,12 @@ class RuntimeConfig:
     """analyze: None (the default): the plan chooses whether a private Ray is started
     at all (`runtime.placement.choose`); 0 (`--ray`): one is started at once; else
     seconds the driver works alone before it starts one, unless its plan is larger
-    (`batch.START_NOW_TRANSCRIPTS`), an archive done sooner starting none."""
+    (`batch.START_NOW_TRANSCRIPTS`), an archive done sooner starting none. watch:
+    None (the default): the driver's measured work chooses (`watch`); 0 (`--ray`):
+    a private Ray at once."""
+    watch: WatchPlacement = field(default_factory=WatchPlacement)
+    """watch on one machine: when the work moves from the driver to a private Ray
+    (`runtime.load`)."""
 
 
 def default_tailers(workers: int, watch: bool) -> int:

@@ -204,3 +204,48 @@ def test_another_trainers_runs_are_chunked_by_cohort(tmp_path):
     keys = {cohort_key(storage, u, fold.cohort) for u in urls}
     assert len(urls) == 4 and len(keys) == 1 and None not in keys  # one recipe, one cohort
     assert cohort_chunks(storage, urls, fold.cohort, 2) == [sorted(urls)]
+
+
+class _Afresh(PeerFold):
+    """Every member's arrays rebuilt at every poll (nothing kept between polls)."""
+
+    def fold(self, states, new_rows, now):
+        for members in self.members.values():
+            for m in members.values():
+                m._cache = []
+        return super().fold(states, new_rows, now)
+
+
+def test_kept_window_arrays_give_what_rebuilding_them_gives():
+    """Runs finalize at different paces (some polls leave a run's window unchanged),
+    windows are cut from the front (window_steps 24), one run drifts: the bands and
+    alerts are those of a fold that rebuilds every window's arrays at every poll."""
+    from dataclasses import replace
+
+    rules = replace(
+        DEFAULT_RULES, unlike_peers=replace(DEFAULT_RULES.unlike_peers, window_steps=24)
+    )
+    got = []
+    for fold in (PeerFold(rules), _Afresh(rules)):
+        states = _runs(6)
+        alerts, bands = [], []
+        done = [0] * len(states)
+        for poll in range(320):
+            rows = {}
+            for i, st in enumerate(states):
+                if poll % (1 + i % 3) or done[i] >= 100:
+                    continue  # this run finalized nothing in this poll
+                t = done[i]
+                done[i] += 1
+                rows[st.run_url] = [{"step": t, "mismatch_kl": _kl(i, t, odd=4)}]
+                st.final_through = t
+                st.counters["steps_final"] += 1
+            fold.fold(states, rows, now=1000.0 + poll)
+            for st in states:
+                alerts += st.out.pop("alerts", [])
+                bands += st.out.pop("cohorts", [])
+        assert all(len(st.peer_window) <= 24 for st in states)
+        got.append((alerts, bands))
+    assert any(a["to_state"] == "firing" for a in got[0][0])  # the drift was judged
+    assert len(got[0][1]) > 100
+    assert got[0] == got[1]
