@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from rlstream.cli_live import add_serve, add_watch_options, cmd_serve
 from rlstream.cli_support import (
     check_inputs,
+    check_placement,
     checked_out,
     common,
     default_report_path,
@@ -53,11 +54,7 @@ from rlstream.errors import EXIT_FAILURE, ConfigError, RlstreamError, exit_code
 def cmd_analyze(args: argparse.Namespace) -> int:
     from rlstream.pipeline.outcome import Outcome
 
-    if args.in_process and args.ray:
-        raise ConfigError("--in-process and --ray contradict each other: give one")
-    if args.processes is not None and (args.ray or args.in_process):
-        other = "--ray" if args.ray else "--in-process"
-        raise ConfigError(f"--processes and {other} contradict each other: give one")
+    check_placement(args)
     cfg = pipeline_config(args)
     check_inputs(args, cfg)
     hooks = rules_hooks(args)
@@ -72,10 +69,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         rt = RuntimeConfig(in_process=True, maintenance=maintenance_config(args))
     else:
         rt = runtime_config(args)
-        from rlstream.runtime.cluster import starts_private
-
-        if args.processes is not None and not starts_private(rt.ray):
-            raise ConfigError("--processes runs units beside this process: not with a cluster")
     run(
         args.roots,
         args.out,
@@ -92,8 +85,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     from rlstream.pipeline.outcome import Outcome
 
-    if args.in_process and args.ray:
-        raise ConfigError("--in-process and --ray contradict each other: give one")
+    check_placement(args)
     cfg = pipeline_config(args)
     check_inputs(args, cfg)
     hooks = rules_hooks(args)

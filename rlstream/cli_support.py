@@ -255,10 +255,20 @@ def retention(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_placement(args: argparse.Namespace) -> None:
+    """`ConfigError` for placement flags that contradict each other (`--in-process`,
+    `--ray`, analyze's `--processes`)."""
+    if args.in_process and args.ray:
+        raise ConfigError("--in-process and --ray contradict each other: give one")
+    if getattr(args, "processes", None) is not None and (args.ray or args.in_process):
+        other = "--ray" if args.ray else "--in-process"
+        raise ConfigError(f"--processes and {other} contradict each other: give one")
+
+
 def runtime_config(args: argparse.Namespace):
     """The runtime's config; a cluster address (`--ray-address`, RAY_ADDRESS) must
     accept a connection within a few seconds (`ClusterError` otherwise, exit 2)."""
-    from rlstream.runtime.cluster import RayConfig, check_reachable
+    from rlstream.runtime.cluster import RayConfig, check_reachable, starts_private
     from rlstream.runtime.driver import RuntimeConfig
 
     after = getattr(args, "start_ray_after", None)
@@ -268,6 +278,8 @@ def runtime_config(args: argparse.Namespace):
         after = 0.0  # --ray: a private Ray at once, whatever the plan
     ray = RayConfig(address=args.ray_address)
     check_reachable(ray)
+    if getattr(args, "processes", None) is not None and not starts_private(ray):
+        raise ConfigError("--processes runs units beside this process: not with a cluster")
     return RuntimeConfig(
         **({} if after is None else {"start_ray_after": after}),
         workers=args.workers,
