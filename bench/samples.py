@@ -9,7 +9,8 @@
 2. What scanning and keeping add to `analyze`: the same archive with text (8 runs,
    half of them hacking) analyzed in process with `[samples] enabled` true and false,
    `--reps` rounds alternating the two, wall and CPU seconds of each; the ratio of the
-   medians (target at most 1.15).
+   medians (target at most 1.15); and where the added time goes (`added_by_function`:
+   one profiled run of each, the functions whose own time grew most).
 3. What they add to a live watch's CPU (`--live N`, default 20 runs; 0 skips it):
    `bench.live`'s live fleet (runs written in real time, half of them hacking) watched
    twice, with a rules file saying `[samples] enabled = false` and without; CPU of the
@@ -100,11 +101,38 @@ def overhead(work: Path, reps: int, steps: int) -> dict[str, Any]:
     return {
         "archive_mb": round(mb, 1),
         "reps": reps,
+        "added_by_function_s": added_by_function(root, work),
         "wall_s": {m: round(v[0], 2) for m, v in med.items()},
         "cpu_s": {m: round(v[1], 2) for m, v in med.items()},
         "ratio_wall_on_vs_off": med["on"][0] / med["off"][0],
         "ratio_cpu_on_vs_off": med["on"][1] / med["off"][1],
     }
+
+
+def added_by_function(root: Path, work: Path, top: int = 8) -> dict[str, float]:
+    """Where the samples' cost goes: one `analyze` of `root` with samples on and one
+    off, each under cProfile; the functions whose own time grew most (seconds, on
+    minus off), with the whole difference as "total"."""
+    import cProfile
+    import pstats
+
+    from rlstream.config import PipelineConfig
+    from rlstream.metrics.scanners import SamplesConfig
+    from rlstream.pipeline.local import analyze_local
+
+    own: dict[str, dict[str, float]] = {}
+    for mode in ("off", "on"):
+        dst = work / f"out-prof-{mode}"
+        shutil.rmtree(dst, ignore_errors=True)
+        cfg = PipelineConfig(samples=SamplesConfig(enabled=mode == "on"))
+        prof = cProfile.Profile()
+        prof.runcall(analyze_local, [str(root)], str(dst), cfg)
+        stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        own[mode] = {f"{Path(k[0]).name}:{k[2]}": v[2] for k, v in stats.items()}
+    grew = {k: own["on"].get(k, 0.0) - own["off"].get(k, 0.0) for k in own["on"]}
+    best = sorted(grew.items(), key=lambda kv: -kv[1])[:top]
+    total = sum(own["on"].values()) - sum(own["off"].values())
+    return {"total": round(total, 3), **{k: round(v, 3) for k, v in best}}
 
 
 def live_overhead(work: Path, runs: int, steps: int) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-CPU_S_PER_TRANSCRIPT = 1.4e-4
-"""Estimated CPU seconds of the work per listed transcript (read, decode, aggregate,
-fold) of about 900 tokens and 25 KB: the 1 GB archive's CPU seconds in one process
-on an idle host over its transcripts (bench/README.md)."""
+CPU_S_PER_TRANSCRIPT = 2.8e-4
+"""Estimated CPU seconds of the work per listed transcript (read, decode, scan,
+aggregate) of about 900 tokens and 25 KB: the 1 GB archive's units' CPU seconds
+(`bench/kernel.py`) over the names its plan lists (bench/README.md)."""
 
 PRIVATE_RAY_CPU_S = 5.5
 """CPU seconds a private Ray costs on its own on one machine: its daemons' start and

@@ -35,13 +35,13 @@ def test_the_rule_weighs_the_planned_work_against_the_processes_and_the_cores():
     assert one.processes == 0 and "1 core" in one.why
     small = choose(3000, 1, cores=2)
     assert small.summary() == (
-        "ran in this process (3,000 transcripts planned, about 0.4 CPU s of work: "
+        "ran in this process (3,000 transcripts planned, about 0.8 CPU s of work: "
         f"on 2 cores worker processes pay only above {threshold:.1f} s)"
     )
     big = choose(40000, 2, cores=2)
     assert big.summary() == (
         "ran in this process and 2 worker processes (80,000 transcripts planned, about "
-        f"11.2 CPU s of work: on 2 cores worker processes pay above {threshold:.1f} s)"
+        f"22.4 CPU s of work: on 2 cores worker processes pay above {threshold:.1f} s)"
     )
 
 
