@@ -25,7 +25,6 @@ or on Ray) is retried by `RunGroup.poll` like any other.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from rlstream.errors import RlstreamError
 from rlstream.io.storage import Storage
 from rlstream.pipeline.work import Unit, UnitFailure, UnitResult, execute
 from rlstream.runtime.cluster import RayConfig, starts_private
+from rlstream.runtime.start import BackgroundStart
 
 log = logging.getLogger("rlstream")
 
@@ -65,10 +65,11 @@ class _NoSigtermWarning(logging.Filter):
         return "SIGTERM handler is not set" not in record.getMessage()
 
 
-class RayStart:
+class RayStart(BackgroundStart):
     """Connects to Ray (a private one unless `ray_cfg` names a cluster) and starts
     `n_workers` worker actors (default: the cluster's CPUs, one fewer with
-    `WORK_HERE_TOO`) in a thread.
+    `WORK_HERE_TOO`) in a thread (`runtime.start.BackgroundStart`: Ray's processes
+    die with the thread that started them, so the same thread stops them).
 
     `workers()`: the ready workers, or None (still starting, or stopping); raises
     `RlstreamError` if the start failed. `then`, if given, is called in the thread
@@ -78,8 +79,8 @@ class RayStart:
     started in the background (after the start, if it is still under way);
     `join()` waits for that. With `delay`, Ray is started only once that many
     seconds passed without a `stop()` (or at `now()`): work the driver finishes
-    sooner starts no Ray. With `delay` None, Ray starts only at `now()` (the driver
-    chose it, `runtime.placement`); `stop()` before that starts none."""
+    sooner starts no Ray. With `delay` None, Ray starts only at `now()`; `stop()`
+    before that starts none."""
 
     def __init__(
         self,
@@ -90,86 +91,49 @@ class RayStart:
         delay: float | None = 0.0,
     ) -> None:
         self.ray_cfg = ray_cfg
-        self.delay = delay
         self.storage = storage
         self.n_workers = n_workers
         self.then = then
         self.made: Any = None
         self.started = False
-        self.error: BaseException | None = None
-        self.phases: dict[str, float] = {}
-        self._t0 = time.monotonic()
         self._ready: list[Any] | None = None
         self._actors: list[Any] = []
-        self._stopping = threading.Event()
-        self._go = threading.Event()
-        self.settled = threading.Event()
-        """Set once the start has ended, ready or failed."""
-        # One thread starts Ray, then waits and stops it: Ray's processes die with the
-        # thread that started them (they are spawned with a parent-death signal).
-        self._starter = threading.Thread(target=self._run, name="rlstream-ray", daemon=True)
-        self._starter.start()
-
-    def _run(self) -> None:
-        if self.delay is None or self.delay > 0:
-            self._go.wait(self.delay)
-        if self._stopping.is_set():
-            self.phases["skipped"] = time.monotonic() - self._t0
-            self.settled.set()  # stopped before the delay ran out: no Ray at all
-            return
-        self._start()
-        self._stopping.wait()
-        self._stop()
+        super().__init__(delay, "rlstream-ray")
 
     def _start(self) -> None:
-        try:
-            from rlstream.runtime.cluster import cluster_cpus, connect, forwarded_env
+        from rlstream.runtime.cluster import cluster_cpus, connect, forwarded_env
 
-            # Ray warns that it sets no SIGTERM handler off the main thread: the
-            # driver's own (Ctrl-C and SIGTERM stop like an interrupt) is the one wanted.
-            logging.getLogger("ray._private.worker").addFilter(_NoSigtermWarning())
-            self.started = connect(self.ray_cfg)
-            self.phases["ray"] = time.monotonic() - self._t0
-            if self._stopping.is_set():
-                return
-            import ray
+        # Ray warns that it sets no SIGTERM handler off the main thread: the
+        # driver's own (Ctrl-C and SIGTERM stop like an interrupt) is the one wanted.
+        logging.getLogger("ray._private.worker").addFilter(_NoSigtermWarning())
+        self.started = connect(self.ray_cfg)
+        self.phases["ray"] = time.monotonic() - self._t0
+        if self._stopping.is_set():
+            return
+        import ray
 
-            from rlstream.runtime.actors import Worker
+        from rlstream.runtime.actors import Worker
 
-            env = {"runtime_env": {"env_vars": forwarded_env()}} if forwarded_env() else {}
-            at_once = 1 if self.storage.is_local else OBJECT_STORE_UNITS_PER_WORKER
-            n = self.n_workers or max(1, cluster_cpus() - WORK_HERE_TOO)
-            self._actors = [
-                Worker.options(**env, max_concurrency=at_once).remote(self.storage)
-                for _ in range(n)
-            ]
-            if self._stopping.is_set():
-                return  # no one will use them: not worth waiting for
-            if self.then is not None:
-                self.made = self.then(self._actors)
-            ray.get([w.info.remote() for w in self._actors])
-            self.phases["workers"] = time.monotonic() - self._t0
-            self._ready = self._actors
-        except BaseException as e:  # reported to the driver by `workers()`
-            self.error = e
-        finally:
-            self.settled.set()
+        env = {"runtime_env": {"env_vars": forwarded_env()}} if forwarded_env() else {}
+        at_once = 1 if self.storage.is_local else OBJECT_STORE_UNITS_PER_WORKER
+        n = self.n_workers or max(1, cluster_cpus() - WORK_HERE_TOO)
+        self._actors = [
+            Worker.options(**env, max_concurrency=at_once).remote(self.storage) for _ in range(n)
+        ]
+        if self._stopping.is_set():
+            return  # no one will use them: not worth waiting for
+        if self.then is not None:
+            self.made = self.then(self._actors)
+        ray.get([w.info.remote() for w in self._actors])
+        self.phases["workers"] = time.monotonic() - self._t0
+        self._ready = self._actors
 
     def workers(self) -> list[Any] | None:
         if self.error is not None:
             raise RlstreamError(f"Ray or its workers did not start: {self.error!r}") from self.error
         return None if self._stopping.is_set() else self._ready
 
-    def now(self) -> None:
-        """Start Ray now, without waiting out the delay."""
-        self._go.set()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._go.set()
-
     def _stop(self) -> None:
-        t = time.monotonic()
         try:
             import ray
 
@@ -184,11 +148,6 @@ class RayStart:
                 disconnect()
         except Exception:
             log.exception("stopping Ray")
-        self.phases["stop"] = time.monotonic() - t
-
-    def join(self) -> None:
-        self.stop()
-        self._starter.join()
 
 
 def run_unit(unit: Unit, storage: Storage | None, where: str) -> UnitResult | UnitFailure:

@@ -28,13 +28,13 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from rlstream.io.storage import Storage
+from rlstream.runtime.start import BackgroundStart
 
 log = logging.getLogger("rlstream")
 
@@ -146,52 +146,30 @@ class ProcessCalls:
 PROCESS_CALLS = ProcessCalls()
 
 
-class LocalStart:
-    """Starts `n` worker processes in a thread once `now()` is called (or at once with
-    `delay=0`); `workers()` is None until all answered, then the live ones. `stop()`
-    ends them in the background (after the start, if it is still under way); `join()`
-    waits for that. Stopped before `now()`, it starts none. The attributes the
-    driver's report reads (`phases`, `error`, `delay`) mean what `RayStart`'s do."""
+class LocalStart(BackgroundStart):
+    """Starts `n` worker processes in a thread (`runtime.start.BackgroundStart`) once
+    `now()` is called (or at once with `delay=0`); `workers()` is None until all
+    answered, then the live ones. `stop()` ends them in the background (after the
+    start, if it is still under way); `join()` waits for that. Stopped before `now()`,
+    it starts none."""
 
     calls = PROCESS_CALLS
 
     def __init__(self, storage: Storage | None, n: int, delay: float | None = None) -> None:
         self.storage = storage
         self.n = max(1, n)
-        self.delay = delay
-        self.error: BaseException | None = None
-        self.phases: dict[str, float] = {}
-        self._t0 = time.monotonic()
         self._ready: list[ProcessWorker] | None = None
         self._workers: list[ProcessWorker] = []
-        self._stopping = threading.Event()
-        self._go = threading.Event()
-        if delay == 0:
-            self._go.set()
-        self.settled = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rlstream-procs", daemon=True)
-        self._thread.start()
+        super().__init__(delay, "rlstream-procs")
 
-    def _run(self) -> None:
-        self._go.wait(self.delay)
-        if self._stopping.is_set():
-            self.phases["skipped"] = time.monotonic() - self._t0
-            self.settled.set()
-            return
-        try:
-            for _ in range(self.n):
-                self._workers.append(_spawn(self.storage))
-            for w in self._workers:
-                w.conn.recv()  # its pid, once it imported what it runs
-            self.phases["workers"] = time.monotonic() - self._t0
-            if not self._stopping.is_set():
-                self._ready = self._workers
-        except BaseException as e:  # told by `workers()`; the driver goes on alone
-            self.error = e
-        finally:
-            self.settled.set()
-        self._stopping.wait()
-        self._stop()
+    def _start(self) -> None:
+        for _ in range(self.n):
+            self._workers.append(_spawn(self.storage))
+        for w in self._workers:
+            w.conn.recv()  # its pid, once it imported what it runs
+        self.phases["workers"] = time.monotonic() - self._t0
+        if not self._stopping.is_set():
+            self._ready = self._workers
 
     def workers(self) -> list[ProcessWorker] | None:
         """The live workers once all answered (empty once every one died); None while
@@ -200,15 +178,7 @@ class LocalStart:
             return None
         return [w for w in self._ready if not w.lost]
 
-    def now(self) -> None:
-        self._go.set()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._go.set()
-
     def _stop(self) -> None:
-        t = time.monotonic()
         for w in self._workers:
             with contextlib.suppress(OSError):  # already gone
                 w.conn.send(None)
@@ -220,11 +190,6 @@ class LocalStart:
                 w.process.kill()
                 w.process.wait()
             w.conn.close()
-        self.phases["stop"] = time.monotonic() - t
-
-    def join(self) -> None:
-        self.stop()
-        self._thread.join()
 
     def alive(self) -> bool:
         """Whether any of its worker processes still runs."""
