@@ -172,10 +172,11 @@ def report(
         if "recall" in v and v["recall"] == v["recall"] and v["recall"] < RECALL_TARGET
     ]
     fa_ok = per_run <= FALSE_ALARM_TARGET / 10
+    fa_word = "met" if fa_ok else "missed" if healthy else "not measured (no healthy runs)"
     lines.append(
         f"Targets (recall >= {RECALL_TARGET:.0%} per code, <= {FALSE_ALARM_TARGET:g} false "
         f"alarm per ten healthy runs): recall {'missed: ' + ', '.join(low) if low else 'met'}; "
-        f"false alarms {'met' if fa_ok else 'missed'}"
+        f"false alarms {fa_word}"
     )
     summary["_targets_met"] = not low and fa_ok
     summary["_false_alarms_per_healthy_run"] = per_run

@@ -151,6 +151,11 @@ class RulesConfig:
                 f"[noisy_reward] steps ({n.steps}) and base_steps ({n.base_steps}) must be "
                 f"between 3 and [history] window ({h.window})"
             )
+        if n.crash_neighbours < 1 or not 0 < n.crash_share <= 1 or n.crash_k <= 0:
+            raise ConfigError(
+                f"[noisy_reward] crash_neighbours ({n.crash_neighbours}) must be >= 1, "
+                f"crash_share ({n.crash_share}) in (0, 1] and crash_k ({n.crash_k}) > 0"
+            )
 
     def rule(self, code: str) -> RuleConfig:
         """The config of one finding code."""

@@ -32,6 +32,7 @@ from rlstream.health.config import CODES, DEFAULT_RULES, RuleConfig, RulesConfig
 from rlstream.health.figures import RECENT_FIGURES, as_dict, extract, num
 from rlstream.health.rules import EXPLAINED_BY, RULES, Ctx, Verdict
 from rlstream.health.rules_ops import recent_ess
+from rlstream.health.rules_signal import expected_step_noise
 from rlstream.health.state import (
     FIRING,
     INACTIVE,
@@ -203,10 +204,16 @@ def fold_step(
     _update_levels(s, h.baseline_skip, h.baseline_steps)
     nb = cfg.noisy_reward.base_steps
     if s.n_rows == h.baseline_skip + nb and "reward_all" not in s.early_noise:
-        early = [f["reward_all"] for _, f in list(s.rows)[-nb:] if "reward_all" in f]
+        rows = [f for _, f in list(s.rows)[-nb:]]
+        early = [f["reward_all"] for f in rows if "reward_all" in f]
         noise = stats.step_noise(early) if len(early) >= nb // 2 else None
         if noise is not None:
             s.early_noise["reward_all"] = noise
+            counts = [f.get("attempts") or f.get("trained_attempts") for f in rows]
+            n = stats.median([x for x in counts if x])
+            if n:
+                ses = [f["reward_se"] for f in rows if "reward_se" in f]
+                s.early_noise["reward_se"] = expected_step_noise(early, ses, n)[0]
 
     view = _view(s, cfg)
     evals = as_dict(row.get("reported_eval"))

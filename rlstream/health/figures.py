@@ -12,7 +12,9 @@ Metric-only runs: a trainer's own ``rollout/`` metrics stand in for completion l
 (a key containing ``completion_len``, ``response_len``, ``length`` or
 ``completion_tokens``) and repetition (``repetit``); one containing ``ngram``,
 ``n_gram``, ``diversity`` or ``distinct`` is the ``diversity`` figure (higher = more
-diverse).
+diverse). A step that counts its episodes' endings (``termination_reason/<label>``,
+counted where they occur) and names no ``max_turns`` ending had none: its
+``max_turns_rate`` is 0, not missing.
 
 ``metric_pairs(row)`` lists (name, reported, recomputed, kind) for every metric both
 sides carry; ``metric_disagreement`` compares them.
@@ -26,6 +28,7 @@ from typing import Any
 ROLLOUT_FAILED = "discard/rollouts/rollout_failed/"
 GRADING_FAILED = "discard/rollouts/grading_failed/"
 MAX_TURNS_KEYS = ("termination_reason/max_turns",)
+TERMINATION = "termination_reason/"
 
 RECENT_FIGURES = {
     "mismatch_kl_recent": "kl",
@@ -94,6 +97,13 @@ def _mean_se(
     # Between-group variance; the step's own p makes it biased low by (G - 1) / G.
     between = max(p * (1.0 - p) - within, 0.0) * groups / max(groups - 1.0, 1.0)
     return math.sqrt(between / groups + within / attempts)
+
+
+def _ends_counted(meta: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether the step counts its episodes' endings (``termination_reason/<label>``)."""
+    return any(isinstance(k, str) and k.startswith(TERMINATION) for k in meta) or any(
+        isinstance(k, str) and k.startswith("rollout/" + TERMINATION) for k in other
+    )
 
 
 LENGTH_WORDS = ("completion_len", "response_len", "length", "completion_tokens")
@@ -167,6 +177,10 @@ def extract(row: dict[str, Any]) -> dict[str, float]:
     max_turns = _first(
         *(meta.get(k) for k in MAX_TURNS_KEYS), *(other.get("rollout/" + k) for k in MAX_TURNS_KEYS)
     )
+    if max_turns is None and _ends_counted(meta, other):
+        # Labels are counted where they occur: a step that counts why its episodes
+        # ended and names no max_turns ending had none.
+        max_turns = 0.0
     f["max_turns_rate"] = _share(max_turns, attempts)
     f["turns"] = _first(meta.get("turns"), other.get("rollout/turns"))
     f["truncated"] = _first(g("truncated_frac"), g("reported_truncated_frac"))

@@ -242,21 +242,11 @@ def unusable_groups_streak(
     )
 
 
-def noisy_reward(v: View, c: C.NoisyReward, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
-    ys = v.values("reward_all", c.steps)
-    noise = stats.step_noise(ys)
-    n = v.recent("attempts") or v.recent("trained_attempts")
-    base_noise = v.state.early_noise.get("reward_all")
-    if base_noise is None:  # short runs: the early baseline's values
-        base_vals = v.base_values("reward_all")
-        base_noise = stats.step_noise(base_vals) if len(base_vals) >= 5 else None
-    if len(ys) < min(c.steps, 10) or any_none(noise, base_noise):
-        return None
-    ses = v.values("reward_se", c.steps)
-    if n is None or n <= 0:
-        return None
-    p = min(max(stats.median(ys), 0.05), 0.95)
-    binomial = math.sqrt(p * (1 - p) / n)
+def expected_step_noise(ys: list[float], ses: list[float], n: float) -> tuple[float, str]:
+    """The step-to-step noise of reward that sampling explains over rows with rewards
+    ``ys``, per-step sampling errors ``ses`` and ``n`` attempts per step, and what it
+    was computed from (docs/health.md, noisy_reward)."""
+    p = min(max(stats.median(ys) or 0.0, 0.05), 0.95)
     # Never expect less than a 5 % pass rate's binomial noise: near 0 or 1 a few
     # lucky attempts are not chaos.
     floor = math.sqrt(0.05 * 0.95 / n)
@@ -266,17 +256,61 @@ def noisy_reward(v: View, c: C.NoisyReward, ctx: Ctx, active: bool, row: dict) -
         rms = math.sqrt(sum(x * x for x in ses) / len(ses))
         expected, basis = rms, "the spread of rewards within its steps"
     else:
-        expected, basis = binomial, f"{n:.0f} attempts per step"
-    expected = max(expected, floor, 1e-3)
-    holds = ge(noise, c.k_expected * expected, active, ctx) and ge(
-        noise, c.ratio * max(base_noise, 1e-3), active, ctx
+        expected, basis = math.sqrt(p * (1 - p) / n), f"{n:.0f} attempts per step"
+    return max(expected, floor, 1e-3), basis
+
+
+def noisy_reward(v: View, c: C.NoisyReward, ctx: Ctx, active: bool, row: dict) -> Verdict | None:
+    ys = v.values("reward_all", c.steps)
+    noise = stats.step_noise(ys)
+    n = v.recent("attempts") or v.recent("trained_attempts")
+    base_noise = v.state.early_noise.get("reward_all")
+    base_expected = v.state.early_noise.get("reward_se")
+    if base_noise is None:  # short runs: the early baseline's values
+        base_vals = v.base_values("reward_all")
+        base_noise = stats.step_noise(base_vals) if len(base_vals) >= 5 else None
+        if base_noise is not None and n is not None and n > 0:
+            base_expected = expected_step_noise(base_vals, v.base_values("reward_se"), n)[0]
+    if len(ys) < min(c.steps, 10) or any_none(noise, base_noise):
+        return None
+    if n is None or n <= 0:
+        return None
+    expected, basis = expected_step_noise(ys, v.values("reward_se", c.steps), n)
+    # The early noise at today's level: sampling noise is largest mid-way, so a run
+    # whose reward was near 0.5 early and sits near 0 or 1 now expects less noise now;
+    # what the early rows had beyond their own sampling error is what it may keep.
+    level = expected / base_expected if base_expected else 1.0
+    early = max(base_noise * level, 1e-3)
+    by_noise = ge(noise, c.k_expected * expected, active, ctx) and ge(
+        noise, c.ratio * early, active, ctx
     )
-    return Verdict(
-        holds,
+    # A reward near its level on most steps and far from it on some (a strong policy
+    # whose grader sometimes fails it wholesale): the robust step noise ignores such
+    # steps by design, so count them against the larger of the expected error and the
+    # early noise (a run always that noisy needs larger jumps).
+    scale = max(expected, early)
+    devs = stats.local_deviations(ys, c.crash_neighbours)
+    jump = c.crash_k * scale * (ctx.hysteresis if active else 1.0)
+    far = [d for d in devs if abs(d) >= jump]
+    # Counted against the full window: a short history's one crash is not a share.
+    by_crashes = len(far) >= c.crash_share * c.steps
+    noisy = (
         f"reward moves {noise:.3f} step to step around its trend over the last "
         f"{len(ys)} steps, {noise / expected:.1f}x the {expected:.3f} expected from "
-        f"{basis} and {noise / max(base_noise, 1e-3):.1f}x its early noise: "
-        "check the grader for nondeterminism and the batch for mixing task sources",
+        f"{basis} and {noise / early:.1f}x its early noise at today's level"
+    )
+    if by_crashes and not by_noise:
+        below = sum(d < 0 for d in far)
+        noisy = (
+            f"reward jumps at least {jump:.2f} off its local level on "
+            f"{len(far)} of the last {len(ys)} steps ({below} below, "
+            f"{len(far) - below} above; median jump {stats.median([abs(d) for d in far]):.2f}), "
+            f"{c.crash_k:g}x the larger of the {expected:.3f} expected from {basis} and "
+            f"its early noise at today's level, {early:.3f}"
+        )
+    return Verdict(
+        by_noise or by_crashes,
+        f"{noisy}: check the grader for nondeterminism and the batch for mixing task sources",
     )
 
 

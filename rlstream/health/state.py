@@ -94,7 +94,8 @@ class HealthState:
     """eval name -> deque of (step, eval value, training reward then)."""
     unusable_streak: float = 0.0
     early_noise: dict = field(default_factory=dict)
-    """figure -> step noise over the run's first ``noisy_reward.base_steps`` rows."""
+    """figure -> step noise over the run's first ``noisy_reward.base_steps`` rows;
+    ``reward_se``: the reward's step noise that sampling explained over those rows."""
     levels: dict = field(default_factory=dict)
     """figure -> (lowest, highest) median of ``baseline_steps`` consecutive rows seen
     since the baseline began, for the figures in ``LEVEL_FIGURES`` (what a run once

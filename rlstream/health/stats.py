@@ -1,4 +1,5 @@
-"""Robust statistics over short series: median, MAD, Theil-Sen slope, step noise.
+"""Robust statistics over short series: median, MAD, Theil-Sen slope, step noise,
+deviations from a local level.
 
 Pure functions over plain sequences of floats (windows are tens of points, so plain
 Python beats array set-up). Empty input gives None, never 0.
@@ -61,3 +62,16 @@ def step_noise(ys: Sequence[float]) -> float | None:
         return None
     d = mad([b - a for a, b in itertools.pairwise(ys)])
     return None if d is None else d / math.sqrt(2.0)
+
+
+def local_deviations(ys: Sequence[float], half_width: int) -> list[float]:
+    """Each value minus the median of its neighbours: up to ``half_width`` values on
+    each side, within the series (the newest values have only older neighbours). A
+    lone crash or spike stands out by its full size; a trend, or a step to a new
+    level that holds, barely moves it. Fewer than two values give no deviation."""
+    out = []
+    for i, y in enumerate(ys):
+        m = median([*ys[max(0, i - half_width) : i], *ys[i + 1 : i + 1 + half_width]])
+        if m is not None:
+            out.append(y - m)
+    return out

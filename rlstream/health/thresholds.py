@@ -213,7 +213,19 @@ class NoisyReward(RuleConfig):
     groups + within-group variance / attempts); without group figures
     sqrt(p(1-p)/attempts); never below a 5 % pass rate's binomial noise)..."""
     ratio: float = 1.5
-    """...and this many times the run's early noise."""
+    """...and this many times the run's early noise at today's level: the early noise
+    times the sampling error expected now over the one expected on the early rows
+    (sampling noise is largest for a reward near 0.5)."""
+    crash_k: float = 4.0
+    """Or: a step whose reward lies this many times the larger of that expected error
+    and the early noise at today's level away from its local level (the median of its
+    neighbours) is a crash or spike..."""
+    crash_neighbours: int = 4
+    """...the local level being the median of up to this many steps on each side..."""
+    crash_share: float = 0.1
+    """...and at least this share of the steps over which the noise is measured are
+    such steps (a reward that sits near its level on most steps and crashes far below
+    it on some: the robust step noise barely sees those)."""
 
 
 @dataclass(frozen=True)

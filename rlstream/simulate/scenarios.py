@@ -213,9 +213,10 @@ def build_knobs(plan: RunPlan, rng: np.random.Generator) -> Knobs:
     elif name == "noisy_reward":
         # The grader becomes inconsistent from batch to batch (a reward model or judge
         # whose calibration swings between steps, a flaky test harness): each step's
-        # pass logits get a random shift whose sd ramps up to 5, so each step's pass
-        # rate is close to a coin toss and the reward curve jumps around a flat trend
-        # far beyond the sampling noise of its attempts.
+        # pass logits get a random shift whose sd ramps up to 5, so a step's pass rate
+        # lands anywhere from near 0 to near 1 and the reward curve jumps around a flat
+        # trend far beyond the sampling noise of its attempts (a policy strong at the
+        # onset stays near its level on most steps and crashes toward 0 on some).
         k.skill = _freeze_after(k.skill, r, onset)
         k.shift_sd = k.shift_sd + 5.0 * r
     elif name == "heldout_gap":

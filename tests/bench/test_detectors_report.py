@@ -35,6 +35,15 @@ def test_recall_and_firing_at_onset_columns():
     assert summary["_targets_met"] is False
 
 
+def test_without_healthy_runs_false_alarms_are_not_measured():
+    # `--healthy 0` with only pathological scenarios: no run to count false alarms on,
+    # so the targets line neither meets nor misses them.
+    table, summary = report([_run("noisy_reward", 50, first={"noisy_reward": 90})], steps=120)
+    last = table.splitlines()[-1]
+    assert "recall met" in last and last.endswith("false alarms not measured (no healthy runs)")
+    assert summary["_healthy_runs"] == 0 and summary["_targets_met"] is False
+
+
 def test_learning_runs_are_scored_by_their_observed_label():
     from bench.detectors import _learn_scenario
 

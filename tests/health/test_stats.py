@@ -24,3 +24,17 @@ def test_hl_shift_standard_error_matches_hl_scale():
     ]
     expected = stats.HL_SCALE * (1 / 10 + 1 / 20) ** 0.5
     assert abs(statistics.pstdev(est) / expected - 1) < 0.05
+
+
+def test_local_deviations_are_each_value_minus_its_neighbours_median():
+    # docs/health.md: a value's local level is the median of up to half_width values
+    # on each side (fewer at the ends of the series).
+    ys = [0.9, 0.9, 0.9, 0.1, 0.9, 0.9, 0.9]
+    got = stats.local_deviations(ys, 2)
+    assert [round(d, 9) for d in got] == [0.0, 0.0, 0.0, -0.8, 0.0, 0.0, 0.0]
+    # At the end, only older neighbours: the last value against median(0.2, 0.3).
+    assert stats.local_deviations([0.1, 0.2, 0.3, 0.9], 2)[-1] == 0.9 - 0.25
+    # A new level that holds moves only the values beside the step, by less than it.
+    step = [0.2] * 6 + [0.8] * 6
+    assert max(abs(d) for d in stats.local_deviations(step, 4)) < 0.6
+    assert stats.local_deviations([0.5], 3) == [] and stats.local_deviations([], 3) == []
