@@ -77,12 +77,15 @@ def test_bench_live_quick_runs_and_prints(tmp_path: Path) -> None:
     res = json.loads(out.read_text())["live"]
     assert res["fleets"][0]["steps_measured"] > 0
     assert res["s3"]["first"]["requests"]  # requests were counted
-    # The CPU split by part: a fleet this small is watched in the driver, no Ray.
+    # The CPU split by part: a fleet this small is watched in the driver, no Ray. A live
+    # fleet costs the driver some CPU; 20 idle runs over 5 s may cost less than one clock
+    # tick, so the idle driver may read 0.
     for case in (res["fleets"][0], res["idle"]):
         parts = case["parts_core_pct"]
         assert set(parts) == {"driver", "tailers", "workers", "ray"}
-        assert parts["driver"] > 0 and parts["tailers"] == parts["workers"] == parts["ray"] == 0
+        assert parts["driver"] >= 0 and parts["tailers"] == parts["workers"] == parts["ray"] == 0
         assert sum(parts.values()) == pytest.approx(case["cpu_core_pct"])
+    assert res["fleets"][0]["parts_core_pct"]["driver"] > 0
     assert "(driver " in proc.stdout and ", ray 0.0%)" in proc.stdout
 
 
