@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rlstream.formats import get_format
+from rlstream.formats import DEFAULT, get_format
 from rlstream.formats.base import NamedFiles, Tail
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import BadRecord
@@ -127,7 +127,11 @@ def plan_run(group: Any, state: RunState) -> list[Unit]:
         refresh_identity(group, state, got[0])
         stats = dict(zip(top, got[1:], strict=True))
     settings = transcript_settings(
-        cfg.samples, state.config, state.probe_panel, cfg.max_tokens_slack
+        cfg.samples,
+        state.config,
+        state.probe_panel,
+        cfg.max_tokens_slack,
+        join_rewards=state.format == DEFAULT,
     )
     units = plan_streams(
         storage,
