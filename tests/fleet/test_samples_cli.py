@@ -113,3 +113,67 @@ def test_a_reader_that_stops_early_is_not_a_crash(out):
         err = p.stderr.read().decode()
         assert p.wait(timeout=120) == 0, err
         assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def _sample(run: str, step: int, i: int) -> dict:
+    text = f"step {step} attempt {i} " + "x" * 4000
+    return {
+        "run_id": run, "step": step, "attempt_id": f"a{step:03d}{i}", "task_id": f"t{step:03d}",
+        "group_id": None, "reward": i / 2, "trained": True, "length": 10, "stop_reason": "stop",
+        "policy_version": step, "calls": 1, "kept": ["top" if i else "bottom"], "flags": [],
+        "sent": None, "sent_bytes": 0, "returned": text, "returned_bytes": len(text),
+        "transcript": None, "commit_seq": step,
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def many_commits(tmp_path_factory):
+    """OUT/samples as a watch leaves it: one file per run commit (2 runs, 10 commits
+    each of 2 steps of 3 rows)."""
+    from rlstream.fleet.read import out_sink
+    from rlstream.sinks.samples import samples_table
+
+    out = tmp_path_factory.mktemp("bounded") / "out"
+    sink = out_sink(str(out))
+    for c in range(10):
+        for run in ("r1", "r2"):
+            rows = [_sample(run, s, i) for s in (2 * c, 2 * c + 1) for i in range(3)]
+            sink.append("samples", samples_table(rows), {})
+    return out
+
+
+def test_samples_reads_only_the_files_and_rows_it_prints(many_commits):
+    from rlstream.fleet.samples import SamplesReader, read_samples
+
+    out = str(many_commits)
+    r = SamplesReader(out, "r1")
+    assert len(list(r.ds.get_fragments())) == 20
+    rows, newest = read_samples(out, "r1", reader=r)
+    assert newest == 19 and [x["attempt_id"] for x in rows] == ["a0192", "a0191", "a0190"]
+    (f1, c1, n1), (f2, c2, n2) = r.reads  # the newest step: one file, its step column
+    assert f1 == f2 and (c1, n1) == (1, 6) and (c2, n2) == (len(r.ds.schema.names) - 1, 3)
+    r = SamplesReader(out, "r1")
+    rows, _ = read_samples(out, "r1", step=4, reader=r)
+    assert {x["step"] for x in rows} == {4} and len(rows) == 3
+    assert [n for _, _, n in r.reads] == [6, 3] and len({f for f, _, _ in r.reads}) == 2
+    r = SamplesReader(out, "r2")
+    rows, _ = read_samples(out, "r2", task="t007", reader=r)
+    assert {(x["run_id"], x["step"]) for x in rows} == {("r2", 7)}
+    assert [n for _, _, n in r.reads] == [6, 3]
+
+
+def test_samples_reads_one_step_of_a_compacted_table(many_commits, tmp_path):
+    import shutil
+
+    from rlstream.fleet.read import out_sink
+    from rlstream.fleet.samples import SamplesReader, read_samples
+    from rlstream.sinks.maintain import maintain
+
+    out = tmp_path / "out"
+    shutil.copytree(many_commits, out)
+    maintain(out_sink(str(out)))
+    r = SamplesReader(str(out), "r2")
+    assert len(list(r.ds.get_fragments())) == 1
+    rows, newest = read_samples(str(out), "r2", reader=r)
+    assert newest == 19 and {(x["run_id"], x["step"]) for x in rows} == {("r2", 19)}
+    assert [(c, n) for _, c, n in r.reads] == [(1, 60), (len(r.ds.schema.names) - 1, 3)]
