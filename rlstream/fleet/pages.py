@@ -176,7 +176,8 @@ def fleet_main(rows: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> st
         )
         rej = (
             f'<h2 id="rejected">{plural(len(rejected), "rejected run")}</h2>'
-            '<p class="sub">Not analysed: their run.json could not be read.</p>'
+            '<p class="sub">Not analysed: their run.json or resume state could not be read, '
+            "or another folder holds their run id.</p>"
             f"<table class='rejected'><tr><th>run folder</th><th>reason</th><th>detail</th></tr>{items}</table>"
         )
     return count_badges(rows, len(rejected)) + freshness(rows) + table + legend + rej

@@ -302,12 +302,14 @@ REJECTED_SHOWN = MISSING_SHOWN
 
 
 def rejected_lines(rejected: list[dict[str, Any]]) -> list[str]:
-    """A footer naming the runs whose run.json could not be read, and why."""
+    """A footer naming the run folders not analysed (their run.json or resume state
+    could not be read, or another folder holds their run id), and why."""
     if not rejected:
         return []
-    out = [f"rejected ({plural(len(rejected), 'run')}; run.json could not be read):"]
+    out = [f"rejected ({plural(len(rejected), 'run')}; not analysed):"]
     for r in rejected[:REJECTED_SHOWN]:
-        out.append(_printable(f"  {r['run_uri']}: run.json {r.get('detail') or r['reason']}"))
+        what = "run.json " if r["reason"] == "bad_run_json" else ""
+        out.append(_printable(f"  {r['run_uri']}: {what}{r.get('detail') or r['reason']}"))
     if len(rejected) > REJECTED_SHOWN:
         out.append(f"  ... and {plural(len(rejected) - REJECTED_SHOWN, 'more run')}")
     return out

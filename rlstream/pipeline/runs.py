@@ -51,9 +51,29 @@ def resume_run(group: Any, run_id: str, run_url: str) -> RunState | None:
         return RunState(run_id=run_id, run_url=run_url)
     state.run_url = state.run_url or run_url  # a --reset-run state has none yet
     if state.run_url != run_url:
-        log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
+        reject_duplicate(group, run_id, run_url, state.run_url)
         return None
     return state
+
+
+DUPLICATE_RUN_ID = "duplicate_run_id"
+"""Quarantine reason (under `_rejected`) of a run folder whose run id another folder
+already holds: two folders are never merged into one run."""
+
+
+def reject_duplicate(group: Any, run_id: str, run_url: str, other: str) -> None:
+    """Refuse the run at `run_url`: its run id is the run's at `other` (tracked, or
+    recorded in OUT's resume state). A `_rejected` quarantine row says so; the run at
+    `other` goes on alone."""
+    detail = (
+        f"run_id {run_id!r} is already the run at {other}: two folders with one run id "
+        "are not merged; give one run another run_id, or analyze them into separate OUTs "
+        f"(if the run moved here, `--reset-run {run_id}` reads it again from here)"
+    )
+    if run_url not in group.rejected:  # said once, not at every discovery of a watch
+        log.error("skipping %s: %s", run_url, detail)
+        group.rejected[run_url] = QuarantineRow(REJECTED, run_url, None, DUPLICATE_RUN_ID, detail)
+        group.dirty.add(REJECTED)
 
 
 def add_run(
@@ -80,6 +100,10 @@ def add_run(
         return None
     if group.rejected.pop(run_url, None) is not None:
         group.dirty.add(REJECTED)
+    other = next((s.run_url for s in group.runs.values() if s.run_id == info.run_id), None)
+    if other is not None and other != run_url:
+        reject_duplicate(group, info.run_id, run_url, other)
+        return None
     state = resume_run(group, info.run_id, run_url)
     if state is None:
         return None
