@@ -12,8 +12,8 @@ run.json (`outdir.read_rejected`); `follow(...)` redraws the table in place unti
 interrupted. Order: status severity (critical, stalled, warning, insufficient,
 healthy, finished), then more firing findings first, then run_id. The status cell
 says what a run is (`verdict`): a finished run with a warning or critical finding
-reads `finished: critical CODE, steps A-B` (its worst finding and the steps it fired
-over), one the rules cannot judge `not judged`. Only OUT is read, never the runs.
+reads `finished: critical CODE, steps A-B` (its worst finding and the steps of its
+latest firing), one the rules cannot judge `not judged`. Only OUT is read, never the runs.
 """
 
 from __future__ import annotations
