@@ -36,8 +36,9 @@ class SamplesReader:
     of the files that may hold the run's newest step, newest first, and stops once no
     other file can hold a later one; `rows(...)` reads the columns of one step's (or
     one task's) rows, the filter pushed into the scan, so files and Parquet row
-    groups whose statistics rule them out are never opened. `reads` lists what was
-    scanned: (file, column count, rows materialised)."""
+    groups whose statistics rule them out are never read (the `samples` table's row
+    groups are small: `sinks.delta.ROW_GROUP_ROWS`). `reads` lists each row group
+    read: (file, row group, columns, rows materialised)."""
 
     def __init__(self, out: str, run: str, storage_options: dict[str, Any] | None = None):
         import pyarrow.compute as pc
@@ -48,7 +49,7 @@ class SamplesReader:
         sink = out_sink(out, storage_options)
         self.run = run
         self.mine = pc.field("run_id") == run
-        self.reads: list[tuple[str, int, int]] = []
+        self.reads: list[tuple[str, int, int, int]] = []
         self.ds = None
         self._max: dict[str, int] = {}
         if sink.exists("samples"):
@@ -60,12 +61,22 @@ class SamplesReader:
         assert self.ds is not None
         return list(self.ds.get_fragments(filter=flt))
 
+    def _scan(self, frag: Any, columns: list[str], flt: Any) -> Any:
+        """`frag`'s rows matching `flt` (an Arrow table), read a row group at a time:
+        only the row groups its Parquet statistics do not rule out."""
+        import pyarrow as pa
+
+        parts = []
+        for rg in frag.split_by_row_group(flt):
+            t = rg.to_table(columns=columns, filter=flt)
+            self.reads.append((_name(frag.path), rg.row_groups[0].id, len(columns), t.num_rows))
+            parts.append(t)
+        return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
+
     def _read(self, columns: list[str], flt: Any) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         for frag in self._fragments(flt):
-            t = frag.to_table(columns=columns, filter=flt)
-            self.reads.append((_name(frag.path), len(columns), t.num_rows))
-            rows += t.to_pylist()
+            rows += self._scan(frag, columns, flt).to_pylist()
         return rows
 
     def newest(self) -> int | None:
@@ -79,8 +90,7 @@ class SamplesReader:
         for frag in frags:
             if best is not None and self._max.get(_name(frag.path), big) <= best:
                 break  # no row of this file or a later one can be newer
-            t = frag.to_table(columns=["step"], filter=self.mine)
-            self.reads.append((_name(frag.path), 1, t.num_rows))
+            t = self._scan(frag, ["step"], self.mine)
             if t.num_rows:
                 top = max(t.column("step").to_pylist())
                 best = top if best is None else max(best, top)
