@@ -36,12 +36,13 @@ REJECTED = "_rejected"
 def resume_run(group: Any, run_id: str, run_url: str) -> RunState | None:
     """The run's state from its resume state, or a new one; None when the run cannot
     be taken (an unreadable resume state: a `_rejected` quarantine row, the other runs
-    keep going; or its run_id is already tracked at another URL)."""
+    keep going; or its run_id is recorded for another folder: `reject_duplicate`)."""
     try:
         state = load_state(group.sink, run_id, reset=run_id in group.cfg.reset_runs)
     except ResumeStateError as e:
         log.error("skipping run %s: %s", run_id, e)
-        if run_url not in group.rejected:
+        prev = group.rejected.get(run_url)
+        if prev is None or prev.reason != "bad_resume_state":
             group.rejected[run_url] = QuarantineRow(
                 REJECTED, group.sink.state_url(run_id), None, "bad_resume_state", str(e)
             )
@@ -70,7 +71,8 @@ def reject_duplicate(group: Any, run_id: str, run_url: str, other: str) -> None:
         "are not merged; give one run another run_id, or analyze them into separate OUTs "
         f"(if the run moved here, `--reset-run {run_id}` reads it again from here)"
     )
-    if run_url not in group.rejected:  # said once, not at every discovery of a watch
+    prev = group.rejected.get(run_url)
+    if prev is None or prev.reason != DUPLICATE_RUN_ID:  # once, not at every discovery
         log.error("skipping %s: %s", run_url, detail)
         group.rejected[run_url] = QuarantineRow(REJECTED, run_url, None, DUPLICATE_RUN_ID, detail)
         group.dirty.add(REJECTED)
@@ -98,8 +100,6 @@ def add_run(
             )
             group.dirty.add(REJECTED)
         return None
-    if group.rejected.pop(run_url, None) is not None:
-        group.dirty.add(REJECTED)
     other = next((s.run_url for s in group.runs.values() if s.run_id == info.run_id), None)
     if other is not None and other != run_url:
         reject_duplicate(group, info.run_id, run_url, other)
@@ -107,6 +107,8 @@ def add_run(
     state = resume_run(group, info.run_id, run_url)
     if state is None:
         return None
+    if group.rejected.pop(run_url, None) is not None:
+        group.dirty.add(REJECTED)
     set_format(state, fmt)
     apply_identity(state, info, stat)
     group.streams[run_url] = streams

@@ -82,3 +82,18 @@ def test_another_folder_analyzed_later_into_the_same_out(one_run, tmp_path, caps
     _check(out, run_id, a / name, b / name, capsys)
     # the run itself goes on as before
     assert main(["analyze", str(a), "--out", str(out), "--in-process"]) == 0
+
+
+def test_a_watch_refuses_the_second_folder_once(one_run, tmp_path, capsys, caplog):
+    """A watch over both ROOTs (runs found again at every discovery): the copy is
+    rejected once, with one error logged, and the run's rows are its own."""
+    a, name, run_id = one_run
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    out = tmp_path / "out"
+    args = ["watch", str(a), str(b), "--out", str(out), "--in-process", "--exit-when-finished"]
+    assert main([*args, "--poll", "0.2"]) == EXIT_REJECTED
+    capsys.readouterr()
+    said = [r for r in caplog.records if "is already the run at" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "ERROR"
+    _check(out, run_id, a / name, b / name, capsys)
