@@ -165,7 +165,7 @@ def test_analyze_reports_rows_written_and_rejected_runs(tmp_path, capsys):
         f"analyzed 2 runs; wrote {steps + health + quarantine + samples} rows under {out} "
         f"(steps {steps}, run_health {health}, quarantine {quarantine}, samples {samples})"
     )
-    assert lines[1] == "1 run rejected (run.json or resume state unreadable):"
+    assert lines[1] == "1 run rejected (not analysed):"
     assert lines[2].startswith(f"  {root / 'broken-0'}: run.json is not valid JSON")
     assert f"{out}/quarantine (run_id '_rejected')" in lines[3]
     assert "tables under" not in text
@@ -178,7 +178,7 @@ def test_analyze_reports_rows_written_and_rejected_runs(tmp_path, capsys):
         table[0] == "2 runs: 2 not judged (2 finished); 1 rejected run (not analysed, listed below)"
     )
     assert "not judged: 5 final steps, the rules need 17: " in table[-3]
-    assert table[-2] == "rejected (1 run; run.json could not be read):"
+    assert table[-2] == "rejected (1 run; not analysed):"
     assert table[-1].startswith(f"  {root / 'broken-0'}: run.json is not valid JSON")
     assert main(["status", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -211,7 +211,7 @@ def test_every_run_rejected_is_a_failure_with_the_reasons(tmp_path, capsys):
     assert main(["analyze", str(root), "--out", str(out), "--in-process"]) == EXIT_FAILURE
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"analyzed 0 runs; wrote 5 rows under {out} (quarantine 5)"
-    assert lines[1] == "5 runs rejected (run.json or resume state unreadable):"
+    assert lines[1] == "5 runs rejected (not analysed):"
     assert [line.split(":")[0].strip() for line in lines[2:5]] == [
         str(root / f"broken-{i}") for i in range(3)
     ]
@@ -222,7 +222,7 @@ def test_every_run_rejected_is_a_failure_with_the_reasons(tmp_path, capsys):
     table = capsys.readouterr().out.splitlines()
     assert table[0] == "0 runs; 5 rejected runs (not analysed, listed below)"
     assert table[2] == "(no run analysed: every run found was rejected, listed below)"
-    assert "rejected (5 runs; run.json could not be read):" in table
+    assert "rejected (5 runs; not analysed):" in table
     # report too: it lists them (an OUT with no run at all, analysed or rejected, is
     # exit 1 with no file: test_out_with_no_runs_yet_is_no_data)
     assert main(["report", str(out)]) == 0
@@ -245,7 +245,7 @@ def test_a_rejected_run_read_since_is_no_longer_listed(tmp_path, capsys):
     assert main(["analyze", str(root), "--out", str(out), "--in-process"]) == EXIT_REJECTED
     said = capsys.readouterr().out.splitlines()
     assert said[0].startswith("analyzed 2 runs; wrote ")
-    assert said[1] == "1 run rejected (run.json or resume state unreadable):"
+    assert said[1] == "1 run rejected (not analysed):"
     assert [r["run_uri"] for r in read_rejected(str(out))] == [str(root / "broken-1")]
     rejected = read_table(str(out), "quarantine").filter(pc.field("run_id") == "_rejected")
     assert rejected.num_rows == 2  # the rejection rows stay, each written once

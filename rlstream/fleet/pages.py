@@ -14,7 +14,7 @@ the server's version changes, so the two must be the same markup.
   which the live script counts them on.
 - run: header (folder, id, format, cohort, quarantined lines by reason), the charts of
   `fleet.charts` (a cohort band with at least 3 peers, otherwise the siblings' own
-  curves), the findings as a timeline of the run's transitions (`fleet.timeline`)
+  curves; on the reward chart, bars where scanners flagged the high-reward attempts), the findings as a timeline of the run's transitions (`fleet.timeline`)
   with evidence (the message) and advice, the
   cohort's siblings, and the samples panel of `fleet.sample_view`.
 - compare: the first step each run parts from the reference, figure by figure (the
@@ -32,6 +32,7 @@ from urllib.parse import quote
 
 from rlstream.fleet.charts import UNUSABLE_NOTE, run_charts
 from rlstream.fleet.report import run_name
+from rlstream.fleet.report_samples import FLAG_SHARE
 from rlstream.fleet.run_lines import judged_line, not_evaluable_line, replaced_note, reward_text
 from rlstream.fleet.status import (
     STATUS_LABEL,
@@ -175,7 +176,8 @@ def fleet_main(rows: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> st
         )
         rej = (
             f'<h2 id="rejected">{plural(len(rejected), "rejected run")}</h2>'
-            '<p class="sub">Not analysed: their run.json could not be read.</p>'
+            '<p class="sub">Not analysed: their run.json or resume state could not be read, '
+            "or another folder holds their run id.</p>"
             f"<table class='rejected'><tr><th>run folder</th><th>reason</th><th>detail</th></tr>{items}</table>"
         )
     return count_badges(rows, len(rejected)) + freshness(rows) + table + legend + rej
@@ -230,13 +232,16 @@ def run_main(
     heldout: dict[str, tuple[list[int], list[float | None]]] | None,
     samples_html: str,
     transitions: list[dict[str, Any]],
+    flags: list[int] | None = None,
 ) -> str:
     """The run page's content (`samples_html`: the samples panel, `fleet.sample_view`;
-    `transitions`: the run's `alerts` rows, for the findings timeline)."""
+    `transitions`: the run's `alerts` rows, for the findings timeline; `flags`: the
+    steps where scanners flagged the high-reward attempts, marked on the reward chart
+    as in the report)."""
     findings = list(latest.get("findings") or [])
     names = {s["run_id"]: run_name(s) for s in siblings}
     others = {names[k]: d for k, d in sibling_points.items() if k in names}
-    charts = run_charts(run_points, findings, bands, others, heldout)
+    charts = run_charts(run_points, findings, bands, others, heldout, flags, FLAG_SHARE)
     ne = row.get("not_evaluable") or []
     return (
         f'<h2 class="run-title">{_e(run_name(row))} {badge(row.get("status"), row.get("verdict"))}</h2>'

@@ -177,7 +177,8 @@ def overview_table(rows: list[dict[str, Any]]) -> str:
 
 
 def rejected_section(rejected: list[dict[str, Any]], out: str) -> str:
-    """The runs whose run.json could not be read: they have no section of their own."""
+    """The runs not analysed (run.json or resume state unreadable, or their run id
+    another folder's): they have no section of their own."""
     if not rejected:
         return ""
     items = "".join(
@@ -187,8 +188,9 @@ def rejected_section(rejected: list[dict[str, Any]], out: str) -> str:
     )
     return (
         f'<h2 id="rejected">{plural(len(rejected), "rejected run")}</h2>'
-        '<p class="sub">These run folders could not be read, so they are not analysed: '
-        f"fix their run.json and analyze again. Rows: {_e(rejected_folder(out))}</p>"
+        '<p class="sub">These run folders could not be read, or another folder holds their '
+        "run id, so they are not analysed: fix what the detail says and analyze again. "
+        f"Rows: {_e(rejected_folder(out))}</p>"
         f"<table><tr><th>run folder</th><th>reason</th><th>detail</th></tr>{items}</table>"
     )
 

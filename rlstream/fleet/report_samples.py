@@ -1,8 +1,8 @@
 """The report's Samples section of a run: what its kept samples say (OUT/samples).
 
 `run_samples(run, out)` reads a run's kept samples and the steps where transcript
-scanners flagged at least the rule's share of the high-reward attempts (the report
-also marks those on the reward chart); `samples_section(rows, flag_steps)` renders,
+scanners flagged at least the rule's share of the high-reward attempts (`flag_steps`:
+the report and the live run page mark those on the reward chart); `samples_section(rows, flag_steps)` renders,
 for one run: those steps; the newest steps' kept samples, flagged ones first, then top
 and bottom by reward; and one probe task's output at its first and its newest step
 side by side, with a word diff. A run without kept samples says why (its files record
@@ -16,6 +16,11 @@ from html import escape
 from typing import Any
 
 from rlstream.fleet.sample_diff import probe_section
+from rlstream.health.thresholds_policy import TranscriptHackFlags
+
+FLAG_SHARE = TranscriptHackFlags().share_min
+"""A step is marked on the reward chart when scanners flag at least this share of its
+high-reward attempts (the default `[transcript_hack_flags] share_min`)."""
 
 NEWEST_STEPS = 2
 """Steps whose kept samples are shown (the newest)."""
@@ -103,24 +108,35 @@ def _ranges(steps: list[int]) -> str:
     return ", ".join(out)
 
 
+def flag_steps(
+    run_id: str, out: str, storage_options: dict[str, Any] | None, share: float = FLAG_SHARE
+) -> list[int]:
+    """The steps of a run where scanners flagged at least `share` of the high-reward
+    attempts (`steps.flagged_high_frac`), in step order: the reward chart's flag marks
+    in the report and on the live run page. Only those steps are materialised: the
+    run and share filter is pushed into the scan."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from rlstream.fleet.read import out_sink
+
+    sink = out_sink(out, storage_options)
+    if not sink.exists("steps"):
+        return []
+    ds = sink.dataset(DeltaTable(sink.uri("steps"), storage_options=sink.options))
+    if "flagged_high_frac" not in ds.schema.names:
+        return []
+    flt = (pc.field("run_id") == run_id) & (pc.field("flagged_high_frac") >= share)
+    return sorted(set(ds.to_table(columns=["step"], filter=flt).column("step").to_pylist()))
+
+
 def run_samples(
-    run_id: str, out: str, storage_options: dict[str, Any] | None, share: float = 0.02
+    run_id: str, out: str, storage_options: dict[str, Any] | None, share: float = FLAG_SHARE
 ) -> tuple[list[dict[str, Any]], list[int]]:
     """One run's OUT/samples rows, and the steps where scanners flagged at least `share`
-    of the high-reward attempts (the rule's `[transcript_hack_flags] share_min`; read
-    only when the run has samples)."""
+    of the high-reward attempts (`flag_steps`; read only when the run has samples)."""
     from rlstream.fleet.read import read_table
 
     t = read_table(out, "samples", storage_options, where=("run_id", run_id))
     rows = t.to_pylist() if t.num_rows else []
-    flag_steps: list[int] = []
-    if rows:
-        s = read_table(
-            out, "steps", storage_options, ["step", "flagged_high_frac"], ("run_id", run_id)
-        )
-        flag_steps = [
-            r["step"]
-            for r in s.to_pylist()
-            if r["flagged_high_frac"] is not None and r["flagged_high_frac"] >= share
-        ]
-    return rows, flag_steps
+    return rows, flag_steps(run_id, out, storage_options, share) if rows else []

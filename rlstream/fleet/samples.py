@@ -1,8 +1,9 @@
 """`rlstream samples OUT RUN`: a run's kept samples in the terminal (or as JSON).
 
-`read_samples(out, run, ...)` reads OUT/samples for one run (docs/schema.md) and picks
-what to show: one step (`--step`, default the newest), a task across every step
-(`--task`), flagged ones only (`--flagged`), at most K per reason (`--top`). Flagged
+`read_samples(out, run, ...)` reads OUT/samples for one run (docs/schema.md), only
+what it shows (`SamplesReader`: the run and step, or task, filter pushed into the
+scan): one step (`--step`, default the newest), a task across every step (`--task`),
+flagged ones only (`--flagged`), at most K per reason (`--top`). Flagged
 samples come first, then by reward. `render(rows, width, color)` prints each with
 its reward, why it was kept and its flags highlighted, then what its calls were sent
 and returned, wrapped. Run text is escaped: control characters show as `\\xNN`, so a
@@ -27,6 +28,108 @@ def escape(text: str) -> str:
     return _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+class SamplesReader:
+    """OUT/samples of one run, read as little as what is printed needs.
+
+    The run's rows are found through the table's file statistics (the Delta log's
+    per-file min and max of `run_id` and `step`): `newest()` reads the `step` column
+    of the files that may hold the run's newest step, newest first, and stops once no
+    other file can hold a later one; `rows(...)` reads the columns of one step's (or
+    one task's) rows, the filter pushed into the scan, so files and Parquet row
+    groups whose statistics rule them out are never read (the `samples` table's row
+    groups are small: `sinks.delta.ROW_GROUP_ROWS`). `reads` lists each row group
+    read: (file, row group, columns, rows materialised)."""
+
+    def __init__(self, out: str, run: str, storage_options: dict[str, Any] | None = None):
+        import pyarrow.compute as pc
+        from deltalake import DeltaTable
+
+        from rlstream.fleet.read import out_sink
+
+        sink = out_sink(out, storage_options)
+        self.run = run
+        self.mine = pc.field("run_id") == run
+        self.reads: list[tuple[str, int, int, int]] = []
+        self.ds = None
+        self._max: dict[str, int] = {}
+        if sink.exists("samples"):
+            dt = DeltaTable(sink.uri("samples"), storage_options=sink.options)
+            self.ds = sink.dataset(dt)
+            self._max = _max_steps(dt, run)
+
+    def _fragments(self, flt: Any) -> list[Any]:
+        assert self.ds is not None
+        return list(self.ds.get_fragments(filter=flt))
+
+    def _scan(self, frag: Any, columns: list[str], flt: Any) -> Any:
+        """`frag`'s rows matching `flt` (an Arrow table), read a row group at a time:
+        only the row groups its Parquet statistics do not rule out."""
+        import pyarrow as pa
+
+        parts = []
+        for rg in frag.split_by_row_group(flt):
+            t = rg.to_table(columns=columns, filter=flt)
+            self.reads.append((_name(frag.path), rg.row_groups[0].id, len(columns), t.num_rows))
+            parts.append(t)
+        return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
+
+    def _read(self, columns: list[str], flt: Any) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for frag in self._fragments(flt):
+            rows += self._scan(frag, columns, flt).to_pylist()
+        return rows
+
+    def newest(self) -> int | None:
+        """The run's newest step with samples, or None when it has none."""
+        if self.ds is None:
+            return None
+        frags = self._fragments(self.mine)
+        big = 1 << 62
+        frags.sort(key=lambda f: -self._max.get(_name(f.path), big))
+        best: int | None = None
+        for frag in frags:
+            if best is not None and self._max.get(_name(frag.path), big) <= best:
+                break  # no row of this file or a later one can be newer
+            t = self._scan(frag, ["step"], self.mine)
+            if t.num_rows:
+                top = max(t.column("step").to_pylist())
+                best = top if best is None else max(best, top)
+        return best
+
+    def rows(self, step: int | None = None, task: str | None = None) -> list[dict[str, Any]]:
+        """The run's rows of `task` (every step) or else of `step`."""
+        import pyarrow.compute as pc
+
+        if self.ds is None:
+            return []
+        names = self.ds.schema.names
+        cols = [c for c in names if c != "commit_seq"]
+        if task is not None:
+            return self._read(cols, self.mine & (pc.field("task_id") == task))
+        return self._read(cols, self.mine & (pc.field("step") == step))
+
+
+def _name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _max_steps(dt: Any, run: str) -> dict[str, int]:
+    """{file name: its greatest `step`} of the files whose `run_id` range holds `run`,
+    from the Delta log's statistics (a file without them is read whenever asked)."""
+    import pyarrow as pa
+
+    acts = pa.table(dt.get_add_actions(flatten=True))
+    need = {"path", "min.run_id", "max.run_id", "max.step"}
+    if not need <= set(acts.column_names):
+        return {}
+    out: dict[str, int] = {}
+    cols = [acts.column(c).to_pylist() for c in ("path", "min.run_id", "max.run_id", "max.step")]
+    for path, lo, hi, top in zip(*cols, strict=True):
+        if top is not None and (lo is None or lo <= run) and (hi is None or run <= hi):
+            out[_name(path)] = top
+    return out
+
+
 def read_samples(
     out: str,
     run: str,
@@ -35,32 +138,29 @@ def read_samples(
     flagged: bool = False,
     top: int | None = None,
     storage_options: dict[str, Any] | None = None,
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """(rows to show, every step of the run with samples)."""
-    from rlstream.fleet.read import read_table
-
-    t = read_table(out, "samples", storage_options, where=("run_id", run))
-    rows = t.to_pylist() if t.num_rows else []
-    steps = sorted({r["step"] for r in rows})
-    if task is not None:
-        rows = [r for r in rows if r["task_id"] == task]
-    elif rows:
-        want = steps[-1] if step is None else step
-        rows = [r for r in rows if r["step"] == want]
+    reader: SamplesReader | None = None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """(rows to show, the run's newest step with samples: None when it has none). Only
+    the rows of the step shown (`step`, default the newest) or of `task` are read."""
+    r = reader or SamplesReader(out, run, storage_options)
+    newest = r.newest()
+    if newest is None:
+        return [], None
+    rows = r.rows(newest if step is None else step, task)
     if flagged:
-        rows = [r for r in rows if r["flags"]]
+        rows = [x for x in rows if x["flags"]]
     rows.sort(key=lambda r: (r["step"], not r["flags"], -(r["reward"] or 0.0), r["attempt_id"]))
     if top is not None:
         seen: dict[tuple[int, str], int] = {}
         keep = []
-        for r in rows:
-            why = "flagged" if r["flags"] else r["kept"][0]
-            n = seen.get((r["step"], why), 0)
+        for x in rows:
+            why = "flagged" if x["flags"] else x["kept"][0]
+            n = seen.get((x["step"], why), 0)
             if n < top:
-                keep.append(r)
-            seen[(r["step"], why)] = n + 1
+                keep.append(x)
+            seen[(x["step"], why)] = n + 1
         rows = keep
-    return rows, steps
+    return rows, newest
 
 
 def _paint(text: str, code: str, color: bool) -> str:
@@ -148,17 +248,17 @@ def cmd_samples(args: argparse.Namespace) -> int:
 
     opts = storage_options(args.storage_options)
     checked_out(args.out, opts)
-    rows, steps = read_samples(
+    rows, newest = read_samples(
         args.out, args.run, args.step, args.task, args.flagged, args.top, opts
     )
-    if not steps:  # nothing kept at all: say why, never an empty list read as "no hacks"
+    if newest is None:  # nothing kept at all: say why, never an empty list read as "no hacks"
         print(f"rlstream: {why_none(args.out, args.run, opts)}", file=sys.stderr)
         return EXIT_FAILURE
     if args.json:
         return _emit(json.dumps(rows))
     if not rows:
         print(
-            f"rlstream: no samples match (steps with samples: {steps[0]}..{steps[-1]})",
+            f"rlstream: no samples match (the newest step with samples is {newest})",
             file=sys.stderr,
         )
         return EXIT_FAILURE

@@ -1,19 +1,18 @@
 """`rlstream status`: every run of OUT in one table, worst first.
 
-`status_rows(latest, now)` turns the latest run_health rows (see `read.read_latest`) into
-plain dicts with JSON-ready values; `render_table(rows, rejected=...)` lays them out for
-a terminal: a count line whose parts add up to the runs, the rows, a legend for the
-starred columns (KL, ESS, entropy, truncation: the window medians the health rules
-judge, so a row never contradicts its firing findings) and for `n/e` (how many rules
-the run's format cannot evaluate; `--json` names them) and for `quar` (the run's
-quarantined lines), the runs the rules could not judge or not fully judge and what
-is missing (`missing_lines`), and a footer naming the runs rejected for an unreadable
-run.json (`outdir.read_rejected`); `follow(...)` redraws the table in place until
-interrupted. Order: status severity (critical, stalled, warning, insufficient,
-healthy, finished), then more firing findings first, then run_id. The status cell
-says what a run is (`verdict`): a finished run with a warning or critical finding
-reads `finished: critical CODE, steps A-B` (its worst finding and the steps it fired
-over), one the rules cannot judge `not judged`. Only OUT is read, never the runs.
+`status_rows(latest, now)` turns the latest run_health rows (see `read.read_latest`)
+into plain dicts with JSON-ready values; `render_table(rows, rejected=...)` lays them
+out for a terminal: a count line whose parts add up to the runs, the rows, a legend for
+the starred columns (KL, ESS, entropy, truncation: the window medians the health rules
+judge, so a row never contradicts its firing findings) and for `n/e` (how many rules the
+run's format cannot evaluate; `--json` names them) and for `quar` (the run's quarantined
+lines), the runs the rules could not judge or not fully judge and what is missing
+(`missing_lines`), and a footer naming the rejected runs (`outdir.read_rejected`);
+`follow(...)` redraws the table in place until interrupted. Order: status severity
+(critical, stalled, warning, insufficient, healthy, finished), then more firing findings
+first, then run_id. The status cell (`verdict`) reads `finished: critical CODE, steps
+A-B` for a finished run with a warning or critical finding (the worst, its latest
+firing), `not judged` if the rules cannot judge it; only OUT is read, never the runs.
 """
 
 from __future__ import annotations
@@ -302,12 +301,13 @@ REJECTED_SHOWN = MISSING_SHOWN
 
 
 def rejected_lines(rejected: list[dict[str, Any]]) -> list[str]:
-    """A footer naming the runs whose run.json could not be read, and why."""
+    """A footer naming the run folders not analysed (`outdir.read_rejected`), and why."""
     if not rejected:
         return []
-    out = [f"rejected ({plural(len(rejected), 'run')}; run.json could not be read):"]
+    out = [f"rejected ({plural(len(rejected), 'run')}; not analysed):"]
     for r in rejected[:REJECTED_SHOWN]:
-        out.append(_printable(f"  {r['run_uri']}: run.json {r.get('detail') or r['reason']}"))
+        why = "run.json " * (r["reason"] == "bad_run_json") + (r.get("detail") or r["reason"])
+        out.append(_printable(f"  {r['run_uri']}: {why}"))
     if len(rejected) > REJECTED_SHOWN:
         out.append(f"  ... and {plural(len(rejected) - REJECTED_SHOWN, 'more run')}")
     return out

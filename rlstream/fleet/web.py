@@ -188,6 +188,7 @@ class FleetPages:
         self, rid: str, rows: list[dict[str, Any]], snap: Snapshot, query: dict[str, list[str]]
     ) -> str:
         from rlstream.fleet.read import read_bands, read_heldout, read_run_points
+        from rlstream.fleet.report_samples import flag_steps
 
         by_id = {r["run_id"]: r for r in snap.latest}
         row = next((r for r in rows if r["run_id"] == rid), None)
@@ -211,6 +212,7 @@ class FleetPages:
             read_heldout(self.out, rid, self.opts),
             sample_view.samples_html(rid, self._samples(), sample_view.SampleQuery.parse(query)),
             self._transitions(rid),
+            flag_steps(rid, self.out, self.opts),
         )
 
     def _transitions(self, rid: str) -> list[dict[str, Any]]:

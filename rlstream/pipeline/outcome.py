@@ -69,9 +69,7 @@ def lines(outcome: Outcome, out: str, verb: str) -> list[str]:
         head += f"; {plural(o.quarantined, 'record')} of these runs quarantined"
     out_lines = [head]
     if o.rejected:
-        out_lines.append(
-            f"{plural(len(o.rejected), 'run')} rejected (run.json or resume state unreadable):"
-        )
+        out_lines.append(f"{plural(len(o.rejected), 'run')} rejected (not analysed):")
         items = sorted(o.rejected.items())
         for url, why in items[:REASONS_INLINE]:
             out_lines.append(f"  {url}: {why}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rlstream.formats import get_format
+from rlstream.formats import DEFAULT, get_format
 from rlstream.formats.base import NamedFiles, Tail
 from rlstream.formats.quarantine import QuarantineRow
 from rlstream.formats.records import BadRecord
@@ -36,12 +36,13 @@ REJECTED = "_rejected"
 def resume_run(group: Any, run_id: str, run_url: str) -> RunState | None:
     """The run's state from its resume state, or a new one; None when the run cannot
     be taken (an unreadable resume state: a `_rejected` quarantine row, the other runs
-    keep going; or its run_id is already tracked at another URL)."""
+    keep going; or its run_id is recorded for another folder: `reject_duplicate`)."""
     try:
         state = load_state(group.sink, run_id, reset=run_id in group.cfg.reset_runs)
     except ResumeStateError as e:
         log.error("skipping run %s: %s", run_id, e)
-        if run_url not in group.rejected:
+        prev = group.rejected.get(run_url)
+        if prev is None or prev.reason != "bad_resume_state":
             group.rejected[run_url] = QuarantineRow(
                 REJECTED, group.sink.state_url(run_id), None, "bad_resume_state", str(e)
             )
@@ -51,9 +52,30 @@ def resume_run(group: Any, run_id: str, run_url: str) -> RunState | None:
         return RunState(run_id=run_id, run_url=run_url)
     state.run_url = state.run_url or run_url  # a --reset-run state has none yet
     if state.run_url != run_url:
-        log.warning("run_id %s also at %s; keeping %s", run_id, run_url, state.run_url)
+        reject_duplicate(group, run_id, run_url, state.run_url)
         return None
     return state
+
+
+DUPLICATE_RUN_ID = "duplicate_run_id"
+"""Quarantine reason (under `_rejected`) of a run folder whose run id another folder
+already holds: two folders are never merged into one run."""
+
+
+def reject_duplicate(group: Any, run_id: str, run_url: str, other: str) -> None:
+    """Refuse the run at `run_url`: its run id is the run's at `other` (tracked, or
+    recorded in OUT's resume state). A `_rejected` quarantine row says so; the run at
+    `other` goes on alone."""
+    detail = (
+        f"run_id {run_id!r} is already the run at {other}: two folders with one run id "
+        "are not merged; give one run another run_id, or analyze them into separate OUTs "
+        f"(if the run moved here, `--reset-run {run_id}` reads it again from here)"
+    )
+    prev = group.rejected.get(run_url)
+    if prev is None or prev.reason != DUPLICATE_RUN_ID:  # once, not at every discovery
+        log.error("skipping %s: %s", run_url, detail)
+        group.rejected[run_url] = QuarantineRow(REJECTED, run_url, None, DUPLICATE_RUN_ID, detail)
+        group.dirty.add(REJECTED)
 
 
 def add_run(
@@ -78,11 +100,15 @@ def add_run(
             )
             group.dirty.add(REJECTED)
         return None
-    if group.rejected.pop(run_url, None) is not None:
-        group.dirty.add(REJECTED)
+    other = next((s.run_url for s in group.runs.values() if s.run_id == info.run_id), None)
+    if other is not None and other != run_url:
+        reject_duplicate(group, info.run_id, run_url, other)
+        return None
     state = resume_run(group, info.run_id, run_url)
     if state is None:
         return None
+    if group.rejected.pop(run_url, None) is not None:
+        group.dirty.add(REJECTED)
     set_format(state, fmt)
     apply_identity(state, info, stat)
     group.streams[run_url] = streams
@@ -127,7 +153,11 @@ def plan_run(group: Any, state: RunState) -> list[Unit]:
         refresh_identity(group, state, got[0])
         stats = dict(zip(top, got[1:], strict=True))
     settings = transcript_settings(
-        cfg.samples, state.config, state.probe_panel, cfg.max_tokens_slack
+        cfg.samples,
+        state.config,
+        state.probe_panel,
+        cfg.max_tokens_slack,
+        join_rewards=state.format == DEFAULT,
     )
     units = plan_streams(
         storage,

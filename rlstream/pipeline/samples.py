@@ -70,6 +70,14 @@ def attempt_of(t: Transcript, scan: ScanPlan) -> dict[str, Any]:
     }
 
 
+def cut(c: dict[str, Any]) -> dict[str, Any]:
+    """Attempt `c` with its text cut to its excerpts, in place."""
+    for key in ("sent", "returned"):
+        if c[key] is not None:
+            c[key] = excerpt(c[key])
+    return c
+
+
 def bounded(agg: SampleAgg) -> SampleAgg:
     """`agg` with the text of each attempt it holds (every candidate list, probes of
     tasks outside the panel too) cut to its excerpt, in place: the attempts are the
@@ -79,9 +87,7 @@ def bounded(agg: SampleAgg) -> SampleAgg:
         if id(c) in seen:
             continue
         seen.add(id(c))
-        for key in ("sent", "returned"):
-            if c[key] is not None:
-                c[key] = excerpt(c[key])
+        cut(c)
     return agg
 
 

@@ -280,6 +280,7 @@ def finalize(state: RunState, upto: int) -> list[dict[str, Any]]:
     rows, samples = [], []
     for s in steps:
         part = state.pending.pop(s, None)
+        part = part.settled() if part is not None else None
         rows.append(step_row(state.run_id, s, state.reported.pop(s, None), part, fmt))
         kept = part.agg.samples if part is not None else None
         if kept is not None:

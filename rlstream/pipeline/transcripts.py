@@ -31,7 +31,7 @@ from rlstream.metrics import CompletionAgg, StepAgg, TokenAgg, TopKEntropyAgg
 from rlstream.metrics.samples import SampleAgg
 from rlstream.metrics.scanners import SamplesConfig, scan_plan
 from rlstream.pipeline.partial import StepPartial
-from rlstream.pipeline.samples import attempt_of, bounded
+from rlstream.pipeline.samples import attempt_of, bounded, cut
 
 KEEP_PARSER_BYTES = 8 << 20
 """simdjson's parser keeps buffers sized for the largest file it parsed (several
@@ -77,6 +77,9 @@ class TranscriptSettings:
     """The run's probe tasks (`rlstream.pipeline.samples`)."""
     cap: int | None = None
     """Most tokens a generation may have (`token_cap`); a longer one is quarantined."""
+    join_rewards: bool = False
+    """The run's rollouts lines hold the rewards its transcripts may lack (Loops): a
+    scanned attempt without a reward waits for its line (`StepPartial.unrated`)."""
 
     def parser(self) -> TranscriptParser:
         """A parser of these settings: the one way units build one."""
@@ -239,12 +242,16 @@ class TranscriptParser:
             if a.text_tokens:
                 text = _text_completions(a.text_tokens, a.text_tasks, not a.samples_lens)
                 agg.completions = text if agg.completions is None else agg.completions.merge(text)
+            waiting: dict[str, dict] = {}
             if a.scanned:
-                c = self.samples
+                c, rated = self.samples, a.scanned
+                if self.settings.join_rewards:
+                    rated = [x for x in a.scanned if x["reward"] is not None]
+                    waiting = {x["attempt"]: cut(x) for x in a.scanned if x["reward"] is None}
                 agg.samples = bounded(
-                    SampleAgg.from_attempts(a.scanned, c.top, self.panel, c.probes, c.high_reward)
+                    SampleAgg.from_attempts(rated, c.top, self.panel, c.probes, c.high_reward)
                 )
-            out[step] = StepPartial(agg, transcripts=a.transcripts, transcripts_full=a.full)
+            out[step] = StepPartial(agg, a.transcripts, a.full, waiting)
         return out
 
 

@@ -82,28 +82,38 @@ RANK = {"warning": 1, "critical": 2}
 
 def track_worst(state: RunState, transitions: Sequence[Any], last_step: int) -> dict | None:
     """The run's worst warning or critical finding so far ({code, severity,
-    since_step, until_step}: the steps it fired over, from the step it began firing,
-    at whatever severity), from the transitions in order; the first to reach the
-    highest severity stays (`stalled` aside)."""
+    since_step, until_step}: the steps of one firing, from the step it began firing
+    to the step it resolved or the run's last, at whatever severity), from the
+    transitions in order; the first to reach the highest severity stays (`stalled`
+    aside), but the same code firing again at that severity or above is its latest
+    firing: a finding that fired at 77-105 and 115-119 reads 115-119, never 77-119."""
     worst = state.headline.get("_worst")
     worst = dict(worst) if worst else None
     since: dict[str, int] = dict(state.headline.get("_firing_since") or {})
+
+    def is_worst(code: str, start: int | None) -> bool:
+        return worst is not None and worst["code"] == code and worst["since_step"] == start
+
     for t in transitions:
         if t.code == "stalled" or t.severity not in RANK:
             continue
         if t.to_state != "firing":  # resolved (or back to pending)
             start = since.pop(t.code, None)
-            if worst is not None and worst["code"] == t.code and start is not None:
+            if worst is not None and is_worst(t.code, start):
                 worst["until_step"] = max(worst["until_step"], t.step)
             continue
         since.setdefault(t.code, t.step)
-        if worst is not None and worst["code"] == t.code and worst["since_step"] == since[t.code]:
+        if worst is not None and is_worst(t.code, since[t.code]):
             worst["severity"] = max(worst["severity"], t.severity, key=RANK.__getitem__)
             worst["until_step"] = max(worst["until_step"], t.step)
-        elif worst is None or RANK[t.severity] > RANK[worst["severity"]]:
+        elif (
+            worst is None
+            or RANK[t.severity] > RANK[worst["severity"]]
+            or (worst["code"] == t.code and RANK[t.severity] >= RANK[worst["severity"]])
+        ):
             worst = {"code": t.code, "severity": t.severity, "since_step": since[t.code]}
             worst["until_step"] = t.step
-    if worst is not None and worst["code"] in since:
+    if worst is not None and is_worst(worst["code"], since.get(worst["code"])):
         worst["until_step"] = max(worst["until_step"], last_step)
     state.headline["_firing_since"] = since
     return worst

@@ -158,13 +158,18 @@ def token_cap(config: dict[str, Any], slack: int = 0) -> int | None:
 
 
 def transcript_settings(
-    samples: SamplesConfig, config: dict[str, Any], panel: Sequence[str], slack: int = 0
+    samples: SamplesConfig,
+    config: dict[str, Any],
+    panel: Sequence[str],
+    slack: int = 0,
+    join_rewards: bool = False,
 ) -> TranscriptSettings:
     """The one place a run's `TranscriptSettings` are made, for every unit of every
     format that reads transcripts: `samples` (the pipeline config's `SamplesConfig`:
-    the rules file's `[samples]` and `--samples-top`), the run's probe `panel` and
-    its token cap (`token_cap` of its `config` plus `slack`)."""
-    return TranscriptSettings(samples, tuple(panel), token_cap(config, slack))
+    the rules file's `[samples]` and `--samples-top`), the run's probe `panel`, its
+    token cap (`token_cap` of its `config` plus `slack`), and whether its rollouts
+    lines give the rewards its transcripts lack (`join_rewards`: Loops)."""
+    return TranscriptSettings(samples, tuple(panel), token_cap(config, slack), join_rewards)
 
 
 def execute(unit: Unit, storage: Storage) -> UnitResult:
@@ -264,8 +269,10 @@ def _lines(unit: LinesUnit, storage: Storage) -> UnitResult:
     if transcripts is not None:
         res.partials = transcripts.aggregates()
         res.tokens = transcripts.tokens
+    join = unit.settings.join_rewards
     for step, recs in by_step.items():
-        part = StepPartial(StepAgg(rollouts=RolloutAgg.from_records(recs)))
+        rewards = {r["attempt_id"]: [r["reward"], r["trained"]] for r in recs} if join else {}
+        part = StepPartial(StepAgg(rollouts=RolloutAgg.from_records(recs)), rewards=rewards)
         prev = res.partials.get(step)
         res.partials[step] = part if prev is None else prev.merge(part)
     res.cursor = replace(cursor, max_step=max_step)

@@ -56,6 +56,21 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 
 
+ROW_GROUP_ROWS = {"samples": 64}
+"""Rows per Parquet row group of a table whose readers pick a few rows by their
+statistics: `rlstream samples` reads one step's rows (each up to 16 KiB of text), so
+a file holding many runs and steps (an analyze's commit, a compacted file) is read a
+row group of about 1 MiB at a time, not whole. Other tables: the writer's default."""
+
+
+def writer_properties(table: str) -> Any:
+    """The `WriterProperties` of `table`'s files (`ROW_GROUP_ROWS`), or None."""
+    from deltalake import WriterProperties
+
+    n = ROW_GROUP_ROWS.get(table)
+    return None if n is None else WriterProperties(max_row_group_size=n)
+
+
 def table_config(retention_seconds: int) -> dict[str, str]:
     """Properties of a table: a log checkpoint every 10 commits (a reader replays at
     most 10 JSON commits), and how long log entries and removed files are kept (log
@@ -223,6 +238,7 @@ class DeltaSink:
                 storage_options=self.options,
                 configuration=table_config(self.retention_seconds),
                 commit_properties=props,
+                writer_properties=writer_properties(table),
             )
         except Exception:
             self._handles.pop(table, None)  # opened afresh next time

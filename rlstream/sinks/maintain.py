@@ -47,7 +47,13 @@ import pyarrow as pa
 
 from rlstream.io.storage import Storage
 from rlstream.sinks.band_digest import BAND_DIGEST_TABLE, refresh_bands
-from rlstream.sinks.delta import STEP_DIGEST_TABLE, TABLES, DeltaSink, table_config
+from rlstream.sinks.delta import (
+    STEP_DIGEST_TABLE,
+    TABLES,
+    DeltaSink,
+    table_config,
+    writer_properties,
+)
 from rlstream.sinks.step_digest import Compact, refresh_step_digest, uncovered_rows
 
 log = logging.getLogger("rlstream")
@@ -99,7 +105,7 @@ def maintain(sink: DeltaSink, cfg: MaintenanceConfig | None = None) -> dict[str,
             removed = (
                 _compact_and_refresh(sink, cfg, name, report)
                 if name in DIGEST_TABLES
-                else _compact(dt, cfg)[0]
+                else _compact(dt, cfg, name)[0]
             )
             dt = DeltaTable(sink.uri(name), storage_options=sink.options)
             _tidy(dt)
@@ -153,10 +159,13 @@ DIGEST_TABLES = {
 """Tables with a digest: compacted inside the digest's refresh (`_compact_and_refresh`)."""
 
 
-def _compact(dt: Any, cfg: MaintenanceConfig) -> tuple[int, int | None]:
-    """Compact `dt` at the snapshot it holds; (files removed, version of the
-    compaction's commit or None when there was nothing to compact)."""
-    m = dt.optimize.compact(target_size=cfg.target_file_mb << 20)
+def _compact(dt: Any, cfg: MaintenanceConfig, name: str = "") -> tuple[int, int | None]:
+    """Compact `dt` (table `name`) at the snapshot it holds; (files removed, version of
+    the compaction's commit or None when there was nothing to compact). Its files are
+    written as appends write them (`delta.writer_properties`)."""
+    m = dt.optimize.compact(
+        target_size=cfg.target_file_mb << 20, writer_properties=writer_properties(name)
+    )
     removed = int(m.get("numFilesRemoved", 0))
     return removed, dt.version() if removed else None
 

@@ -376,3 +376,86 @@ def test_report_overview_fits_1400_px(fleet_out, tmp_path):
         assert b.errors() == []
     finally:
         b.close()
+
+
+@pytest.fixture(scope="module")
+def hack_out(tmp_path_factory):
+    """A text-hacking run and its healthy twin, analyzed: the hacking one has steps
+    whose high-reward attempts the scanners flag."""
+    from rlstream.pipeline.local import analyze_local
+    from rlstream.simulate import simulate
+
+    base = tmp_path_factory.mktemp("hack")
+    cfg = SimConfig(runs=2, steps=24, scenarios=("transcript_hack_flags", "healthy"), seed=3,
+                    groups=6, group_size=4)  # fmt: skip
+    labels = simulate(base / "runs", cfg)
+    analyze_local([str(base / "runs")], str(base / "out"))
+    return base / "out", {lab.scenario: lab.run_id for lab in labels}
+
+
+_FLAG_BARS = """(function () {
+  var chart = document.querySelectorAll('svg.chart')[0];
+  var box = chart.getBoundingClientRect();
+  return Array.from(chart.querySelectorAll('rect.flag')).map(function (r) {
+    var b = r.getBoundingClientRect(), cx = b.left + b.width / 2, cy = b.top + b.height / 2;
+    var hit = document.elementFromPoint(cx, cy);
+    return {title: r.querySelector('title').textContent, w: b.width, h: b.height,
+            dy: b.top - box.top, inside: b.left >= box.left && b.right <= box.right,
+            seen: hit === r || r.contains(hit), x: cx + window.scrollX, y: cy + window.scrollY};
+  });
+})()"""
+
+
+def test_flag_marks_on_the_live_run_page_in_chromium(hack_out, tmp_path):
+    """The reward chart of the live run page marks, along its top edge, the steps
+    where scanners flagged at least 2 % of the high-reward attempts (as the report
+    does): red bars a person sees (topmost at their centre, drawn red in the
+    screenshot), each titled with its steps, and the legend says what they mean;
+    the healthy twin's chart has none."""
+    from rlstream.fleet.report_samples import flag_steps
+    from tests.outputs import out_sql
+
+    out, ids = hack_out
+    rid = ids["transcript_hack_flags"]
+    want = [s for (s,) in out_sql(out, f"select step from steps where run_id = '{rid}' "
+                                       "and flagged_high_frac >= 0.02 order by step")]  # fmt: skip
+    assert want and flag_steps(rid, str(out), None) == want
+    srv = PageServer(FleetPages(str(out), refresh=600), port=0).start()
+    host, port = srv.address
+    b = Browser(tmp_path / "profile")
+    try:
+        b.navigate(f"http://{host}:{port}/run?id={quote(rid, safe='')}")
+        assert b.evaluate("document.querySelector('svg.chart').textContent").startswith("reward")
+        bars = b.evaluate(_FLAG_BARS)
+        assert bars
+        spans = []
+        for bar in bars:
+            a, z = map(int, bar["title"].split(":")[0].removeprefix("steps ").split("-"))
+            assert a in want and z in want and a <= z
+            assert bar["title"].endswith(
+                "transcript scanners flag >= 2% of the high-reward attempts"
+            )
+            assert bar["w"] >= 1.5 and bar["h"] >= 4 and 0 <= bar["dy"] < 60 and bar["inside"]
+            assert bar["seen"]  # nothing drawn over it
+            spans.append((a, z))
+        assert all(any(a <= s <= z for a, z in spans) for s in want)
+        legend = b.evaluate("Array.from(document.querySelector('svg.chart')"
+                            ".querySelectorAll('text')).map(t => t.textContent)")  # fmt: skip
+        assert "transcript scanners flag >= 2% of the high-reward attempts" in legend
+        b.evaluate("window.scrollTo(0, 0)")
+        bars = b.evaluate(_FLAG_BARS)
+        shot = artifacts(tmp_path) / "serve-run-flag-marks.png"
+        b.screenshot(shot)
+        scale = b.evaluate("window.devicePixelRatio")
+        img = Image.open(shot).convert("RGB")
+        for bar in bars:
+            r, g, bl = img.getpixel((round(bar["x"] * scale), round(bar["y"] * scale)))
+            assert (r, g, bl) == (0xC0, 0x39, 0x2B)  # FLAG_COLOR, as drawn
+        assert b.errors() == []
+        b.navigate(f"http://{host}:{port}/run?id={quote(ids['healthy'], safe='')}")
+        assert b.evaluate("document.querySelectorAll('svg.chart').length") == 8
+        assert b.evaluate(_FLAG_BARS) == []
+        assert b.errors() == []
+    finally:
+        b.close()
+        srv.close()

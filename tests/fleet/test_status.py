@@ -108,7 +108,7 @@ def test_counts_add_up_and_name_finished_runs_healthy():
         "3 runs: 1 healthy running, 2 finished healthy; 1 rejected run (not analysed, listed below)"
     )
     assert lines[-2:] == [
-        "rejected (1 run; run.json could not be read):",
+        "rejected (1 run; not analysed):",
         "  /r/x: run.json is not valid JSON",
     ]
 

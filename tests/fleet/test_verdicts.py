@@ -20,6 +20,7 @@ from rlstream.fleet.prometheus import render_metrics
 from rlstream.fleet.read import read_latest
 from rlstream.fleet.report import render_report
 from rlstream.fleet.status import render_table, status_rows
+from rlstream.fleet.status import verdict as status_verdict
 from rlstream.pipeline.local import analyze_local
 from rlstream.simulate import SimConfig, simulate
 from tests.formats.trainer_runs import sim_runs, trainer_run
@@ -329,3 +330,47 @@ def test_other_formats_without_step_times_are_not_counted_as_healthy_running(tmp
     assert head == "1 run: 1 healthy, not known to be running (no step times)"
     assert "mismatch_kl" in r["reported_figures"]  # no logprobs in these files
     assert r["missing"] == "not yet judged at 30 final steps: reward_too_fast (needs 62)"
+
+
+def _t(code, severity, to_state, step):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(code=code, severity=severity, to_state=to_state, step=step)
+
+
+def _worst(batches, last_step):
+    """track_worst over `batches` of transitions folded one poll after another."""
+    from rlstream.pipeline.state import RunState
+    from rlstream.pipeline.verdicts import track_worst
+
+    state = RunState("r", "u")
+    worst = None
+    for ts in batches:
+        worst = track_worst(state, ts, last_step)
+        state.headline["_worst"] = worst
+    return worst
+
+
+def test_a_finding_that_fired_twice_shows_its_latest_firing():
+    """Fired 77-105, resolved, fired again 115 to the run's end 119: the worst finding
+    is the latest firing (steps 115-119), not one span over both (77-119)."""
+    code = "transcript_hack_flags"
+    ts = [_t(code, "critical", "firing", 77), _t(code, "critical", "resolved", 105),
+          _t(code, "critical", "firing", 115)]  # fmt: skip
+    want = {"code": code, "severity": "critical", "since_step": 115, "until_step": 119}
+    assert _worst([ts], 119) == want
+    assert _worst([ts[:1], ts[1:2], [], ts[2:]], 119) == want  # poll by poll
+    ended = [*ts, _t(code, "critical", "resolved", 117)]
+    assert _worst([ended], 119) == {**want, "until_step": 117}
+    row = {"status": "critical", "finished": True, "worst_finding": want}
+    assert status_verdict(row) == f"finished: critical {code}, steps 115-119"
+
+
+def test_a_weaker_second_firing_leaves_the_worse_first_one():
+    """Critical 10-20, then the same code fires again only at warning (30 to the end):
+    the critical firing stays the worst, with its own steps."""
+    code = "low_ess"
+    ts = [_t(code, "critical", "firing", 10), _t(code, "warning", "resolved", 20),
+          _t(code, "warning", "firing", 30)]  # fmt: skip
+    want = {"code": code, "severity": "critical", "since_step": 10, "until_step": 20}
+    assert _worst([ts], 40) == want

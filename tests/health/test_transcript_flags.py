@@ -102,10 +102,12 @@ def test_verl_files_fire_it_and_a_run_without_text_is_not_evaluable(scripted, tm
 
 
 def test_text_without_rewards_is_not_evaluable_not_quiet(scripted, tmp_path):
-    """Loops transcripts whose optional `reward` is absent (docs/run-format.md) carry
-    text the scanners flag, but no attempt is known to be high-reward: the run lists
-    transcript_hack_flags as not evaluable rather than looking like a run without
-    hacks, and `rlstream samples` says why it shows no ranked samples."""
+    """Loops transcripts whose optional `reward` is absent (docs/run-format.md), in a
+    run whose rollouts.jsonl has no reward either, carry text the scanners flag, but no
+    attempt is known to be high-reward: the run lists transcript_hack_flags as not
+    evaluable rather than looking like a run without hacks, and `rlstream samples`
+    says why it shows no ranked samples. (With rewards in rollouts.jsonl they are
+    joined: tests/pipeline/test_samples_join.py.)"""
     base, labels = scripted
     hack = next(r for r, (s, _) in labels.items() if s == "transcript_hack_flags")
     src = next(
@@ -114,8 +116,12 @@ def test_text_without_rewards_is_not_evaluable_not_quiet(scripted, tmp_path):
     )  # fmt: skip
     run = tmp_path / "runs" / src.name
     run.mkdir(parents=True)
-    for f in ("run.json", "steps.jsonl", "rollouts.jsonl"):
+    for f in ("run.json", "steps.jsonl"):
         (run / f).write_bytes((src / f).read_bytes())
+    lines = [json.loads(x) for x in (src / "rollouts.jsonl").read_text().splitlines()]
+    (run / "rollouts.jsonl").write_text(
+        "".join(json.dumps({**r, "reward": None}) + "\n" for r in lines)
+    )
     (run / "transcripts").mkdir()
     for p in (src / "transcripts").glob("*.json"):
         doc = json.loads(p.read_text())

@@ -163,7 +163,9 @@ def test_every_unit_that_reads_transcripts_carries_the_runs_settings(tmp_path, s
     state.probe_panel = ["task-a", "task-b"]
     units = group.plan(state)
     readers = [u for u in units if isinstance(u, (FilesUnit, LinesUnit, TranscriptsUnit))]
-    want = transcript_settings(cfg.samples, state.config, ["task-a", "task-b"])
+    want = transcript_settings(
+        cfg.samples, state.config, ["task-a", "task-b"], join_rewards=fmt == "loops"
+    )  # Loops: rewards its transcripts lack come from rollouts.jsonl
     assert readers and {u.settings for u in readers} == {want}
     # as sent to a worker: the user scanners travel as their config and still flag
     back = pickle.loads(pickle.dumps(readers[0])).settings

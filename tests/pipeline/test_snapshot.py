@@ -136,6 +136,11 @@ def test_a_state_written_by_main_loads_as_the_current_snapshot(tmp_path):
     assert "snapshot" not in head and "status" in body and "cohort" in body  # version 1
     old = decode_state(data, "fixture", "y")
     _, now = mid_run(tmp_path)
+    # A pending step now also holds its rollouts lines' [reward, trained] until a
+    # transcript without a reward takes one (`StepPartial.rewards`); main kept none.
+    assert all(p.rewards and not p.unrated for p in now.pending.values())
+    for p in now.pending.values():
+        p.rewards = {}
     # The trend's points of main's state are the trained attempts' reward, not the
     # headline's (every attempt): dropped on restore, not mixed in.
     assert "_recent_rewards" in body["headline"]
