@@ -98,7 +98,7 @@ def distinct_per_generation(gen: np.ndarray, h: np.ndarray, n_gen: int) -> np.nd
 
     Two pairs are the same when their ids are equal and so are their hashes' top 56
     bits. ``gen`` must be non-decreasing (as ``ngram_hashes`` returns it). Each pair
-    first goes to one bucket of a table of at least 8 per pair, chosen by the pair
+    first goes to one bucket of a table of at least 4 per pair, chosen by the pair
     alone: a pair alone in its bucket has no equal and counts once with no sort (most
     of them, unless the text repeats itself). The rest, all copies of any pair among
     them, are counted by ``_sorted_distinct``. Only two n-grams of the same generation
@@ -109,9 +109,12 @@ def distinct_per_generation(gen: np.ndarray, h: np.ndarray, n_gen: int) -> np.nd
     if not gen.size:
         return out
     top = h >> np.uint64(_BLOCK_BITS)
-    bits = max(10, int(gen.size).bit_length() + 3)
-    bucket = (top + gen.astype(np.uint64) * _GOLDEN) & np.uint64((1 << bits) - 1)
-    bucket = bucket.astype(np.intp)
+    bits = max(10, int(gen.size).bit_length() + 2)
+    bucket = gen.astype(np.uint64)
+    bucket *= _GOLDEN
+    bucket += top
+    bucket &= np.uint64((1 << bits) - 1)
+    bucket = bucket.view(np.int64)  # below 2**bits: the same values, no copy
     alone = np.bincount(bucket, minlength=1 << bits)[bucket] == 1
     out += np.bincount(gen[alone], minlength=n_gen)
     rest = ~alone
