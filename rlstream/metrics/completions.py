@@ -241,25 +241,31 @@ class CompletionAgg:
         n_att = int(att_G[-1]) + 1 if n_gen else 0
         gen_hash = _generation_hashes(tokens, offsets)
         repeat_G = np.zeros(n_gen, dtype=bool)  # same tokens as an earlier turn of its attempt
-        att_hashes: list[list[int]] = [[] for _ in range(n_att)]
-        seen: set[int] = set()
-        for g in range(n_gen):
-            if g == 0 or att_G[g] != att_G[g - 1]:
-                seen = set()
-            repeat_G[g] = gen_hash[g] in seen
-            seen.add(gen_hash[g])
-            att_hashes[att_G[g]].append(gen_hash[g])
+        if n_att == n_gen:  # one generation an attempt: nothing repeats within one
+            att_hashes = [[x] for x in gen_hash]
+        else:
+            att_hashes = [[] for _ in range(n_att)]
+            seen: set[int] = set()
+            att_list = att_G.tolist()
+            for g in range(n_gen):
+                if g == 0 or att_list[g] != att_list[g - 1]:
+                    seen = set()
+                repeat_G[g] = gen_hash[g] in seen
+                seen.add(gen_hash[g])
+                att_hashes[att_list[g]].append(gen_hash[g])
 
         gen, h = ngram_hashes(tokens, offsets, ngram)
-        keep = ~repeat_G[gen]
-        att, h = att_G[gen[keep]], h[keep]
+        if repeat_G.any():
+            keep = ~repeat_G[gen]
+            gen, h = gen[keep], h[keep]
+        att = gen if n_att == n_gen else att_G[gen]
         total = np.bincount(att, minlength=n_att)
         distinct = distinct_per_generation(att, h, n_att)
         has = total > 0
         agg.n_rep = int(np.count_nonzero(has))
         agg.sum_rep = fixed_sum(1.0 - distinct[has] / total[has])
 
-        first = np.searchsorted(att_G, np.arange(n_att))  # each attempt's first generation
+        first = np.searchsorted(att_G, np.arange(n_att)).tolist()  # each attempt's first
         hashes: dict[int, set[str]] = {}
         for a in range(n_att):
             task = task_ids_G[first[a]] if task_ids_G is not None else ""
