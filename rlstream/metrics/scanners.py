@@ -61,7 +61,7 @@ class SampleText:
                 text = self.part("completion")
                 parts = []
                 if "```" in text or "<tool_call>" in text:
-                    parts = [m.group(1) for m in _TOOL.finditer(text)]
+                    parts = tool_bodies(text)
                 if text.startswith("$ ") or "\n$ " in text:
                     parts += [m.group(1) for m in _SHELL.finditer(text)]
                 got = "\n".join(parts)
@@ -88,6 +88,42 @@ class SampleText:
 
 _TOOL = re.compile(r"(?:<tool_call>|```[A-Za-z]*\n)(.*?)(?:</tool_call>|```)", re.S)
 _SHELL = re.compile(r"^\$ (.+)$", re.M)
+_FENCE = re.compile(r"```[A-Za-z]*\n")
+
+
+def tool_bodies(text: str) -> list[str]:
+    """The bodies `_TOOL.finditer(text)` finds (`<tool_call>` bodies and fenced code
+    blocks), found with `str.find` rather than by trying the pattern at every position.
+
+    The pattern matches at the first opener (`<tool_call>`, or three backticks then
+    ASCII letters and a newline) that some closer (`</tool_call>` or three backticks)
+    follows, its body ending at the first closer after it. No opener starts inside
+    another's text, so when no closer follows an opener's body none follows any later
+    opener's either: the search ends there.
+    """
+    out: list[str] = []
+    pos = 0
+    while True:
+        a, f = text.find("<tool_call>", pos), text.find("```", pos)
+        if a < 0 and f < 0:
+            return out
+        if f < 0 or 0 <= a < f:
+            body = a + 11
+        else:
+            m = _FENCE.match(text, f)
+            if m is None:
+                pos = f + 1
+                continue
+            body = m.end()
+        k1, k2 = text.find("</tool_call>", body), text.find("```", body)
+        if k1 < 0 and k2 < 0:
+            return out
+        if k1 < 0 or 0 <= k2 < k1:
+            out.append(text[body:k2])
+            pos = k2 + 3
+        else:
+            out.append(text[body:k1])
+            pos = k1 + 12
 
 
 @dataclass(frozen=True)
