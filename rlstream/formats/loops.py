@@ -245,10 +245,11 @@ def _simd_fields(doc: Any, name: str) -> Transcript | None:
     step, trains, gens = doc["step"], doc["trains"], doc["generations"]
     if not _is_int(step) or step < 0 or not isinstance(trains, bool):
         return None
-    trace = doc.get("trace", "full")
+    have = set(doc.keys())  # a missing key's get costs an exception in simdjson
+    trace = doc["trace"] if "trace" in have else "full"
     if trace not in TRACES or not isinstance(gens, simdjson.Array):
         return None
-    task = doc.get("task_id")
+    task = doc["task_id"] if "task_id" in have else None
     task = task if isinstance(task, str) else ""
     full = trace == "full"
     lens: list[int] = []
@@ -259,19 +260,20 @@ def _simd_fields(doc: Any, name: str) -> Transcript | None:
     for g in gens:
         if not isinstance(g, simdjson.Object):
             return None
-        n = g.get("completion_len")
+        keys = set(g.keys())  # a missing key's get costs an exception in simdjson
+        n = g["completion_len"] if "completion_len" in keys else None
         if not _is_int(n) or n < 0:
             return None
         lens.append(n)
-        truncated.append(g.get("stop_reason") == "length")
+        truncated.append("stop_reason" in keys and g["stop_reason"] == "length")
         if not full:
             continue
-        if g.get("top_logprobs") is not None:
+        if "top_logprobs" in keys and g["top_logprobs"] is not None:
             return None
         toks, s, t = (
-            g.get("completion_tokens"),
-            g.get("sampler_logprobs"),
-            g.get("trainer_logprobs"),
+            g["completion_tokens"] if "completion_tokens" in keys else None,
+            g["sampler_logprobs"] if "sampler_logprobs" in keys else None,
+            g["trainer_logprobs"] if "trainer_logprobs" in keys else None,
         )
         if not isinstance(toks, simdjson.Array) or len(toks) != n:
             return None
@@ -291,7 +293,7 @@ def _simd_fields(doc: Any, name: str) -> Transcript | None:
             tokens.append(np.empty(0, np.int64))
             ls.append(np.empty(0, np.float64))
             lt.append(np.empty(0, np.float64) if t is not None else np.full(0, np.nan))
-    text = text_of(doc, list(gens), name)
+    text = text_of(doc, gens, name)
     return Transcript(
         name, task, step, trains, trace, lens, truncated, ls, lt, tokens, None, None, text
     )

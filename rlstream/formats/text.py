@@ -37,7 +37,14 @@ def render_messages(messages: Any) -> str:
     return "\n".join(out)
 
 
-def text_of(doc: Any, gens: list[Any], name: str) -> TranscriptText | None:
+def _keys(obj: Any) -> Any:
+    """What `in` tests a key against: a dict itself; a simdjson proxy's keys as a set
+    (its `get` of a missing key raises and catches an exception: several times the
+    cost of the set)."""
+    return obj if isinstance(obj, dict) else set(obj.keys())
+
+
+def text_of(doc: Any, gens: Any, name: str) -> TranscriptText | None:
     """What each call was sent (`prompt`, else `messages`) and returned (`text`), with
     the optional `reward`, `group_id`; None when no generation records text. Text
     fields of the wrong type count as absent (they are for display only)."""
@@ -47,20 +54,25 @@ def text_of(doc: Any, gens: list[Any], name: str) -> TranscriptText | None:
     stop = None
     pv = None
     for g in gens:
-        t, p = g.get("text"), g.get("prompt")
+        have = _keys(g)
+        t = g["text"] if "text" in have else None
+        p = g["prompt"] if "prompt" in have else None
         any_text = any_text or isinstance(t, str)
         returned.append(t if isinstance(t, str) else "")
         if isinstance(p, str):
             sent.append(p)
         else:
-            sent.append(render_messages(g.get("messages")) if g.get("messages") else "")
-        stop = g.get("stop_reason") if isinstance(g.get("stop_reason"), str) else stop
-        v = g.get("policy_version")
+            m = g["messages"] if "messages" in have else None
+            sent.append(render_messages(m) if m else "")
+        s = g["stop_reason"] if "stop_reason" in have else None
+        stop = s if isinstance(s, str) else stop
+        v = g["policy_version"] if "policy_version" in have else None
         pv = v if _is_int(v) else pv
     if not any_text:
         return None
-    r = doc.get("reward")
-    group = doc.get("group_id")
+    have = _keys(doc)
+    r = doc["reward"] if "reward" in have else None
+    group = doc["group_id"] if "group_id" in have else None
     return TranscriptText(
         tuple(sent),
         tuple(returned),

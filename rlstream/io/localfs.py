@@ -31,7 +31,7 @@ import os
 import stat as statmod
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rlstream.errors import UnsafeFile
 
@@ -74,6 +74,8 @@ def _openat2() -> object | None:
 
 
 _SYSCALL = _openat2()
+_HOW = _OpenHow(_OPEN_FLAGS, 0, _RESOLVE_BENEATH_ONLY)
+_HOW_REF, _HOW_SIZE = ctypes.byref(_HOW), ctypes.sizeof(_HOW)
 
 
 def _root_fd(root: str) -> int:
@@ -103,13 +105,26 @@ def _open_beneath(path: str, roots: Sequence[str]) -> int | None:
         dirfd = _root_fd(root)
     except OSError:
         return None
-    how = _OpenHow(_OPEN_FLAGS, 0, _RESOLVE_BENEATH_ONLY)
-    fd = _SYSCALL(_SYS_OPENAT2, dirfd, rel.encode(), ctypes.byref(how), ctypes.sizeof(how))
+    fd = _SYSCALL(_SYS_OPENAT2, dirfd, rel.encode(), _HOW_REF, _HOW_SIZE)
     if fd >= 0:
         return int(fd)
     if ctypes.get_errno() in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
         _SYSCALL = None  # an older kernel or a sandbox without it: the checks alone
     return None
+
+
+def read_whole(fd: int, check: Callable[[int], None]) -> bytes:
+    """Every byte of the open file `fd` to its end (as `open(fd).read()`, without the
+    file objects), after `check(size)` of its size; `fd` is closed."""
+    try:
+        size = os.fstat(fd).st_size
+        check(size)
+        parts = [os.read(fd, size + 1)]
+        while parts[-1]:  # the file grew since its fstat: read on to its end
+            parts.append(os.read(fd, 1 << 16))
+        return parts[0] if len(parts) <= 2 else b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def dotdot(path: str) -> str | None:

@@ -32,6 +32,7 @@ from rlstream.io.localfs import (
     inside,
     link_inside,
     open_regular,
+    read_whole,
     write_atomic_local,
 )
 from rlstream.io.s3 import POOL_CONNECTIONS, list_after, list_stats, object_size, open_s3
@@ -212,9 +213,8 @@ class Storage:
         if dotdot(path) is not None:
             raise UnsafeFile(path, dotdot(path) or "")
         if self.is_local:
-            with open(open_regular(path, self.roots), "rb") as f:
-                self._too_large(path, os.fstat(f.fileno()).st_size)
-                return f.read()
+            fd = open_regular(path, self.roots)
+            return read_whole(fd, lambda size: self._too_large(path, size))
         if self.protocol in ("s3", "s3a"):
             size = object_size(self.fs, path)
             if size is None:

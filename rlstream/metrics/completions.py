@@ -17,9 +17,10 @@ alike across tasks ("Running the tests now." and the same call) are not answers.
   generation whose tokens equal an earlier generation of the same attempt (a fixed
   action done again) adds no n-grams. N-grams are hashed to uint64 in one vectorised
   pass over the concatenated tokens (positions whose window would cross into the next
-  generation are dropped); distinct (attempt, hash) pairs are counted after one sort
-  of a packed uint64 key per block of 256 attempts (8 bits of local attempt id, the
-  hash's top 56 bits). A hash collision could merge two n-grams of one attempt; at
+  generation are dropped); distinct (attempt, hash's top 56 bits) pairs are counted
+  by a hash table's bucket counts, the pairs sharing a bucket by one sort of a packed
+  uint64 key per block of 256 attempts (8 bits of local attempt id, the hash's top 56
+  bits). A hash collision could merge two n-grams of one attempt; at
   the sizes of an attempt the odds are negligible, and since the block size is fixed
   they do not depend on how many attempts the batch holds.
 - distinct completions (needs tokens): one blake2b-64 hash per generation of its
@@ -95,16 +96,39 @@ def ngram_hashes(
 def distinct_per_generation(gen: np.ndarray, h: np.ndarray, n_gen: int) -> np.ndarray:
     """Number of distinct hashes of each generation (or attempt), from (id, hash) pairs.
 
-    ``gen`` must be non-decreasing (as ``ngram_hashes`` returns it). Generations are
-    taken in blocks of 256: the local generation id goes into the top 8 bits of one
-    uint64 sort key and the hash's top 56 bits fill the rest, so a single np.sort per
-    block groups the pairs (much faster than a lexsort). Only two n-grams of the same
-    generation can collide, with odds about m^2 / 2^57 for m n-grams: negligible, and
-    the same whichever batch the generation came in.
+    Two pairs are the same when their ids are equal and so are their hashes' top 56
+    bits. ``gen`` must be non-decreasing (as ``ngram_hashes`` returns it). Each pair
+    first goes to one bucket of a table of at least 4 per pair, chosen by the pair
+    alone: a pair alone in its bucket has no equal and counts once with no sort (most
+    of them, unless the text repeats itself). The rest, all copies of any pair among
+    them, are counted by ``_sorted_distinct``. Only two n-grams of the same generation
+    can collide, with odds about m^2 / 2^57 for m n-grams: negligible, and the same
+    whichever batch the generation came in.
     """
     out = np.zeros(n_gen, dtype=np.int64)
     if not gen.size:
         return out
+    top = h >> np.uint64(_BLOCK_BITS)
+    bits = max(10, int(gen.size).bit_length() + 2)
+    bucket = gen.astype(np.uint64)
+    bucket *= _GOLDEN
+    bucket += top
+    bucket &= np.uint64((1 << bits) - 1)
+    bucket = bucket.view(np.int64)  # below 2**bits: the same values, no copy
+    alone = np.bincount(bucket, minlength=1 << bits)[bucket] == 1
+    out += np.bincount(gen[alone], minlength=n_gen)
+    rest = ~alone
+    if rest.any():
+        out += _sorted_distinct(gen[rest], top[rest], n_gen)
+    return out
+
+
+def _sorted_distinct(gen: np.ndarray, top: np.ndarray, n_gen: int) -> np.ndarray:
+    """Distinct (id, 56-bit hash) pairs per id, by sorting: ids are taken in blocks of
+    256, the local id going into the top 8 bits of one uint64 sort key and the hash
+    filling the rest, so a single np.sort per block groups the pairs (much faster
+    than a lexsort)."""
+    out = np.zeros(n_gen, dtype=np.int64)
     shift = np.uint64(64 - _BLOCK_BITS)
     block = 1 << _BLOCK_BITS
     bounds = np.searchsorted(gen, np.arange(0, n_gen + block, block))
@@ -113,7 +137,7 @@ def distinct_per_generation(gen: np.ndarray, h: np.ndarray, n_gen: int) -> np.nd
             continue
         first = b * block
         local = (gen[lo:hi] - first).astype(np.uint64)
-        key = (local << shift) | (h[lo:hi] >> np.uint64(_BLOCK_BITS))
+        key = (local << shift) | top[lo:hi]
         key.sort()
         new = np.ones(key.size, dtype=bool)
         np.not_equal(key[1:], key[:-1], out=new[1:])
@@ -217,25 +241,31 @@ class CompletionAgg:
         n_att = int(att_G[-1]) + 1 if n_gen else 0
         gen_hash = _generation_hashes(tokens, offsets)
         repeat_G = np.zeros(n_gen, dtype=bool)  # same tokens as an earlier turn of its attempt
-        att_hashes: list[list[int]] = [[] for _ in range(n_att)]
-        seen: set[int] = set()
-        for g in range(n_gen):
-            if g == 0 or att_G[g] != att_G[g - 1]:
-                seen = set()
-            repeat_G[g] = gen_hash[g] in seen
-            seen.add(gen_hash[g])
-            att_hashes[att_G[g]].append(gen_hash[g])
+        if n_att == n_gen:  # one generation an attempt: nothing repeats within one
+            att_hashes = [[x] for x in gen_hash]
+        else:
+            att_hashes = [[] for _ in range(n_att)]
+            seen: set[int] = set()
+            att_list = att_G.tolist()
+            for g in range(n_gen):
+                if g == 0 or att_list[g] != att_list[g - 1]:
+                    seen = set()
+                repeat_G[g] = gen_hash[g] in seen
+                seen.add(gen_hash[g])
+                att_hashes[att_list[g]].append(gen_hash[g])
 
         gen, h = ngram_hashes(tokens, offsets, ngram)
-        keep = ~repeat_G[gen]
-        att, h = att_G[gen[keep]], h[keep]
+        if repeat_G.any():
+            keep = ~repeat_G[gen]
+            gen, h = gen[keep], h[keep]
+        att = gen if n_att == n_gen else att_G[gen]
         total = np.bincount(att, minlength=n_att)
         distinct = distinct_per_generation(att, h, n_att)
         has = total > 0
         agg.n_rep = int(np.count_nonzero(has))
         agg.sum_rep = fixed_sum(1.0 - distinct[has] / total[has])
 
-        first = np.searchsorted(att_G, np.arange(n_att))  # each attempt's first generation
+        first = np.searchsorted(att_G, np.arange(n_att)).tolist()  # each attempt's first
         hashes: dict[int, set[str]] = {}
         for a in range(n_att):
             task = task_ids_G[first[a]] if task_ids_G is not None else ""

@@ -40,31 +40,39 @@ ON = ("completion", "tool_calls", "sent", "any")
 
 class SampleText:
     """One attempt's text: per model call, what it was sent and what it returned. The
-    joined parts are computed once, when first asked for."""
+    joined parts (and their UTF-8 bytes) are computed once, when first asked for."""
 
-    __slots__ = ("_cache", "returned", "sent")
+    __slots__ = ("_bytes", "_cache", "returned", "sent")
 
     def __init__(self, sent: tuple[str, ...] = (), returned: tuple[str, ...] = ()) -> None:
         self.sent, self.returned = tuple(sent), tuple(returned)
         self._cache: dict[str, str] = {}
+        self._bytes: dict[str, bytes] = {}
 
     def part(self, on: str) -> str:
         """`completion`, `tool_calls` or `sent` as one string."""
         got = self._cache.get(on)
         if got is None:
             if on == "completion":
-                got = "\n".join(self.returned)
+                got = self.returned[0] if len(self.returned) == 1 else "\n".join(self.returned)
             elif on == "sent":
-                got = "\n".join(self.sent)
+                got = self.sent[0] if len(self.sent) == 1 else "\n".join(self.sent)
             else:
                 text = self.part("completion")
                 parts = []
                 if "```" in text or "<tool_call>" in text:
-                    parts = [m.group(1) for m in _TOOL.finditer(text)]
+                    parts = tool_bodies(text)
                 if text.startswith("$ ") or "\n$ " in text:
                     parts += [m.group(1) for m in _SHELL.finditer(text)]
                 got = "\n".join(parts)
             self._cache[on] = got
+        return got
+
+    def encoded(self, on: str) -> bytes:
+        """`part(on)` as UTF-8 bytes (what RE2 reads)."""
+        got = self._bytes.get(on)
+        if got is None:
+            got = self._bytes[on] = self.part(on).encode()
         return got
 
     @property
@@ -80,6 +88,42 @@ class SampleText:
 
 _TOOL = re.compile(r"(?:<tool_call>|```[A-Za-z]*\n)(.*?)(?:</tool_call>|```)", re.S)
 _SHELL = re.compile(r"^\$ (.+)$", re.M)
+_FENCE = re.compile(r"```[A-Za-z]*\n")
+
+
+def tool_bodies(text: str) -> list[str]:
+    """The bodies `_TOOL.finditer(text)` finds (`<tool_call>` bodies and fenced code
+    blocks), found with `str.find` rather than by trying the pattern at every position.
+
+    The pattern matches at the first opener (`<tool_call>`, or three backticks then
+    ASCII letters and a newline) that some closer (`</tool_call>` or three backticks)
+    follows, its body ending at the first closer after it. No opener starts inside
+    another's text, so when no closer follows an opener's body none follows any later
+    opener's either: the search ends there.
+    """
+    out: list[str] = []
+    pos = 0
+    while True:
+        a, f = text.find("<tool_call>", pos), text.find("```", pos)
+        if a < 0 and f < 0:
+            return out
+        if f < 0 or 0 <= a < f:
+            body = a + 11
+        else:
+            m = _FENCE.match(text, f)
+            if m is None:
+                pos = f + 1
+                continue
+            body = m.end()
+        k1, k2 = text.find("</tool_call>", body), text.find("```", body)
+        if k1 < 0 and k2 < 0:
+            return out
+        if k1 < 0 or 0 <= k2 < k1:
+            out.append(text[body:k2])
+            pos = k2 + 3
+        else:
+            out.append(text[body:k1])
+            pos = k1 + 12
 
 
 @dataclass(frozen=True)
@@ -147,7 +191,7 @@ def repetition(text: SampleText, min_bytes: int = 400, max_ratio: float = 0.12) 
     `REPETITION_TAIL` bytes zlib compresses to at most `max_ratio` of their size (text
     repeating itself compresses far better than prose or code, about 0.3-0.5; one
     pass in C over a fixed number of bytes, whatever the completion's length)."""
-    data = text.completion.encode()
+    data = text.encoded("completion")
     if len(data) < min_bytes:
         return False
     tail = data[-REPETITION_TAIL:]
@@ -216,6 +260,7 @@ class ScanPlan:
     def __init__(self, scanners: tuple[Scanner, ...]) -> None:
         self.scanners = tuple(scanners)
         self.sets: list[tuple[str, Any, list[int]]] = []
+        self._empty: list[list[int]] = []
         for part in ("completion", "tool_calls", "sent"):
             mine = [i for i, s in enumerate(self.scanners) if s.pattern and part in s.parts()]
             if not mine:
@@ -224,13 +269,18 @@ class ScanPlan:
             for i in mine:
                 rs.Add(self.scanners[i].pattern)
             rs.Compile()
-            self.sets.append((part, rs, mine))
+            # The set itself (bytes in, match indices out: no wrapper per call), and
+            # what it matches in an empty part, found once.
+            raw = rs._set
+            self.sets.append((part, raw, mine))
+            self._empty.append(list(raw.Match(b"") or ()))
         self.entries = [i for i, s in enumerate(self.scanners) if s.entry]
 
     def __call__(self, text: SampleText) -> tuple[str, ...]:
         hit: dict[int, str] = {}
-        for part, rs, mine in self.sets:
-            for j in rs.Match(text.part(part)) or ():
+        for (part, rs, mine), empty in zip(self.sets, self._empty, strict=True):
+            data = text.encoded(part)
+            for j in rs.Match(data) if data else empty:
                 hit[mine[j]] = self.scanners[mine[j]].name
         for i in self.entries:
             s = self.scanners[i]
@@ -239,7 +289,7 @@ class ScanPlan:
                     hit[i] = s.name
             except Exception:
                 hit[i] = f"{s.name}:error"
-        return tuple(hit[i] for i in sorted(hit))
+        return tuple(hit[i] for i in sorted(hit)) if len(hit) > 1 else tuple(hit.values())
 
 
 @functools.lru_cache(maxsize=16)
