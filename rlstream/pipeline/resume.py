@@ -35,6 +35,7 @@ number would have been bumped). Any problem raises
 from __future__ import annotations
 
 import base64
+import contextvars
 import dataclasses
 import functools
 import math
@@ -172,6 +173,9 @@ def _enc_other(v: Any) -> Any:
     if isinstance(v, (set, frozenset)):
         return {"$set": [_enc(x) for x in sorted(v, key=repr)]}
     if isinstance(v, deque):
+        memo = _MEMO.get()
+        if memo is not None:
+            return {"$dq": [_kept(x, memo) for x in v], "maxlen": v.maxlen}
         return {"$dq": [_leaf(x) for x in v], "maxlen": v.maxlen}
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         name = type(v).__name__
@@ -179,6 +183,41 @@ def _enc_other(v: Any) -> Any:
             raise TypeError(f"resume state cannot hold a {type(v).__qualname__}")
         return {"$dc": name, "f": {f: _leaf(getattr(v, f)) for f in _field_names(type(v))}}
     raise TypeError(f"resume state cannot hold a {type(v).__qualname__}")
+
+
+_Kept = dict[int, tuple[Any, bytes]]
+_MEMO: contextvars.ContextVar[tuple[_Kept, _Kept] | None] = contextvars.ContextVar(
+    "resume_memo", default=None
+)
+"""(the memo's entries, this encoding's) while a state is encoded in this thread."""
+
+
+class Memo:
+    """The encoded tuples of one run's deques (the health engine's bounded history:
+    a row's figures), kept from one encoding of its state to the next, so a commit
+    encodes only the rows added since. A tuple held by a deque of a state is never
+    changed, nor what it holds, once appended (the deques are append-only histories);
+    an entry is found by the tuple's identity and kept while the tuple is. Memory:
+    one encoded copy of the run's deques."""
+
+    __slots__ = ("kept",)
+
+    def __init__(self) -> None:
+        self.kept: _Kept = {}
+
+    def __reduce__(self) -> Any:
+        return Memo, ()  # what it keeps is found by identity: never worth sending
+
+
+def _kept(v: Any, memo: tuple[_Kept, _Kept]) -> Any:
+    if type(v) is not tuple:
+        return _leaf(v)
+    old, new = memo
+    hit = old.get(id(v))
+    if hit is None or hit[0] is not v:
+        hit = (v, orjson.dumps(_enc(v)))
+    new[id(v)] = hit
+    return orjson.Fragment(hit[1])
 
 
 @functools.cache
@@ -320,11 +359,23 @@ def peek_field(data: bytes, where: str, name: str) -> Any:
         raise ResumeStateError(f"resume state {where} cannot be read ({e})") from e
 
 
-def encode_state(state: Any) -> bytes:
-    """A `RunState`'s resume state file: its snapshot (`rlstream.pipeline.snapshot`)."""
+def encode_state(state: Any, memo: Memo | None = None) -> bytes:
+    """A `RunState`'s resume state file: its snapshot (`rlstream.pipeline.snapshot`).
+    With `memo` (the run's, from its previous encoding), the tuples of its deques
+    encoded then are not encoded again; the memo then holds this encoding's."""
     from rlstream.pipeline.snapshot import VERSION, snapshot
 
-    return encode({"run_id": state.run_id, "seq": state.seq, "snapshot": VERSION}, snapshot(state))
+    head = {"run_id": state.run_id, "seq": state.seq, "snapshot": VERSION}
+    if memo is None:
+        return encode(head, snapshot(state))
+    new: _Kept = {}
+    token = _MEMO.set((memo.kept, new))
+    try:
+        data = encode(head, snapshot(state))
+    finally:
+        _MEMO.reset(token)
+    memo.kept = new
+    return data
 
 
 def decode_state(data: bytes, where: str, way_out: str) -> Any:
