@@ -155,8 +155,8 @@ def _rolling(vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     count = np.sum(~np.isnan(win), axis=-1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: NaN
-        med = np.nanmedian(win, axis=-1)
-        mad = np.nanmedian(np.abs(win - med[..., None]), axis=-1)
+        med = _nanmedian(win, count)
+        mad = _nanmedian(np.abs(win - med[..., None]), count)
         sd = np.nanstd(win, axis=-1, ddof=1) if n > 1 else np.zeros_like(med)
         se = np.fmax(1.2533 * 1.4826 * mad, sd) / np.sqrt(np.maximum(count, 1))
     short = count < (n + 1) // 2
@@ -165,24 +165,43 @@ def _rolling(vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return med, se
 
 
+def _nanmedian(win: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """`np.nanmedian(win, axis=-1)` (`count`: the values that are not NaN along it),
+    the same floats: the values sorted (NaN last), the mean of the middle two (of the
+    middle one twice), NaN where there are none; without its masked arrays."""
+    s = np.sort(win, axis=-1)
+    h = count // 2
+    low = np.maximum(np.where(count % 2 == 1, h, h - 1), 0)
+    lo = np.take_along_axis(s, low[..., None], axis=-1)[..., 0]
+    hi = np.take_along_axis(s, h[..., None], axis=-1)[..., 0]
+    out = (lo + hi) / 2.0
+    out[count == 0] = np.nan
+    return out
+
+
 def _rolling_since(
     vals: np.ndarray, n: int, prev: tuple[tuple[np.ndarray, np.ndarray], int, int] | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """`_rolling(vals, n)`, reusing `prev` = (`_rolling` of an earlier window, rows
     cut from its front since, rows of it that are `vals`' first). A row's figures
     depend only on it and the n-1 rows before it in the window: a row that had all of
-    them before and has them now keeps its figures, so only the window's first n-1
-    rows and the rows added since are computed."""
+    them before and has them now keeps its figures, so only the rows added since are
+    computed, and the window's first n-1 rows once rows were cut from its front."""
     head = max(n, 1) - 1
     if prev is None or prev[2] < head:
         return _rolling(vals, n)
     (med, se), dropped, kept = prev
-    first = _rolling(vals[:head], n)
-    last = _rolling(vals[kept - head :], n)
+    if dropped:  # the first rows lost rows before them
+        first = _rolling(vals[:head], n)
+    else:
+        first, head = (vals[:0], vals[:0]), 0
+    new = vals[kept - max(n, 1) + 1 :] if kept < len(vals) else vals[:0]
+    last = _rolling(new, n)
     mid = slice(dropped + head, dropped + kept)
+    skip = max(n, 1) - 1
     return (
-        np.concatenate([first[0], med[mid], last[0][head:]]),
-        np.concatenate([first[1], se[mid], last[1][head:]]),
+        np.concatenate([first[0], med[mid], last[0][skip:]]),
+        np.concatenate([first[1], se[mid], last[1][skip:]]),
     )
 
 

@@ -4,6 +4,8 @@ final rows (no storage: the fold is what the group calls after each poll)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from rlstream.health import DEFAULT_RULES
@@ -279,3 +281,20 @@ def test_smoothed_windows_kept_across_polls_equal_smoothing_them_afresh():
         np.testing.assert_array_equal(med, wmed)
         np.testing.assert_array_equal(se, wse)
     assert extended > 50
+
+
+def test_rolling_medians_are_numpys_nanmedian():
+    """The rolling medians and MADs (sorted values, NaN last) are the floats
+    `np.nanmedian` gives, windows with no value, one, an odd and an even count."""
+    from rlstream.pipeline.cohorts import _nanmedian
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5, 10):
+        win = rng.normal(size=(200, 4, n))
+        win[rng.random(win.shape) < 0.35] = np.nan
+        win[0, 0] = np.nan
+        count = np.sum(~np.isnan(win), axis=-1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the all-NaN windows
+            want = np.nanmedian(win, axis=-1)
+        np.testing.assert_array_equal(_nanmedian(win, count), want)
