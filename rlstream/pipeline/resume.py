@@ -145,6 +145,11 @@ def _leaf(v: Any) -> Any:
 
 
 def _enc_other(v: Any) -> Any:
+    if not KINDS:
+        _kinds_map()
+    names = _KIND_FIELDS.get(type(v))
+    if names is not None:  # a dataclass of `KINDS` (alert states, cursors); no other
+        return {"$dc": type(v).__name__, "f": {f: _leaf(getattr(v, f)) for f in names}}
     if isinstance(v, (bool, str)):
         return v
     if isinstance(v, (int, np.integer)):
@@ -173,32 +178,22 @@ def _enc_other(v: Any) -> Any:
     if isinstance(v, (set, frozenset)):
         return {"$set": [_enc(x) for x in sorted(v, key=repr)]}
     if isinstance(v, deque):
-        memo = _MEMO.get()
+        memo = _MEMO.get(None)
         if memo is not None:
             return {"$dq": [_kept(x, memo) for x in v], "maxlen": v.maxlen}
         return {"$dq": [_leaf(x) for x in v], "maxlen": v.maxlen}
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        name = type(v).__name__
-        if _kinds_map().get(name) is not type(v):
-            raise TypeError(f"resume state cannot hold a {type(v).__qualname__}")
-        return {"$dc": name, "f": {f: _leaf(getattr(v, f)) for f in _field_names(type(v))}}
     raise TypeError(f"resume state cannot hold a {type(v).__qualname__}")
 
 
 _Kept = dict[int, tuple[Any, bytes]]
-_MEMO: contextvars.ContextVar[tuple[_Kept, _Kept] | None] = contextvars.ContextVar(
-    "resume_memo", default=None
-)
+_MEMO: contextvars.ContextVar[tuple[_Kept, _Kept] | None] = contextvars.ContextVar("memo")
 """(the memo's entries, this encoding's) while a state is encoded in this thread."""
 
 
 class Memo:
-    """The encoded tuples of one run's deques (the health engine's bounded history:
-    a row's figures), kept from one encoding of its state to the next, so a commit
-    encodes only the rows added since. A tuple held by a deque of a state is never
-    changed, nor what it holds, once appended (the deques are append-only histories);
-    an entry is found by the tuple's identity and kept while the tuple is. Memory:
-    one encoded copy of the run's deques."""
+    """A run's deques' tuples (the health history's rows) as encoded at its last
+    commit, found by identity: a tuple in a state's deque, and what it holds, never
+    changes once appended, so a commit encodes only the rows added since."""
 
     __slots__ = ("kept",)
 
@@ -225,9 +220,14 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
+_KIND_FIELDS: dict[type, tuple[str, ...]] = {}
+"""Each class of `KINDS` -> its field names (filled with `KINDS`)."""
+
+
 def _kinds_map() -> dict[str, type]:
     if not KINDS:
         KINDS.update(_kinds())
+        _KIND_FIELDS.update({cls: _field_names(cls) for cls in KINDS.values()})
     return KINDS
 
 
