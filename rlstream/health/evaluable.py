@@ -60,9 +60,9 @@ NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
-def row_figures(row: dict[str, Any]) -> set[str]:
-    """The figures one final steps row carries."""
-    out = set(extract(row))
+def row_figures(row: dict[str, Any], figures: dict[str, float] | None = None) -> set[str]:
+    """The figures one final steps row carries (`figures`: its `extract`, if made)."""
+    out = set(extract(row) if figures is None else figures)
     if as_dict(row.get("reported_eval")):
         out.add("eval")
     if metric_pairs(row):

@@ -133,6 +133,17 @@ class View:
         self.state = state
         self.recent_steps = recent_steps
         self.baseline_min = baseline_min
+        self._at: tuple[int, int] | None = None
+        self._rows: list[tuple[int, dict]] = []
+        self._values: dict[tuple[str, int | None], list[float]] = {}
+
+    def _kept_rows(self) -> list[tuple[int, dict]]:
+        """The state's rows as a list, made once per row folded (the rules ask for
+        the same figures over the same rows many times per step)."""
+        at = (self.state.n_rows, len(self.state.rows))
+        if at != self._at:
+            self._at, self._rows, self._values = at, list(self.state.rows), {}
+        return self._rows
 
     @property
     def step(self) -> int:
@@ -153,13 +164,16 @@ class View:
 
     def values(self, name: str, n: int | None = None) -> list[float]:
         """Non-null values of the figure over the last ``n`` rows (all kept rows if None)."""
-        rows = list(self.state.rows)
-        if n is not None:
-            rows = rows[-n:]
-        return [f[name] for _, f in rows if name in f]
+        rows = self._kept_rows()
+        got = self._values.get((name, n))
+        if got is None:
+            if n is not None:
+                rows = rows[-n:]
+            got = self._values[name, n] = [f[name] for _, f in rows if name in f]
+        return list(got)
 
     def series(self, name: str, n: int | None = None) -> tuple[list[float], list[float]]:
-        rows = list(self.state.rows)
+        rows = self._kept_rows()
         if n is not None:
             rows = rows[-n:]
         pts = [(float(s), f[name]) for s, f in rows if name in f]

@@ -56,8 +56,8 @@ its cohort adds no rows)."""
 
 class _Member:
     """What the fold knows of one run of a cohort. Its window's arrays are kept until
-    the window changes: a poll rebuilds only the windows of the runs that finalized a
-    step, not every run's of the cohort."""
+    the window changes, and then only extended: a poll converts and smooths only the
+    rows a run finalized since, not its whole window (`_rolling_since`)."""
 
     __slots__ = ("_cache", "final_through", "finished", "state", "window")
 
@@ -74,17 +74,49 @@ class _Member:
         # A window is appended to and cut from the front, never changed in place:
         # the same object with the same length and ends holds the same rows.
         ends = (len(w), w[0][0], w[-1][0]) if isinstance(w, list) and w else None
-        if not (self._cache and self._cache[0] is w and self._cache[1] == ends):
+        old = self._cache
+        if old and old[0] is w and old[1] == ends:
+            return old[2], old[3]
+        cut = _kept(old, w) if old and old[0] is w and ends is not None else None
+        if cut is None:
             series = _arrays(w, n_figs)
-            where = dict(zip(series[0].tolist(), range(len(series[0])), strict=True))
-            self._cache = [w, ends, series, where, None]
+            self._cache = [w, ends, series, _where(series[0]), None, None]
+        else:
+            dropped, kept = cut
+            add = _arrays(w[kept:], n_figs)
+            steps = np.concatenate([old[2][0][dropped:], add[0]])
+            vals = np.concatenate([old[2][1][dropped:], add[1]])
+            prev = (old[4], dropped, kept) if old[4] is not None else None
+            self._cache = [w, ends, (steps, vals), _where(steps), None, prev]
         return self._cache[2], self._cache[3]
 
     def smooth(self, n_figs: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
         """`_rolling` of the window's values (after `arrays`), kept with them."""
         if self._cache[4] is None:
-            self._cache[4] = _rolling(self.arrays(n_figs)[0][1], steps)
+            vals = self.arrays(n_figs)[0][1]
+            self._cache[4] = _rolling_since(vals, steps, self._cache[5])
+            self._cache[5] = None
         return self._cache[4]
+
+
+def _where(steps: np.ndarray) -> dict[int, int]:
+    return dict(zip(steps.tolist(), range(len(steps)), strict=True))
+
+
+def _kept(old: list[Any], w: list[Any]) -> tuple[int, int] | None:
+    """(rows cut from the front of the cached arrays, rows of them still in `w`, its
+    first ones), when `w` is the cached window appended to and cut from the front
+    since; else None (the arrays are built afresh)."""
+    steps = old[2][0]
+    if not len(steps):
+        return None
+    dropped = old[3].get(w[0][0])
+    if dropped is None:
+        return None
+    kept = len(steps) - dropped
+    if kept > len(w) or w[kept - 1][0] != steps[-1]:
+        return None
+    return dropped, kept
 
 
 def _arrays(window: Any, n_figs: int) -> tuple[np.ndarray, np.ndarray]:
@@ -123,14 +155,54 @@ def _rolling(vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     count = np.sum(~np.isnan(win), axis=-1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: NaN
-        med = np.nanmedian(win, axis=-1)
-        mad = np.nanmedian(np.abs(win - med[..., None]), axis=-1)
+        med = _nanmedian(win, count)
+        mad = _nanmedian(np.abs(win - med[..., None]), count)
         sd = np.nanstd(win, axis=-1, ddof=1) if n > 1 else np.zeros_like(med)
         se = np.fmax(1.2533 * 1.4826 * mad, sd) / np.sqrt(np.maximum(count, 1))
     short = count < (n + 1) // 2
     med[short] = np.nan
     se[short] = np.nan
     return med, se
+
+
+def _nanmedian(win: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """`np.nanmedian(win, axis=-1)` (`count`: the values that are not NaN along it),
+    the same floats: the values sorted (NaN last), the mean of the middle two (of the
+    middle one twice), NaN where there are none; without its masked arrays."""
+    s = np.sort(win, axis=-1)
+    h = count // 2
+    low = np.maximum(np.where(count % 2 == 1, h, h - 1), 0)
+    lo = np.take_along_axis(s, low[..., None], axis=-1)[..., 0]
+    hi = np.take_along_axis(s, h[..., None], axis=-1)[..., 0]
+    out = (lo + hi) / 2.0
+    out[count == 0] = np.nan
+    return out
+
+
+def _rolling_since(
+    vals: np.ndarray, n: int, prev: tuple[tuple[np.ndarray, np.ndarray], int, int] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """`_rolling(vals, n)`, reusing `prev` = (`_rolling` of an earlier window, rows
+    cut from its front since, rows of it that are `vals`' first). A row's figures
+    depend only on it and the n-1 rows before it in the window: a row that had all of
+    them before and has them now keeps its figures, so only the rows added since are
+    computed, and the window's first n-1 rows once rows were cut from its front."""
+    head = max(n, 1) - 1
+    if prev is None or prev[2] < head:
+        return _rolling(vals, n)
+    (med, se), dropped, kept = prev
+    if dropped:  # the first rows lost rows before them
+        first = _rolling(vals[:head], n)
+    else:
+        first, head = (vals[:0], vals[:0]), 0
+    new = vals[kept - max(n, 1) + 1 :] if kept < len(vals) else vals[:0]
+    last = _rolling(new, n)
+    mid = slice(dropped + head, dropped + kept)
+    skip = max(n, 1) - 1
+    return (
+        np.concatenate([first[0], med[mid], last[0][skip:]]),
+        np.concatenate([first[1], se[mid], last[1][skip:]]),
+    )
 
 
 class PeerFold:

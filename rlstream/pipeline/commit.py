@@ -48,7 +48,7 @@ import pyarrow as pa
 from rlstream.config import PipelineConfig
 from rlstream.io.storage import Storage
 from rlstream.pipeline.failpoint import failpoint
-from rlstream.pipeline.resume import decode_state, encode_state
+from rlstream.pipeline.resume import Memo, decode_state, encode_state
 from rlstream.pipeline.rewind import app_id, rewind
 from rlstream.pipeline.rows import steps_table
 from rlstream.pipeline.state import RunState, is_finished
@@ -129,7 +129,9 @@ def _append_all(
 
 def _save(sink: DeltaSink, st: RunState) -> bool:
     try:
-        sink.save_state(st.run_id, encode_state(st))
+        if st.memo is None:
+            st.memo = Memo()
+        sink.save_state(st.run_id, encode_state(st, st.memo))
     except Exception:
         log.exception("%s: resume state of commit %d not written; retried", st.run_id, st.seq)
         return False

@@ -72,7 +72,8 @@ def check_below(
 ) -> bool:
     """`names` is a full sorted listing and `names[:start]` the names at or below the
     watermark. Returns True when it quarantined names that arrived below it."""
-    below = sum(1 for n in names[:start] if n.endswith(".json"))
+    # Names hold no NUL: each one ending in ".json" ends in ".json\0" once joined.
+    below = ("\0".join(names[:start]) + "\0").count(".json\0") if start else 0
     found = below > state.names_below
     if found:
         extra = below - state.names_below

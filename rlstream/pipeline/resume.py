@@ -35,6 +35,7 @@ number would have been bumped). Any problem raises
 from __future__ import annotations
 
 import base64
+import contextvars
 import dataclasses
 import functools
 import math
@@ -144,6 +145,11 @@ def _leaf(v: Any) -> Any:
 
 
 def _enc_other(v: Any) -> Any:
+    if not KINDS:
+        _kinds_map()
+    names = _KIND_FIELDS.get(type(v))
+    if names is not None:  # a dataclass of `KINDS` (alert states, cursors); no other
+        return {"$dc": type(v).__name__, "f": {f: _leaf(getattr(v, f)) for f in names}}
     if isinstance(v, (bool, str)):
         return v
     if isinstance(v, (int, np.integer)):
@@ -172,13 +178,41 @@ def _enc_other(v: Any) -> Any:
     if isinstance(v, (set, frozenset)):
         return {"$set": [_enc(x) for x in sorted(v, key=repr)]}
     if isinstance(v, deque):
+        memo = _MEMO.get(None)
+        if memo is not None:
+            return {"$dq": [_kept(x, memo) for x in v], "maxlen": v.maxlen}
         return {"$dq": [_leaf(x) for x in v], "maxlen": v.maxlen}
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        name = type(v).__name__
-        if _kinds_map().get(name) is not type(v):
-            raise TypeError(f"resume state cannot hold a {type(v).__qualname__}")
-        return {"$dc": name, "f": {f: _leaf(getattr(v, f)) for f in _field_names(type(v))}}
     raise TypeError(f"resume state cannot hold a {type(v).__qualname__}")
+
+
+_Kept = dict[int, tuple[Any, bytes]]
+_MEMO: contextvars.ContextVar[tuple[_Kept, _Kept] | None] = contextvars.ContextVar("memo")
+"""(the memo's entries, this encoding's) while a state is encoded in this thread."""
+
+
+class Memo:
+    """A run's deques' tuples (the health history's rows) as encoded at its last
+    commit, found by identity: a tuple in a state's deque, and what it holds, never
+    changes once appended, so a commit encodes only the rows added since."""
+
+    __slots__ = ("kept",)
+
+    def __init__(self) -> None:
+        self.kept: _Kept = {}
+
+    def __reduce__(self) -> Any:
+        return Memo, ()  # what it keeps is found by identity: never worth sending
+
+
+def _kept(v: Any, memo: tuple[_Kept, _Kept]) -> Any:
+    if type(v) is not tuple:
+        return _leaf(v)
+    old, new = memo
+    hit = old.get(id(v))
+    if hit is None or hit[0] is not v:
+        hit = (v, orjson.dumps(_enc(v)))
+    new[id(v)] = hit
+    return orjson.Fragment(hit[1])
 
 
 @functools.cache
@@ -186,9 +220,14 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
+_KIND_FIELDS: dict[type, tuple[str, ...]] = {}
+"""Each class of `KINDS` -> its field names (filled with `KINDS`)."""
+
+
 def _kinds_map() -> dict[str, type]:
     if not KINDS:
         KINDS.update(_kinds())
+        _KIND_FIELDS.update({cls: _field_names(cls) for cls in KINDS.values()})
     return KINDS
 
 
@@ -320,11 +359,23 @@ def peek_field(data: bytes, where: str, name: str) -> Any:
         raise ResumeStateError(f"resume state {where} cannot be read ({e})") from e
 
 
-def encode_state(state: Any) -> bytes:
-    """A `RunState`'s resume state file: its snapshot (`rlstream.pipeline.snapshot`)."""
+def encode_state(state: Any, memo: Memo | None = None) -> bytes:
+    """A `RunState`'s resume state file: its snapshot (`rlstream.pipeline.snapshot`).
+    With `memo` (the run's, from its previous encoding), the tuples of its deques
+    encoded then are not encoded again; the memo then holds this encoding's."""
     from rlstream.pipeline.snapshot import VERSION, snapshot
 
-    return encode({"run_id": state.run_id, "seq": state.seq, "snapshot": VERSION}, snapshot(state))
+    head = {"run_id": state.run_id, "seq": state.seq, "snapshot": VERSION}
+    if memo is None:
+        return encode(head, snapshot(state))
+    new: _Kept = {}
+    token = _MEMO.set((memo.kept, new))
+    try:
+        data = encode(head, snapshot(state))
+    finally:
+        _MEMO.reset(token)
+    memo.kept = new
+    return data
 
 
 def decode_state(data: bytes, where: str, way_out: str) -> Any:

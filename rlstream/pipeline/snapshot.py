@@ -76,7 +76,7 @@ FIELDS: tuple[str, ...] = (
 DERIVED = frozenset({"status", "firing", "findings", "cohort", "parts", "repeated_parts", "spread"})
 """Fields recomputed on restore or by the next poll, never written."""
 
-TRANSIENT = frozenset({"out", "out_quarantine", "listed", "check", "durable_seq"})
+TRANSIENT = frozenset({"out", "out_quarantine", "listed", "check", "durable_seq", "memo"})
 """Fields a resume state does not hold: rows waiting for the next commit, and what one
 poll or process learnt (`durable_seq` is the `seq` loaded)."""
 

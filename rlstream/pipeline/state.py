@@ -119,6 +119,8 @@ class RunState:
     probe_panel: list[str] = field(default_factory=list)
     """The run's probe tasks (`rlstream.pipeline.samples`), fixed at its first final
     step holding tasks with text."""
+    memo: Any = field(default=None, repr=False, compare=False)
+    """What its last resume state's encoding kept (`rlstream.pipeline.resume.Memo`)."""
 
     def __post_init__(self) -> None:
         self.durable_seq = self.seq

@@ -56,15 +56,18 @@ class HealthFold:
         ctx = RunContext(state.run_id, state.config, is_finished(state))
         hs = state.health if state.health is not None else new_state(self.rules, state.run_id)
         transitions = []
+        seen: set[str] = set()
         if rows:
             seen = set(state.headline.get("_figures", ())) | config_figures(state.config)
-            for row in rows:
-                seen |= row_figures(row)
-            state.headline["_figures"] = sorted(seen)
-            state.headline["_not_evaluable"] = not_evaluable(seen)
         for row in rows:
+            before = hs
             hs, tr = fold_step(hs, row, ctx, self.rules)
             transitions.extend(tr)
+            # A folded row's figures are the newest in the history: not extracted twice.
+            seen |= row_figures(row, hs.rows[-1][1] if hs is not before else None)
+        if rows:
+            state.headline["_figures"] = sorted(seen)
+            state.headline["_not_evaluable"] = not_evaluable(seen)
         hs, tr = check_time(hs, now, state.last_activity, ctx, self.rules)
         transitions.extend(tr)
         if hs is state.health and state.status is not None and not ctx.finished:

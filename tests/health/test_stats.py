@@ -38,3 +38,20 @@ def test_local_deviations_are_each_value_minus_its_neighbours_median():
     step = [0.2] * 6 + [0.8] * 6
     assert max(abs(d) for d in stats.local_deviations(step, 4)) < 0.6
     assert stats.local_deviations([0.5], 3) == [] and stats.local_deviations([], 3) == []
+
+
+def test_theil_sen_over_arrays_gives_the_pairwise_slopes_median_exactly():
+    """From `THEIL_SEN_ARRAYS` points the slopes are arrays: the same float as the
+    median of the slopes computed one by one, ties in x included."""
+    rng = random.Random(5)
+    for n in range(stats.THEIL_SEN_ARRAYS, 45):
+        xs = [float(rng.randint(0, n // 2)) for _ in range(n)]
+        ys = [rng.gauss(0, 1) for _ in range(n)]
+        slopes = [
+            (ys[j] - ys[i]) / (xs[j] - xs[i])
+            for i in range(n)
+            for j in range(i + 1, n)
+            if xs[j] != xs[i]
+        ]
+        assert stats.theil_sen(xs, ys) == stats.median(slopes)
+    assert stats.theil_sen([1.0] * 20, list(range(20))) is None

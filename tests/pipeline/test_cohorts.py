@@ -4,6 +4,8 @@ final rows (no storage: the fold is what the group calls after each poll)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from rlstream.health import DEFAULT_RULES
@@ -249,3 +251,50 @@ def test_kept_window_arrays_give_what_rebuilding_them_gives():
     assert any(a["to_state"] == "firing" for a in got[0][0])  # the drift was judged
     assert len(got[0][1]) > 100
     assert got[0] == got[1]
+
+
+def test_smoothed_windows_kept_across_polls_equal_smoothing_them_afresh():
+    """A run's window grows by 0-5 rows a poll (some values missing) and is cut to its
+    last 30: its smoothed figures, kept and extended poll after poll, equal those of
+    its whole window smoothed afresh, bit for bit."""
+    from rlstream.pipeline.cohorts import _Member, _rolling
+
+    rng = np.random.default_rng(7)
+    st = RunState(run_id="r", run_url="/runs/r")
+    m, step, extended = _Member(st), 0, 0
+    for _ in range(120):
+        for _ in range(int(rng.integers(0, 6))):
+            vals = [None if rng.random() < 0.2 else float(rng.normal()) for _ in range(3)]
+            st.peer_window.append([step, *vals])
+            step += 1
+        del st.peer_window[:-30]
+        if not st.peer_window:
+            continue
+        extended += bool(m._cache and m._cache[0] is st.peer_window)
+        (steps, vals), where = m.arrays(3)
+        med, se = m.smooth(3, 10)
+        want = np.array([[np.nan if v is None else v for v in r] for r in st.peer_window])
+        assert steps.tolist() == [r[0] for r in st.peer_window]
+        assert where == {s: i for i, s in enumerate(steps.tolist())}
+        np.testing.assert_array_equal(vals, want[:, 1:])
+        wmed, wse = _rolling(want[:, 1:], 10)
+        np.testing.assert_array_equal(med, wmed)
+        np.testing.assert_array_equal(se, wse)
+    assert extended > 50
+
+
+def test_rolling_medians_are_numpys_nanmedian():
+    """The rolling medians and MADs (sorted values, NaN last) are the floats
+    `np.nanmedian` gives, windows with no value, one, an odd and an even count."""
+    from rlstream.pipeline.cohorts import _nanmedian
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5, 10):
+        win = rng.normal(size=(200, 4, n))
+        win[rng.random(win.shape) < 0.35] = np.nan
+        win[0, 0] = np.nan
+        count = np.sum(~np.isnan(win), axis=-1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the all-NaN windows
+            want = np.nanmedian(win, axis=-1)
+        np.testing.assert_array_equal(_nanmedian(win, count), want)

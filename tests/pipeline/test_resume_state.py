@@ -222,3 +222,24 @@ def test_a_cursor_written_before_the_rename_resumes_at_its_position():
     cur = _dec(old)
     assert cur == FileCursor(position=123, size=130, check=b"\x00")
     assert set(_enc(cur)["f"]) >= {"position"} and "offset" not in _enc(cur)["f"]
+
+
+def test_a_run_encoded_with_its_memo_gives_the_bytes_encoded_afresh():
+    """The health history's rows and evals are encoded once and kept in the run's memo: commit after commit, while rows are appended and
+    the oldest leave the window, the file is byte for byte the one encoded without."""
+    from rlstream.health import DEFAULT_RULES, RunContext, fold_step, new_state
+    from rlstream.pipeline.resume import Memo
+    from rlstream.pipeline.state import RunState
+
+    state = RunState(run_id="r", run_url="/runs/r")
+    hs, ctx, memo = new_state(DEFAULT_RULES, "r"), RunContext("r", {}, False), Memo()
+    for step in range(150):
+        row = {"step": step, "time": 10.0 * step, "reward_mean": 0.01 * (step % 7)}
+        row["reported_eval"] = {"held_out": 0.5 + 0.001 * step}
+        hs, _ = fold_step(hs, row, ctx, DEFAULT_RULES)
+        state.health, state.seq = hs, step
+        if step % 3:
+            continue
+        assert encode_state(state, memo) == encode_state(state)
+        assert len(memo.kept) <= 2 * hs.window + 1  # the rows and evals held now
+    assert decode_state(encode_state(state, memo), "x", "y").health == hs
