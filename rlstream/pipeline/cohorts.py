@@ -34,7 +34,6 @@ their windows (`release` keeps them as arrays once their state is dropped).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
@@ -42,10 +41,11 @@ from typing import Any
 import numpy as np
 
 from rlstream.formats import stands_in
-from rlstream.health import DEFAULT_RULES, RulesConfig, RunContext, new_state, stats
+from rlstream.health import DEFAULT_RULES, RulesConfig, RunContext, new_state
 from rlstream.health.cohort import CohortRules, cohort_of
 from rlstream.health.config_peers import split_keys
 from rlstream.health.peers import active, advance_peers, band, judge
+from rlstream.pipeline.rolling import rolling_since, short_median
 from rlstream.pipeline.state import RunState, emit, is_finished
 from rlstream.pipeline.verdicts import apply_health
 
@@ -57,7 +57,7 @@ its cohort adds no rows)."""
 class _Member:
     """What the fold knows of one run of a cohort. Its window's arrays are kept until
     the window changes, and then only extended: a poll converts and smooths only the
-    rows a run finalized since, not its whole window (`_rolling_since`)."""
+    rows a run finalized since, not its whole window (`rolling_since`)."""
 
     __slots__ = ("_cache", "final_through", "finished", "state", "window")
 
@@ -91,10 +91,10 @@ class _Member:
         return self._cache[2], self._cache[3]
 
     def smooth(self, n_figs: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
-        """`_rolling` of the window's values (after `arrays`), kept with them."""
+        """`rolling` of the window's values (after `arrays`), kept with them."""
         if self._cache[4] is None:
             vals = self.arrays(n_figs)[0][1]
-            self._cache[4] = _rolling_since(vals, steps, self._cache[5])
+            self._cache[4] = rolling_since(vals, steps, self._cache[5])
             self._cache[5] = None
         return self._cache[4]
 
@@ -129,80 +129,6 @@ def _arrays(window: Any, n_figs: int) -> tuple[np.ndarray, np.ndarray]:
         [[math.nan if v is None else v for v in row] for row in window], dtype=np.float64
     )
     return arr[:, 0].astype(np.int64), arr[:, 1:]
-
-
-def _median(xs: np.ndarray) -> float:
-    """`np.median` of a short 1-D array, without its general machinery: NaN when any
-    value is NaN, else the middle value or the mean of the two (the same float)."""
-    if np.isnan(xs).any():
-        return math.nan
-    m = stats.median(xs.tolist())
-    assert m is not None
-    return m
-
-
-def _rolling(vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row and column, over that row and the n-1 before it: the median, and the
-    standard error of that window's level, max(1.2533 x 1.4826 x MAD, sd) / sqrt(count)
-    (the run's own step-to-step noise; the standard deviation covers a figure that is
-    mostly one value with occasional others, such as a small truncated share). NaN
-    unless at least half of the n rows have a value (the first rows are not judged)."""
-    if vals.shape[0] == 0:
-        return vals, vals
-    n = max(n, 1)
-    pad = np.full((n - 1, vals.shape[1]), np.nan)
-    win = np.lib.stride_tricks.sliding_window_view(np.vstack([pad, vals]), n, axis=0)
-    count = np.sum(~np.isnan(win), axis=-1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows: NaN
-        med = _nanmedian(win, count)
-        mad = _nanmedian(np.abs(win - med[..., None]), count)
-        sd = np.nanstd(win, axis=-1, ddof=1) if n > 1 else np.zeros_like(med)
-        se = np.fmax(1.2533 * 1.4826 * mad, sd) / np.sqrt(np.maximum(count, 1))
-    short = count < (n + 1) // 2
-    med[short] = np.nan
-    se[short] = np.nan
-    return med, se
-
-
-def _nanmedian(win: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """`np.nanmedian(win, axis=-1)` (`count`: the values that are not NaN along it),
-    the same floats: the values sorted (NaN last), the mean of the middle two (of the
-    middle one twice), NaN where there are none; without its masked arrays."""
-    s = np.sort(win, axis=-1)
-    h = count // 2
-    low = np.maximum(np.where(count % 2 == 1, h, h - 1), 0)
-    lo = np.take_along_axis(s, low[..., None], axis=-1)[..., 0]
-    hi = np.take_along_axis(s, h[..., None], axis=-1)[..., 0]
-    out = (lo + hi) / 2.0
-    out[count == 0] = np.nan
-    return out
-
-
-def _rolling_since(
-    vals: np.ndarray, n: int, prev: tuple[tuple[np.ndarray, np.ndarray], int, int] | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """`_rolling(vals, n)`, reusing `prev` = (`_rolling` of an earlier window, rows
-    cut from its front since, rows of it that are `vals`' first). A row's figures
-    depend only on it and the n-1 rows before it in the window: a row that had all of
-    them before and has them now keeps its figures, so only the rows added since are
-    computed, and the window's first n-1 rows once rows were cut from its front."""
-    head = max(n, 1) - 1
-    if prev is None or prev[2] < head:
-        return _rolling(vals, n)
-    (med, se), dropped, kept = prev
-    if dropped:  # the first rows lost rows before them
-        first = _rolling(vals[:head], n)
-    else:
-        first, head = (vals[:0], vals[:0]), 0
-    new = vals[kept - max(n, 1) + 1 :] if kept < len(vals) else vals[:0]
-    last = _rolling(new, n)
-    mid = slice(dropped + head, dropped + kept)
-    skip = max(n, 1) - 1
-    return (
-        np.concatenate([first[0], med[mid], last[0][skip:]]),
-        np.concatenate([first[1], se[mid], last[1][skip:]]),
-    )
 
 
 class PeerFold:
@@ -385,7 +311,7 @@ class PeerFold:
                 peers[f] = col[keep].tolist()
                 se = ses[others, j][keep]
                 if se.size:
-                    noise[f] = float(np.hypot(own_se[j], _median(se)))
+                    noise[f] = float(np.hypot(own_se[j], short_median(se)))
             verdict = judge(
                 values,
                 peers,

@@ -257,7 +257,8 @@ def test_smoothed_windows_kept_across_polls_equal_smoothing_them_afresh():
     """A run's window grows by 0-5 rows a poll (some values missing) and is cut to its
     last 30: its smoothed figures, kept and extended poll after poll, equal those of
     its whole window smoothed afresh, bit for bit."""
-    from rlstream.pipeline.cohorts import _Member, _rolling
+    from rlstream.pipeline.cohorts import _Member
+    from rlstream.pipeline.rolling import rolling
 
     rng = np.random.default_rng(7)
     st = RunState(run_id="r", run_url="/runs/r")
@@ -277,7 +278,7 @@ def test_smoothed_windows_kept_across_polls_equal_smoothing_them_afresh():
         assert steps.tolist() == [r[0] for r in st.peer_window]
         assert where == {s: i for i, s in enumerate(steps.tolist())}
         np.testing.assert_array_equal(vals, want[:, 1:])
-        wmed, wse = _rolling(want[:, 1:], 10)
+        wmed, wse = rolling(want[:, 1:], 10)
         np.testing.assert_array_equal(med, wmed)
         np.testing.assert_array_equal(se, wse)
     assert extended > 50
@@ -286,7 +287,7 @@ def test_smoothed_windows_kept_across_polls_equal_smoothing_them_afresh():
 def test_rolling_medians_are_numpys_nanmedian():
     """The rolling medians and MADs (sorted values, NaN last) are the floats
     `np.nanmedian` gives, windows with no value, one, an odd and an even count."""
-    from rlstream.pipeline.cohorts import _nanmedian
+    from rlstream.pipeline.rolling import nanmedian
 
     rng = np.random.default_rng(3)
     for n in (1, 2, 5, 10):
@@ -297,4 +298,4 @@ def test_rolling_medians_are_numpys_nanmedian():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the all-NaN windows
             want = np.nanmedian(win, axis=-1)
-        np.testing.assert_array_equal(_nanmedian(win, count), want)
+        np.testing.assert_array_equal(nanmedian(win, count), want)
